@@ -1,0 +1,121 @@
+// Package twopc moves money between MongoDB documents with the two-phase
+// commit pattern of MongoDB's tutorial ("Perform Two Phase Commits"),
+// without multi-document transactions. It runs on a standalone mongod, a
+// replica set, a sharded cluster, and MongoDB-compatible servers, and
+// leaves a transfer log (the transactions collection) that can be audited.
+//
+// # Data model
+//
+// Accounts are documents {_id, balance, pendingTransactions: [...]} with
+// balance an int64 in minor units (cents); the library adds
+// fencedTransactions. Transactions are documents {_id, source,
+// destination, value, state, lastModified, application}, with
+// lastModified written by the server ($currentDate). Account ids may be
+// any value that can be an _id: string, ObjectID, int64.
+//
+// # Protocol
+//
+// A Coordinator runs each transfer through the states initial → pending →
+// applied → done (see State), with conditional single-document writes:
+//
+//  1. insert the transaction already pending and claimed by this
+//     application (one upsert keyed by a fresh _id, so a retry finds it);
+//  2. apply both legs in one bulk write: the debit {_id: source,
+//     pendingTransactions: {$ne: id}, fencedTransactions: {$ne: id},
+//     balance: {$gte: value}} → {$inc: {balance: -value}, $push:
+//     {pendingTransactions: id}}, and the credit likewise;
+//  3. pending → applied, guarded by state and claim: the commit point.
+//
+// Transfer returns there, after three round trips (the tutorial takes
+// eight). Settling follows, in the background and in batches: pull the id
+// from both accounts' pendingTransactions while adding it to
+// fencedTransactions (one bulk write), then applied → done (one write).
+// A transfer settled alone costs five data commands; under load, fewer.
+//
+// A leg that cannot apply (overdraft, missing account, overflow, a balance
+// that is not an integer) rolls the transaction back: pending → canceling,
+// fence and undo the legs, canceling → canceled. A Canceler does the same
+// on request; a Recoverer finishes transactions whose owner stopped.
+//
+// # Guarantees
+//
+// Exactly once: every leg of a done transaction is applied exactly once,
+// and no leg of a canceled one remains, whatever the crashes, retries,
+// lost replies, races between recoverers, or races between an owner and a
+// canceler. The invariant that follows: each balance equals its opening
+// balance plus the net of its done transactions.
+//
+// Ownership: one application owns a transaction at a time, through a claim
+// token written by a conditional update. Every state move is guarded by the
+// state and the claim (see the move type in state.go), so a process that
+// stalled, was taken over or was canceled cannot move the state when it
+// resumes. A Recoverer or a Canceler of another application takes a
+// transaction over only once its lastModified is older than StaleAfter, and
+// the takeover is itself conditional on the claim and lastModified it read,
+// so two of them cannot both win.
+//
+// Fences close the tutorial's hazard. In the tutorial, a rollback or
+// cleanup pulls the id from an account, after which a stalled applier that
+// resumes finds its guard {pendingTransactions: {$ne: id}} matching again
+// and applies a leg a second time: money from nowhere. Here, settling and
+// rollback leave the id in the account's fencedTransactions, which every
+// apply also checks; rollback fences an account before it undoes its leg,
+// so an apply that raced ahead is seen and undone and one that comes after
+// matches nothing. A Recoverer removes fences once their transaction has
+// been final for the fence retention (WithFenceRetention, at least
+// StaleAfter). The owner renews its claim before a leg write once half of
+// StaleAfter has passed since it took it (by its own monotonic clock,
+// measured from when it sent the claiming write), so it never sends a leg
+// write on a claim another application may have taken. The one assumption
+// left: a leg write is not delivered to the server later than the fence
+// retention after it was sent. Raise the retention if requests can sit in
+// a network or a server queue longer than that.
+//
+// Ambiguous writes: a write whose reply was lost may or may not have
+// happened. Every step is guarded so that repeating it is harmless, and
+// after a failure the library re-reads what happened instead of assuming.
+// Network errors are retried (WithRetries); the library is correct with
+// the driver's retryable writes on or off.
+//
+// Isolation: like the tutorial, the protocol offers transaction-like
+// semantics, not isolation. A reader may see the debit of a pending
+// transfer before its credit, and a rolled back leg before it is undone.
+//
+// # Clocks
+//
+// Staleness is judged by the server's clock alone: lastModified is written
+// with $currentDate and compared with the server's localTime (from hello),
+// so skew between the hosts running the library does not matter. Skew
+// between the members of a replica set does, across a failover: keep their
+// clocks in sync, and keep StaleAfter well above the skew. The owner's own
+// check uses its monotonic clock and errs early, not late.
+//
+// # Durability and scale-out
+//
+// Every step is as durable as the write concern of the database or
+// collections given to NewCoordinator. Use majority write concern on a
+// replica set: it is what makes recovery after a primary failover safe,
+// since a step acknowledged by a primary that then loses its unreplicated
+// writes would otherwise be forgotten. Every per-document operation
+// filters by _id, so the library runs unchanged on a sharded cluster with
+// hashed _id shard keys; the recoverer's scans use the {state,
+// lastModified} index EnsureIndexes creates.
+//
+// # Errors
+//
+// Bad input returns ErrInvalidTransfer and writes nothing. A leg that
+// cannot apply returns ErrInsufficientFunds, ErrAccountNotFound,
+// ErrBalanceOverflow or ErrInvalidAccount, with the transaction canceled.
+// ErrCanceled, ErrInProgress, ErrNotCancelable, ErrTxnNotFound,
+// ErrKeyConflict, ErrUnknownState and ErrClosed name the other outcomes.
+// All are matched with errors.Is. Any other error leaves the transaction
+// where it stood, for recovery; with an idempotency key (WithKey) the
+// Transfer can be repeated safely.
+//
+// # Testing failure handling
+//
+// WithStepHook calls a function before every database operation, named by
+// Step; returning an error stops the caller there as if its process died,
+// and blocking stalls it. The library's own tests crash and stall it at
+// every step.
+package twopc

@@ -1,0 +1,102 @@
+package twopc
+
+import "errors"
+
+// Errors returned by the library. Match them with errors.Is: the library
+// wraps them with the transaction, account or state they concern.
+var (
+	// ErrInvalidTransfer reports bad input to Transfer: a value that is not
+	// positive, a source equal to the destination, or an account id that is
+	// nil or cannot be a document _id. Nothing is written.
+	ErrInvalidTransfer = errors.New("twopc: invalid transfer")
+
+	// ErrInsufficientFunds reports that the debit would have taken the source
+	// balance below zero. The transaction ends canceled; no balance changes.
+	ErrInsufficientFunds = errors.New("twopc: insufficient funds")
+
+	// ErrAccountNotFound reports that the source or destination account does
+	// not exist. The transaction ends canceled; no balance changes.
+	ErrAccountNotFound = errors.New("twopc: account not found")
+
+	// ErrBalanceOverflow reports that a leg would take a balance past the
+	// range of int64. The transaction ends canceled; no balance changes.
+	ErrBalanceOverflow = errors.New("twopc: balance would overflow int64")
+
+	// ErrInvalidAccount reports an account document whose balance is missing
+	// or not an integer. The transaction ends canceled; no balance changes.
+	ErrInvalidAccount = errors.New("twopc: account balance is missing or not an integer")
+
+	// ErrCanceled reports that a Canceler canceled the transaction before it
+	// reached its commit point. Its applied legs are (or will be) undone.
+	ErrCanceled = errors.New("twopc: transaction canceled")
+
+	// ErrInProgress reports that the transaction's outcome is not decided by
+	// this call: another application owns it (it took over a stalled owner,
+	// or a call with the same key is still running). Its owner or a
+	// Recoverer will finish it; read it later with Coordinator.Get.
+	ErrInProgress = errors.New("twopc: transaction in progress elsewhere")
+
+	// ErrNotCancelable reports a Cancel of a transaction past its commit
+	// point (applied or done). Undo it with Coordinator.Reverse.
+	ErrNotCancelable = errors.New("twopc: transaction is past its commit point")
+
+	// ErrTxnNotFound reports a transaction id that names no transaction.
+	ErrTxnNotFound = errors.New("twopc: transaction not found")
+
+	// ErrKeyConflict reports a Transfer whose idempotency key was already used
+	// by a transfer with a different source, destination or value.
+	ErrKeyConflict = errors.New("twopc: idempotency key used for a different transfer")
+
+	// ErrUnknownState reports a transaction document whose state is not one
+	// of the six the protocol knows (edited by hand, or by another program).
+	// The library leaves it alone.
+	ErrUnknownState = errors.New("twopc: transaction in unknown state")
+
+	// ErrClosed reports a call on a Coordinator after Close.
+	ErrClosed = errors.New("twopc: coordinator closed")
+)
+
+// Reason codes stored in a canceled transaction's reason field, so that the
+// transfer log says why, and a retry with the same key returns the same error.
+const (
+	reasonInsufficientFunds = "insufficient_funds"
+	reasonAccountNotFound   = "account_not_found"
+	reasonBalanceOverflow   = "balance_overflow"
+	reasonInvalidAccount    = "invalid_account"
+	reasonCanceled          = "canceled"
+	reasonStaleInitial      = "stale_initial"
+)
+
+// reasonErrors pairs reason codes with their errors; a reason that maps to
+// an error already listed is only read, never written by reasonOf.
+var reasonErrors = []struct {
+	reason string
+	err    error
+}{
+	{reasonInsufficientFunds, ErrInsufficientFunds},
+	{reasonAccountNotFound, ErrAccountNotFound},
+	{reasonBalanceOverflow, ErrBalanceOverflow},
+	{reasonInvalidAccount, ErrInvalidAccount},
+	{reasonCanceled, ErrCanceled},
+	{reasonStaleInitial, ErrCanceled},
+}
+
+// reasonOf is the reason code for err.
+func reasonOf(err error) string {
+	for _, re := range reasonErrors {
+		if errors.Is(err, re.err) {
+			return re.reason
+		}
+	}
+	return reasonCanceled
+}
+
+// errorOfReason is the error a canceled transaction's reason stands for.
+func errorOfReason(reason string) error {
+	for _, re := range reasonErrors {
+		if re.reason == reason {
+			return re.err
+		}
+	}
+	return ErrCanceled
+}

@@ -1,0 +1,155 @@
+package twopc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/twopc/twopc"
+)
+
+// exampleDatabase connects to MONGODB_URI and returns an empty database.
+func exampleDatabase(ctx context.Context, name string) (*mongo.Database, func()) {
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	db := client.Database(name)
+	if err := db.Drop(ctx); err != nil {
+		log.Fatal(err)
+	}
+	return db, func() { _ = db.Drop(ctx); _ = client.Disconnect(ctx) }
+}
+
+// A transfer between two accounts, as in MongoDB's tutorial.
+func Example() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example")
+	defer cleanup()
+
+	c, err := twopc.NewCoordinator(db, twopc.WithApplication("example"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if err := c.EnsureIndexes(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_ = c.OpenAccount(ctx, "A", 1000)
+	_ = c.OpenAccount(ctx, "B", 1000)
+
+	txn, err := c.Transfer(ctx, "A", "B", 100)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("transfer", txn.Source, "→", txn.Destination, txn.Value, "is", txn.State)
+
+	if err := c.Settle(ctx); err != nil { // wait for background settling
+		log.Fatal(err)
+	}
+	txn, _ = c.Get(ctx, txn.ID)
+	a, _ := c.Balance(ctx, "A")
+	b, _ := c.Balance(ctx, "B")
+	fmt.Println("now", txn.State, "A:", a, "B:", b)
+	// Output:
+	// transfer A → B 100 is applied
+	// now done A: 900 B: 1100
+}
+
+// A transfer the source cannot cover ends canceled, and nothing moves.
+func ExampleCoordinator_Transfer_insufficientFunds() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_funds")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db, twopc.WithSyncSettle())
+	defer c.Close(ctx)
+	_ = c.OpenAccount(ctx, "A", 50)
+	_ = c.OpenAccount(ctx, "B", 0)
+
+	txn, err := c.Transfer(ctx, "A", "B", 80)
+	fmt.Println(errors.Is(err, twopc.ErrInsufficientFunds), txn.State, txn.Reason)
+	a, _ := c.Balance(ctx, "A")
+	fmt.Println("A:", a)
+	// Output:
+	// true canceled insufficient_funds
+	// A: 50
+}
+
+// An idempotency key makes a retried transfer safe: the second call
+// returns the first transaction and moves nothing.
+func ExampleWithKey() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_key")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db)
+	defer c.Close(ctx)
+	_ = c.EnsureIndexes(ctx) // the unique index on key
+	_ = c.OpenAccount(ctx, "A", 100)
+	_ = c.OpenAccount(ctx, "B", 0)
+
+	first, _ := c.Transfer(ctx, "A", "B", 30, twopc.WithKey("order-42"))
+	retry, _ := c.Transfer(ctx, "A", "B", 30, twopc.WithKey("order-42"))
+	a, _ := c.Balance(ctx, "A")
+	fmt.Println(first.ID == retry.ID, "A:", a)
+	// Output:
+	// true A: 70
+}
+
+// A transfer that stopped before its commit point (here a step hook plays
+// the crash) can be canceled: its applied legs are undone.
+func ExampleCanceler_Cancel() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_cancel")
+	defer cleanup()
+	crash := func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepCommit {
+			return errors.New("process died")
+		}
+		return nil
+	}
+	c, _ := twopc.NewCoordinator(db, twopc.WithApplication("shop"), twopc.WithStepHook(crash))
+	defer c.Close(ctx)
+	_ = c.OpenAccount(ctx, "A", 100)
+	_ = c.OpenAccount(ctx, "B", 0)
+
+	txn, err := c.Transfer(ctx, "A", "B", 60)
+	a, _ := c.Balance(ctx, "A")
+	fmt.Println(txn.State, "A:", a, err != nil)
+
+	canceled, err := twopc.NewCanceler(c).Cancel(ctx, txn.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, _ = c.Balance(ctx, "A")
+	fmt.Println(canceled.State, "A:", a)
+	// Output:
+	// pending A: 40 true
+	// canceled A: 100
+}
+
+// A service runs a Recoverer beside its coordinator, with majority write
+// concern so that recovery survives a failover.
+func ExampleRecoverer_Run() {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv("MONGODB_URI")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	db := client.Database("bank", options.Database().SetWriteConcern(writeconcern.Majority()))
+	c, err := twopc.NewCoordinator(db, twopc.WithApplication("payments-1"), twopc.WithStaleAfter(time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := twopc.NewRecoverer(c, twopc.WithInterval(30*time.Second), twopc.WithRecoveryLogger(slog.Default()))
+	go func() { _ = r.Run(ctx) }()
+	// ... serve transfers with c.Transfer ...
+}

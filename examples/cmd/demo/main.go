@@ -1,0 +1,154 @@
+// Command demo runs transfers through the twopc library and prints each
+// protocol step and state change: a transfer to done, an overdraft that
+// rolls back, and a transfer whose process "dies" before its commit point,
+// finished by a Recoverer of another application.
+//
+// It connects to MONGODB_URI if set; otherwise it starts the dev server
+// (FerretDB behind a serializing front) in-process, on a free port, with
+// its data in a temporary directory.
+//
+//	go run ./cmd/demo
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/examples/devserver"
+)
+
+func main() {
+	if err := run(context.Background(), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	uri := os.Getenv("MONGODB_URI")
+	if uri == "" {
+		srv, err := devserver.Start(ctx, devserver.Config{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return fmt.Errorf("start dev server: %w", err)
+		}
+		defer srv.Close()
+		uri = srv.URI()
+		fmt.Fprintln(out, "server: dev server (FerretDB behind a serializing front) at", uri)
+	} else {
+		fmt.Fprintln(out, "server: MONGODB_URI")
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		return err
+	}
+	defer client.Disconnect(context.Background())
+	db := client.Database(fmt.Sprintf("twopc_demo_%d", time.Now().UnixNano()))
+	defer db.Drop(context.Background())
+
+	// The step hook prints every protocol step as it is reached, with the
+	// transaction's state at that moment.
+	var crashAtCommit bool
+	hook := func(_ context.Context, s twopc.Step, t *twopc.Txn) error {
+		if t != nil && t.State != "" {
+			fmt.Fprintf(out, "    step %-9s state %s\n", s, t.State)
+		}
+		if crashAtCommit && s == twopc.StepCommit {
+			crashAtCommit = false
+			return errors.New("the process died")
+		}
+		return nil
+	}
+	c, err := twopc.NewCoordinator(db, twopc.WithApplication("demo"), twopc.WithStepHook(hook), twopc.WithSyncSettle())
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	if err := c.EnsureIndexes(ctx); err != nil {
+		return err
+	}
+	for _, id := range []string{"A", "B"} {
+		if err := c.OpenAccount(ctx, id, 1000); err != nil {
+			return err
+		}
+	}
+	balances := func() error {
+		a, err := c.Balance(ctx, "A")
+		if err != nil {
+			return err
+		}
+		b, err := c.Balance(ctx, "B")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "  balances: A=%d B=%d\n", a, b)
+		return nil
+	}
+	fmt.Fprintln(out, "seeded two accounts:")
+	if err := balances(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out, "\n1. transfer 100 from A to B:")
+	txn, err := c.Transfer(ctx, "A", "B", 100)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  transaction %s is %s\n", txn.ID.Hex(), txn.State)
+	if err := balances(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out, "\n2. transfer 5000 from A to B (more than A has):")
+	txn, err = c.Transfer(ctx, "A", "B", 5000)
+	if !errors.Is(err, twopc.ErrInsufficientFunds) {
+		return fmt.Errorf("want insufficient funds, got %v", err)
+	}
+	fmt.Fprintf(out, "  transaction %s is %s (%s)\n", txn.ID.Hex(), txn.State, txn.Reason)
+	if err := balances(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out, "\n3. transfer 250 from B to A; the process dies before its commit point:")
+	crashAtCommit = true
+	txn, err = c.Transfer(ctx, "B", "A", 250)
+	fmt.Fprintf(out, "  Transfer returned: %v\n", err)
+	fmt.Fprintf(out, "  transaction %s is left %s, both legs applied\n", txn.ID.Hex(), txn.State)
+	if err := balances(); err != nil {
+		return err
+	}
+	// Make it look stale, as it would be after StaleAfter (a minute), so
+	// the demo need not wait.
+	_, err = db.Collection("transactions").UpdateOne(ctx, bson.D{{Key: "_id", Value: txn.ID}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: time.Now().Add(-time.Hour)}}}})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "  a recoverer of another application finds it stale and rolls it forward:")
+	rc, err := twopc.NewCoordinator(db, twopc.WithApplication("recoverer"), twopc.WithStepHook(hook))
+	if err != nil {
+		return err
+	}
+	defer rc.Close(context.Background())
+	rep, err := twopc.NewRecoverer(rc).RecoverOnce(ctx)
+	if err != nil {
+		return err
+	}
+	txn, err = c.Get(ctx, txn.ID)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  recovery: %d rolled forward; transaction %s is %s\n", rep.RolledForward, txn.ID.Hex(), txn.State)
+	return balances()
+}

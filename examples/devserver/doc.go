@@ -1,0 +1,27 @@
+// Package devserver runs a MongoDB-compatible server for development and
+// tests on machines without mongod or Docker: an embedded FerretDB v1
+// (SQLite storage, pure Go) behind a [Front] that lets one request through
+// at a time.
+//
+// FerretDB v1 runs an update as read, change, write back, with nothing
+// stopping two connections from interleaving, so on its own it loses
+// concurrent $inc updates and lets two findAndModify calls claim the same
+// document. Serializing every request in the front restores the
+// single-document atomicity MongoDB guarantees (and more: a multi-document
+// command is atomic too, which code must not rely on).
+//
+// The front can also inject faults (dropped connections before or after the
+// server applies a request, delayed replies) to exercise the ambiguous
+// outcomes a real network produces; [ControlHandler] exposes this as an HTTP
+// API for tests that cannot import this package.
+//
+//	s, err := devserver.Start(ctx, devserver.Config{Addr: "127.0.0.1:0"})
+//	if err != nil { ... }
+//	defer s.Close()
+//	client, err := mongo.Connect(options.Client().ApplyURI(s.URI()))
+//	...
+//	s.Front().AddFault(devserver.Fault{Command: "update", Kind: devserver.DropAfterForward, Count: 1})
+//
+// The command github.com/twopc/twopc/examples/cmd/devserver runs a Server as
+// a separate process.
+package devserver

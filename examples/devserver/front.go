@@ -1,0 +1,298 @@
+package devserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FrontOptions configures a [Front].
+type FrontOptions struct {
+	// Seed seeds the random source used by fault rules that have no Seed of
+	// their own. Zero picks a random seed.
+	Seed uint64
+
+	// Logger receives the front's diagnostics (refused messages, backend
+	// dial failures) at debug and warn level. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Stats counts what a [Front] has done since it started.
+type Stats struct {
+	// Forwarded is the number of requests sent to the backend, including
+	// those later dropped by DropAfterForward or held back by Delay.
+	Forwarded uint64 `json:"forwarded"`
+	// DropBeforeForward is the number of requests dropped unsent.
+	DropBeforeForward uint64 `json:"drop_before_forward"`
+	// DropAfterForward is the number of replies dropped after the backend
+	// applied the request.
+	DropAfterForward uint64 `json:"drop_after_forward"`
+	// Delay is the number of replies held back by a Delay fault.
+	Delay uint64 `json:"delay"`
+}
+
+// Front is a MongoDB wire protocol proxy that lets one request through at a
+// time across all client connections, and injects faults on request.
+//
+// For each client connection it opens its own connection to the backend.
+// It reads a whole message from the client, takes a lock shared by all
+// connections, forwards the message, reads the whole reply (none for an
+// OP_MSG with the moreToCome flag), releases the lock and relays the reply.
+// Put before a server whose updates are read-modify-write, such as FerretDB
+// v1, this makes every single-document update and findAndModify atomic.
+//
+// Only OP_MSG and the legacy OP_QUERY are forwarded; a client sending any
+// other message (including OP_COMPRESSED: do not enable compression in the
+// driver) is disconnected. A reply with the moreToCome flag is followed by
+// the next ones under the same lock, so an exhaust cursor works but a
+// streaming (awaitable) hello would block everyone; FerretDB v1 offers
+// neither.
+type Front struct {
+	backend string
+	ln      net.Listener
+	log     *slog.Logger
+	faults  *faultSet
+
+	serial sync.Mutex // held while a request is at the backend
+
+	forwarded, dropBefore, dropAfter, delayed atomic.Uint64
+
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	connsMu sync.Mutex
+	conns   map[net.Conn]struct{} // nil once closed
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewFront starts a Front listening on addr (for example "127.0.0.1:0")
+// that forwards to the MongoDB server at backend ("host:port"). It returns
+// once the listener is bound; call [Front.Close] to stop it.
+func NewFront(addr, backend string, opts FrontOptions) (*Front, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: front listening on %s: %w", addr, err)
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &Front{
+		backend: backend,
+		ln:      ln,
+		log:     logger,
+		faults:  newFaultSet(opts.Seed),
+		ctx:     ctx,
+		cancel:  cancel,
+		conns:   make(map[net.Conn]struct{}),
+	}
+	f.wg.Add(1)
+	go f.acceptLoop()
+	return f, nil
+}
+
+// Addr returns the address the front listens on.
+func (f *Front) Addr() net.Addr { return f.ln.Addr() }
+
+// URI returns the mongodb:// connection string of the front.
+func (f *Front) URI() string { return "mongodb://" + f.ln.Addr().String() + "/" }
+
+// AddFault installs a fault rule and returns its id.
+func (f *Front) AddFault(fault Fault) (uint64, error) { return f.faults.add(fault) }
+
+// RemoveFault removes the rule with the given id and reports whether it was
+// still installed.
+func (f *Front) RemoveFault(id uint64) bool { return f.faults.remove(id) }
+
+// ClearFaults removes all fault rules.
+func (f *Front) ClearFaults() { f.faults.clear() }
+
+// Faults returns the installed rules, in the order they are tried.
+func (f *Front) Faults() []FaultStatus { return f.faults.list() }
+
+// Stats returns the front's counters.
+func (f *Front) Stats() Stats {
+	return Stats{
+		Forwarded:         f.forwarded.Load(),
+		DropBeforeForward: f.dropBefore.Load(),
+		DropAfterForward:  f.dropAfter.Load(),
+		Delay:             f.delayed.Load(),
+	}
+}
+
+// Close stops accepting connections, closes every client and backend
+// connection and waits for the front's goroutines to finish. It is safe to
+// call more than once.
+func (f *Front) Close() error {
+	f.closeOnce.Do(func() {
+		f.cancel()
+		if err := f.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			f.closeErr = fmt.Errorf("devserver: closing front listener: %w", err)
+		}
+		f.connsMu.Lock()
+		for c := range f.conns {
+			_ = c.Close()
+		}
+		f.conns = nil
+		f.connsMu.Unlock()
+		f.wg.Wait()
+	})
+	return f.closeErr
+}
+
+// track registers c to be closed by Close; it reports false (and closes c)
+// if the front is already closed.
+func (f *Front) track(c net.Conn) bool {
+	f.connsMu.Lock()
+	defer f.connsMu.Unlock()
+	if f.conns == nil {
+		_ = c.Close()
+		return false
+	}
+	f.conns[c] = struct{}{}
+	return true
+}
+
+func (f *Front) untrack(c net.Conn) {
+	f.connsMu.Lock()
+	defer f.connsMu.Unlock()
+	if f.conns != nil {
+		delete(f.conns, c)
+	}
+	_ = c.Close()
+}
+
+func (f *Front) acceptLoop() {
+	defer f.wg.Done()
+	for {
+		client, err := f.ln.Accept()
+		if err != nil {
+			if f.ctx.Err() == nil {
+				f.log.Warn("front stopped accepting connections", slog.Any("error", err))
+			}
+			return
+		}
+		if !f.track(client) {
+			return
+		}
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			defer f.untrack(client)
+			if err := f.serve(client); err != nil && f.ctx.Err() == nil {
+				f.log.Debug("front connection ended", slog.String("client", client.RemoteAddr().String()), slog.Any("error", err))
+			}
+		}()
+	}
+}
+
+// serve relays one client connection until either side closes it or a
+// fault drops it.
+func (f *Front) serve(client net.Conn) error {
+	var d net.Dialer
+	backend, err := d.DialContext(f.ctx, "tcp", f.backend)
+	if err != nil {
+		f.log.Warn("front cannot reach backend", slog.String("backend", f.backend), slog.Any("error", err))
+		return fmt.Errorf("dialing backend %s: %w", f.backend, err)
+	}
+	if !f.track(backend) {
+		return net.ErrClosed
+	}
+	defer f.untrack(backend)
+
+	for {
+		msg, err := readMessage(client)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if errors.Is(err, errUnsupported) {
+				f.log.Warn("front refused a client message", slog.Any("error", err))
+			}
+			return fmt.Errorf("reading request: %w", err)
+		}
+		req, err := parseRequest(msg)
+		if err != nil {
+			f.log.Warn("front refused a client message", slog.Any("error", err))
+			return err
+		}
+
+		fault, faulted := f.faults.pick(req.command)
+		if faulted && fault.Kind == DropBeforeForward {
+			f.dropBefore.Add(1)
+			return fmt.Errorf("fault %s on %q", fault.Kind, req.command)
+		}
+
+		replies, err := f.roundTrip(backend, msg, req.expectsReply)
+		if err != nil {
+			return err
+		}
+
+		if faulted {
+			switch fault.Kind {
+			case DropAfterForward:
+				f.dropAfter.Add(1)
+				return fmt.Errorf("fault %s on %q", fault.Kind, req.command)
+			case Delay:
+				f.delayed.Add(1)
+				if err := sleep(f.ctx, fault.Delay); err != nil {
+					return err
+				}
+			}
+		}
+
+		for _, reply := range replies {
+			if _, err := client.Write(reply); err != nil {
+				return fmt.Errorf("relaying reply: %w", err)
+			}
+		}
+	}
+}
+
+// roundTrip sends msg to the backend and reads its replies while holding the
+// front's lock, so no other request reaches the backend in between.
+func (f *Front) roundTrip(backend net.Conn, msg []byte, expectsReply bool) ([][]byte, error) {
+	f.serial.Lock()
+	defer f.serial.Unlock()
+
+	if _, err := backend.Write(msg); err != nil {
+		return nil, fmt.Errorf("forwarding request: %w", err)
+	}
+	f.forwarded.Add(1)
+	if !expectsReply {
+		return nil, nil
+	}
+	var replies [][]byte
+	for {
+		reply, err := readMessage(backend)
+		if err != nil {
+			return nil, fmt.Errorf("reading reply: %w", err)
+		}
+		replies = append(replies, reply)
+		if !moreToCome(reply) {
+			return replies, nil
+		}
+	}
+}
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

@@ -1,0 +1,131 @@
+package devserver_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/twopc/twopc/examples/devserver"
+)
+
+var byID = bson.D{{Key: "_id", Value: 1}}
+
+func TestDropBeforeForward(t *testing.T) {
+	s := startServer(t, devserver.Config{})
+	coll := collection(t, connect(t, s.URI()), bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}})
+
+	_, err := s.Front().AddFault(devserver.Fault{Command: "update", Kind: devserver.DropBeforeForward})
+	require.NoError(t, err)
+
+	_, err = coll.UpdateOne(t.Context(), byID, inc)
+	require.Error(t, err)
+	assert.True(t, mongo.IsNetworkError(err), "want a network error, got %v", err)
+	assert.Equal(t, uint64(1), s.Front().Stats().DropBeforeForward)
+
+	s.Front().ClearFaults()
+	assert.Equal(t, int32(0), field(t, coll, 1, "n"), "the dropped update must not be applied")
+}
+
+func TestDropAfterForward(t *testing.T) {
+	s := startServer(t, devserver.Config{})
+	coll := collection(t, connect(t, s.URI()), bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}})
+
+	_, err := s.Front().AddFault(devserver.Fault{Command: "update", Kind: devserver.DropAfterForward})
+	require.NoError(t, err)
+
+	_, err = coll.UpdateOne(t.Context(), byID, inc)
+	require.Error(t, err)
+	assert.True(t, mongo.IsNetworkError(err), "want a network error, got %v", err)
+	assert.Equal(t, uint64(1), s.Front().Stats().DropAfterForward)
+
+	s.Front().ClearFaults()
+	assert.Equal(t, int32(1), field(t, coll, 1, "n"), "the update must be applied although its reply was dropped")
+}
+
+// TestDelay checks that a delayed reply makes a client time out although the
+// write is applied, and that other requests go through meanwhile.
+func TestDelay(t *testing.T) {
+	s := startServer(t, devserver.Config{})
+	coll := collection(t, connect(t, s.URI()), bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}})
+
+	// Far longer than the client's timeout; Close ends the wait.
+	_, err := s.Front().AddFault(devserver.Fault{Command: "update", Kind: devserver.Delay, Delay: time.Minute})
+	require.NoError(t, err)
+
+	delayed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		_, err := coll.UpdateOne(ctx, byID, inc)
+		delayed <- err
+	}()
+
+	require.Eventually(t, func() bool { return s.Front().Stats().Delay == 1 }, 30*time.Second, 5*time.Millisecond)
+	// The reply is still held back, yet a read through the front succeeds
+	// and already sees the write.
+	other := collection(t, connect(t, s.URI()))
+	assert.Equal(t, int32(1), field(t, other, 1, "n"))
+
+	err = <-delayed
+	require.Error(t, err)
+	assert.True(t, mongo.IsTimeout(err), "want a timeout, got %v", err)
+	assert.Equal(t, int32(1), field(t, other, 1, "n"))
+}
+
+func TestCountExhausts(t *testing.T) {
+	s := startServer(t, devserver.Config{})
+	coll := collection(t, connect(t, s.URI()), bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}})
+
+	_, err := s.Front().AddFault(devserver.Fault{Command: "update", Kind: devserver.DropBeforeForward, Count: 2})
+	require.NoError(t, err)
+
+	for i := range 2 {
+		_, err := coll.UpdateOne(t.Context(), byID, inc)
+		require.Error(t, err, "update %d", i)
+	}
+	assert.Empty(t, s.Front().Faults(), "an exhausted rule is removed")
+	_, err = coll.UpdateOne(t.Context(), byID, inc)
+	require.NoError(t, err)
+
+	assert.Equal(t, int32(1), field(t, coll, 1, "n"))
+	assert.Equal(t, uint64(2), s.Front().Stats().DropBeforeForward)
+}
+
+// TestHandshakeIsProtected checks that a catch-all rule spares handshake
+// and monitoring commands, and that a rule naming one applies to it.
+func TestHandshakeIsProtected(t *testing.T) {
+	s := startServer(t, devserver.Config{})
+	_, err := s.Front().AddFault(devserver.Fault{Kind: devserver.DropBeforeForward})
+	require.NoError(t, err)
+
+	c := connect(t, s.URI())
+	require.NoError(t, c.Ping(t.Context(), nil), "hello and ping must get through a catch-all rule")
+	_, err = c.Database("devserver").Collection(t.Name()).InsertOne(t.Context(), bson.D{{Key: "n", Value: 1}})
+	require.Error(t, err, "insert must be dropped")
+
+	s.Front().ClearFaults()
+	_, err = s.Front().AddFault(devserver.Fault{Command: "PING", Kind: devserver.DropBeforeForward, Count: 1})
+	require.NoError(t, err)
+	require.Error(t, c.Ping(t.Context(), nil), "a rule naming ping applies to it, whatever the case")
+	require.NoError(t, c.Ping(t.Context(), nil))
+}
+
+func TestFaultValidation(t *testing.T) {
+	front := startServer(t, devserver.Config{}).Front()
+	for name, f := range map[string]devserver.Fault{
+		"no kind":              {Command: "update"},
+		"negative probability": {Kind: devserver.DropAfterForward, Probability: -0.1},
+		"probability above 1":  {Kind: devserver.DropAfterForward, Probability: 1.5},
+		"negative count":       {Kind: devserver.DropAfterForward, Count: -1},
+		"delay without delay":  {Kind: devserver.Delay},
+	} {
+		_, err := front.AddFault(f)
+		assert.Error(t, err, name)
+	}
+	assert.Empty(t, front.Faults())
+}

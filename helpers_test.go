@@ -1,0 +1,212 @@
+package twopc_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/mongotest"
+)
+
+func TestMain(m *testing.M) { mongotest.MainWithURI(m) }
+
+// testCtx is a context that ends with the test.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// bank is a fresh database with accounts and a coordinator on it.
+type bank struct {
+	t      *testing.T
+	server *mongotest.Server
+	db     *mongo.Database
+	c      *twopc.Coordinator
+}
+
+func newBank(t *testing.T, opts ...twopc.Option) *bank {
+	t.Helper()
+	return newBankOn(t, mongotest.Shared(t), opts...)
+}
+
+// newFaultBank is a bank on a server whose front injects faults, reached
+// with retryable writes off so that every lost reply reaches the library.
+func newFaultBank(t *testing.T, opts ...twopc.Option) *bank {
+	t.Helper()
+	s := mongotest.FaultServer(t)
+	t.Cleanup(func() { _ = s.Faults.Clear(context.Background()) })
+	return newBankOn(t, s, opts...)
+}
+
+func newBankOn(t *testing.T, s *mongotest.Server, opts ...twopc.Option) *bank {
+	t.Helper()
+	db := mongotest.NewDatabaseOn(t, s, options.Client().SetRetryWrites(false).SetRetryReads(false))
+	b := &bank{t: t, server: s, db: db}
+	b.c = b.coordinator(opts...)
+	require.NoError(t, b.c.EnsureIndexes(testCtx(t)))
+	return b
+}
+
+// coordinator returns another coordinator on the same database, through a
+// client of its own, closed when the test ends.
+func (b *bank) coordinator(opts ...twopc.Option) *twopc.Coordinator {
+	b.t.Helper()
+	db := b.db
+	if b.c != nil {
+		db = mongotest.ConnectURI(b.t, b.server.URI, options.Client().SetRetryWrites(false)).Database(b.db.Name())
+	}
+	c, err := twopc.NewCoordinator(db, opts...)
+	require.NoError(b.t, err)
+	b.t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+func (b *bank) open(balances map[string]int64) {
+	b.t.Helper()
+	for id, bal := range balances {
+		require.NoError(b.t, b.c.OpenAccount(testCtx(b.t), id, bal))
+	}
+}
+
+// accountDoc is an account as stored.
+type accountDoc struct {
+	ID      any             `bson:"_id"`
+	Balance int64           `bson:"balance"`
+	Pending []bson.ObjectID `bson:"pendingTransactions"`
+	Fenced  []bson.ObjectID `bson:"fencedTransactions"`
+}
+
+func (b *bank) account(id any) accountDoc {
+	b.t.Helper()
+	var a accountDoc
+	require.NoError(b.t, b.db.Collection("accounts").FindOne(testCtx(b.t), bson.D{{Key: "_id", Value: id}}).Decode(&a))
+	return a
+}
+
+func (b *bank) balance(id any) int64 { return b.account(id).Balance }
+
+// txnDoc is a transaction as stored, with the fields the library keeps to
+// itself.
+type txnDoc struct {
+	twopc.Txn `bson:",inline"`
+	Claim     bson.ObjectID `bson:"claim"`
+	Fences    bool          `bson:"fences"`
+}
+
+func (b *bank) txn(id bson.ObjectID) txnDoc {
+	b.t.Helper()
+	var d txnDoc
+	require.NoError(b.t, b.db.Collection("transactions").FindOne(testCtx(b.t), bson.D{{Key: "_id", Value: id}}).Decode(&d))
+	return d
+}
+
+func (b *bank) txns() []txnDoc {
+	b.t.Helper()
+	var all []txnDoc
+	cur, err := b.db.Collection("transactions").Find(testCtx(b.t), bson.D{})
+	require.NoError(b.t, err)
+	require.NoError(b.t, cur.All(testCtx(b.t), &all))
+	return all
+}
+
+// backdate makes transaction id look untouched for age, as if its owner
+// had stalled that long, so that recovery and takeover can be tested
+// without waiting.
+func (b *bank) backdate(id bson.ObjectID, age time.Duration) {
+	b.t.Helper()
+	d := b.txn(id)
+	_, err := b.db.Collection("transactions").UpdateOne(testCtx(b.t), bson.D{{Key: "_id", Value: id}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: d.LastModified.Add(-age)}}}})
+	require.NoError(b.t, err)
+}
+
+// backdateAll backdates every transaction not yet final. Final ones keep
+// their time, so that their fences stay within retention.
+func (b *bank) backdateAll(age time.Duration) {
+	b.t.Helper()
+	for _, d := range b.txns() {
+		if !d.State.Final() {
+			b.backdate(d.ID, age)
+		}
+	}
+}
+
+// checkSettled asserts the invariant every finished run must keep: every
+// transaction is done or canceled, every balance is its opening balance
+// plus the net of its done transactions, and no account holds a pending
+// marker.
+func (b *bank) checkSettled(opening map[string]int64) {
+	b.t.Helper()
+	want := map[string]int64{}
+	for id, bal := range opening {
+		want[id] = bal
+	}
+	for _, d := range b.txns() {
+		require.Truef(b.t, d.State.Final(), "transaction %s is %s", d.ID.Hex(), d.State)
+		if d.State == twopc.StateDone {
+			want[d.Source.(string)] -= d.Value
+			want[d.Destination.(string)] += d.Value
+		}
+	}
+	for id, bal := range want {
+		a := b.account(id)
+		require.Equalf(b.t, bal, a.Balance, "balance of %s", id)
+		require.Emptyf(b.t, a.Pending, "pending markers on %s", id)
+	}
+}
+
+// commandCounter counts the data commands a client sends.
+type commandCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+var dataCommands = map[string]bool{
+	"insert": true, "update": true, "delete": true, "findAndModify": true,
+	"find": true, "aggregate": true, "getMore": true, "bulkWrite": true, "count": true,
+}
+
+func (cc *commandCounter) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if !dataCommands[e.CommandName] {
+			return
+		}
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		if cc.counts == nil {
+			cc.counts = map[string]int{}
+		}
+		cc.counts[e.CommandName]++
+	}}
+}
+
+func (cc *commandCounter) total() int {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	n := 0
+	for _, v := range cc.counts {
+		n += v
+	}
+	return n
+}
+
+func (cc *commandCounter) reset() {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.counts = nil
+}
+
+// countedDatabase is the bank's database through a client that counts its
+// commands.
+func (b *bank) countedDatabase(cc *commandCounter) *mongo.Database {
+	return mongotest.ConnectURI(b.t, b.server.URI, options.Client().SetMonitor(cc.monitor())).Database(b.db.Name())
+}

@@ -1,0 +1,170 @@
+package mongotest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// DevServer is a dev server process of the test's own, for tests that stop
+// and restart a server on the same data directory.
+type DevServer struct {
+	// URI is the connection string of the server's front.
+	URI string
+	// Faults drives the server's fault-injecting front.
+	Faults *Faults
+
+	cmd  *exec.Cmd
+	done chan error
+}
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// devServerBinary builds the dev server once per test binary, from the
+// examples module next to this one. The Go build cache makes later builds in
+// other packages of the same `go test` run fast.
+func devServerBinary(ctx context.Context) (string, error) {
+	buildOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		examples := filepath.Join(filepath.Dir(file), "..", "..", "examples")
+		dir, err := os.MkdirTemp("", "twopc-devserver-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		extraStops = append(extraStops, func() error { return os.RemoveAll(dir) })
+		binary = filepath.Join(dir, "devserver")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/devserver")
+		cmd.Dir = examples
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build dev server in %s: %w\n%s", examples, err, out)
+		}
+	})
+	return binary, buildErr
+}
+
+// StartDevServer starts a dev server of the caller's own on a free loopback
+// port, with its data in dir (a fresh temporary directory if dir is ""). Stop
+// it with Stop; starting another on the same dir finds the same data.
+func StartDevServer(ctx context.Context, dir string) (*DevServer, error) {
+	bin, err := devServerBinary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-addr", "127.0.0.1:0", "-control", "127.0.0.1:0"}
+	if dir != "" {
+		args = append(args, "-dir", dir)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	setParentDeathSignal(cmd)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start dev server: %w", err)
+	}
+	s := &DevServer{cmd: cmd, done: make(chan error, 1)}
+	lines := make(chan string, 2)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, stdout)
+		s.done <- cmd.Wait()
+	}()
+	read := func(what string) (string, error) {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return "", fmt.Errorf("dev server exited before printing its %s", what)
+			}
+			return l, nil
+		case <-ctx.Done():
+			_ = cmd.Process.Kill()
+			return "", fmt.Errorf("dev server did not print its %s: %w", what, ctx.Err())
+		}
+	}
+	uri, err := read("URI")
+	if err != nil {
+		return nil, err
+	}
+	control, err := read("control address")
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(uri, "mongodb://") || !strings.HasPrefix(control, "control ") {
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("dev server printed %q, %q", uri, control)
+	}
+	s.URI = uri
+	s.Faults = &Faults{base: strings.TrimPrefix(control, "control ")}
+	return s, nil
+}
+
+// Stop stops the server with SIGTERM and waits for it to exit.
+func (s *DevServer) Stop() error {
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case err := <-s.done:
+		return err
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		return fmt.Errorf("dev server did not stop within 30s of SIGTERM; killed")
+	}
+}
+
+func startDevServer(ctx context.Context, dir string) (*Server, error) {
+	s, err := StartDevServer(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{Backend: BackendDevServer, URI: s.URI, Faults: s.Faults, stop: s.Stop}, nil
+}
+
+var (
+	faultOnce   sync.Once
+	faultServer *Server
+	faultErr    error
+)
+
+// FaultServer returns a server with a fault-injecting front: the shared
+// server when it is the dev server, otherwise a dev server of this test
+// binary's own, started on first use and stopped by Main.
+func FaultServer(tb testing.TB) *Server {
+	tb.Helper()
+	if s := Shared(tb); s.Faults != nil {
+		return s
+	}
+	faultOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		faultServer, faultErr = startDevServer(ctx, "")
+		if faultErr == nil {
+			extraStops = append(extraStops, faultServer.stop)
+		}
+	})
+	if faultErr != nil {
+		tb.Fatalf("mongotest: no fault server: %v", faultErr)
+	}
+	return faultServer
+}

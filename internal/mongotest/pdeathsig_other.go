@@ -1,0 +1,7 @@
+//go:build !linux
+
+package mongotest
+
+import "os/exec"
+
+func setParentDeathSignal(*exec.Cmd) {}

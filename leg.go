@@ -1,0 +1,442 @@
+package twopc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Field names of account documents.
+const (
+	fieldBalance = "balance"
+	// fieldPending holds the ids of transactions whose leg is applied to the
+	// account and not yet settled (the tutorial's pendingTransactions).
+	fieldPending = "pendingTransactions"
+	// fieldFenced holds the ids of transactions whose leg on the account is
+	// closed, settled or rolled back: no leg of theirs may apply here again.
+	// It is what keeps a stalled applier that resumes after its transaction
+	// was settled or canceled from applying a leg a second time, the hazard
+	// of the tutorial's protocol, where the guard is only pendingTransactions.
+	fieldFenced = "fencedTransactions"
+)
+
+// maxApplyRounds bounds the apply-inspect rounds of one drive: a round
+// repeats only when an account changed between the write and the read.
+const maxApplyRounds = 4
+
+// errLost reports that this process no longer owns the transaction: it was
+// taken over, canceled or settled by someone else.
+var errLost = errors.New("twopc: claim lost")
+
+// leg is one side of a transfer: the account and the signed amount.
+type leg struct {
+	account any
+	delta   int64
+}
+
+func (l leg) debit() bool { return l.delta < 0 }
+
+func (r *record) legs() []leg {
+	return []leg{{account: r.Source, delta: -r.Value}, {account: r.Destination, delta: r.Value}}
+}
+
+// account is the part of an account document the protocol reads.
+type account struct {
+	ID      bson.RawValue   `bson:"_id"`
+	Balance bson.RawValue   `bson:"balance"`
+	Pending []bson.ObjectID `bson:"pendingTransactions"`
+	Fenced  []bson.ObjectID `bson:"fencedTransactions"`
+}
+
+// balance returns the account's balance if it is an integer.
+func (a *account) balance() (int64, bool) {
+	switch a.Balance.Type {
+	case bson.TypeInt64:
+		return a.Balance.Int64(), true
+	case bson.TypeInt32:
+		return int64(a.Balance.Int32()), true
+	}
+	return 0, false
+}
+
+func has(ids []bson.ObjectID, id bson.ObjectID) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// applyModel is the guarded write that applies l for transaction id: it
+// matches only if the leg is neither applied (pendingTransactions) nor
+// closed (fencedTransactions), the balance is an integer, and the result
+// stays in range (and, for a debit, at or above zero unless negative
+// balances are allowed). It pushes id to pendingTransactions with the
+// balance change, atomically, so it is safe to repeat.
+func (c *Coordinator) applyModel(id bson.ObjectID, l leg) mongo.WriteModel {
+	var bound bson.E
+	switch {
+	case l.debit() && !c.allowNegative:
+		bound = bson.E{Key: "$gte", Value: -l.delta}
+	case l.debit():
+		bound = bson.E{Key: "$gte", Value: math.MinInt64 - l.delta}
+	default:
+		bound = bson.E{Key: "$lte", Value: math.MaxInt64 - l.delta}
+	}
+	return mongo.NewUpdateOneModel().
+		SetFilter(bson.D{
+			{Key: "_id", Value: l.account},
+			{Key: fieldPending, Value: bson.D{{Key: "$ne", Value: id}}},
+			{Key: fieldFenced, Value: bson.D{{Key: "$ne", Value: id}}},
+			{Key: fieldBalance, Value: bson.D{bound, {Key: "$type", Value: bson.A{"int", "long"}}}},
+		}).
+		SetUpdate(bson.D{
+			{Key: "$inc", Value: bson.D{{Key: fieldBalance, Value: l.delta}}},
+			{Key: "$push", Value: bson.D{{Key: fieldPending, Value: id}}},
+		})
+}
+
+// legVerdict is what an account says of one leg.
+type legVerdict int
+
+const (
+	legRetry   legVerdict = iota // not applied, and nothing stops it now
+	legApplied                   // applied: the id is in pendingTransactions
+	legFenced                    // closed: settled or rolled back by someone else
+	legBlocked                   // cannot apply: see the error
+)
+
+// judge reads account a (nil if missing) for leg l of transaction id.
+func (c *Coordinator) judge(a *account, id bson.ObjectID, l leg) (legVerdict, error) {
+	switch {
+	case a == nil:
+		return legBlocked, fmt.Errorf("%w: %v", ErrAccountNotFound, l.account)
+	case has(a.Fenced, id):
+		return legFenced, nil
+	case has(a.Pending, id):
+		return legApplied, nil
+	}
+	b, ok := a.balance()
+	switch {
+	case !ok:
+		return legBlocked, fmt.Errorf("%w: account %v has balance of BSON type %s", ErrInvalidAccount, l.account, a.Balance.Type)
+	case l.debit() && !c.allowNegative && b < -l.delta:
+		return legBlocked, fmt.Errorf("%w: account %v has %d, needs %d", ErrInsufficientFunds, l.account, b, -l.delta)
+	case l.debit() && b < math.MinInt64-l.delta:
+		return legBlocked, fmt.Errorf("%w: account %v has %d, debit %d", ErrBalanceOverflow, l.account, b, -l.delta)
+	case !l.debit() && b > math.MaxInt64-l.delta:
+		return legBlocked, fmt.Errorf("%w: account %v has %d, credit %d", ErrBalanceOverflow, l.account, b, l.delta)
+	}
+	return legRetry, nil
+}
+
+// applyLegs applies the legs of an owned pending transaction that are not
+// applied yet, in one bulk write for both. When not every leg reports
+// applied, it reads both accounts to learn what actually happened rather
+// than assume: a leg already applied (an earlier attempt, or a recoverer),
+// a leg that cannot apply (returned as why, with the reason's error), or a
+// fence (errLost: someone else settled or rolled back the transaction).
+func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err error) {
+	id := o.rec.ID
+	todo := o.rec.legs()
+	for round := 0; round < maxApplyRounds; round++ {
+		if err := c.renew(ctx, o); err != nil {
+			return nil, err
+		}
+		models := make([]mongo.WriteModel, len(todo))
+		for i, l := range todo {
+			models[i] = c.applyModel(id, l)
+		}
+		var modified int64
+		err := c.try(ctx, StepApply, o.rec, func(ctx context.Context) error {
+			res, err := c.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+			if res != nil {
+				modified = res.ModifiedCount
+			}
+			return err
+		})
+		var bwe mongo.BulkWriteException
+		switch {
+		case err == nil && modified == int64(len(todo)):
+			return nil, nil
+		case err != nil && !errors.As(err, &bwe):
+			return nil, err
+		}
+		accts, err := c.inspect(ctx, o.rec, todo)
+		if err != nil {
+			return nil, err
+		}
+		var next []leg
+		for i, l := range todo {
+			verdict, why := c.judge(accts[i], id, l)
+			switch verdict {
+			case legFenced:
+				return nil, errLost
+			case legBlocked:
+				return why, nil
+			case legRetry:
+				next = append(next, l)
+			}
+		}
+		if len(next) == 0 {
+			return nil, nil
+		}
+		todo = next
+	}
+	return nil, fmt.Errorf("legs of %s did not apply in %d rounds: the accounts keep changing", id.Hex(), maxApplyRounds)
+}
+
+// inspect reads the accounts of legs, in order; nil for a missing one.
+func (c *Coordinator) inspect(ctx context.Context, r *record, legs []leg) ([]*account, error) {
+	ids := make(bson.A, len(legs))
+	for i, l := range legs {
+		ids[i] = l.account
+	}
+	var found []account
+	err := c.try(ctx, StepInspect, r, func(ctx context.Context) error {
+		cur, err := c.accounts.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+			options.Find().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFenced, Value: 1}}))
+		if err != nil {
+			return err
+		}
+		found = found[:0]
+		return cur.All(ctx, &found)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*account, len(legs))
+	for i, l := range legs {
+		for j := range found {
+			if sameID(found[j].ID, l.account) {
+				out[i] = &found[j]
+			}
+		}
+	}
+	return out, nil
+}
+
+// renew refreshes the owner's claim when half of StaleAfter has passed
+// since it was taken (by this process's monotonic clock, from when the
+// claiming write was sent, so never later than the server's view). A leg
+// write is therefore never sent on a claim another application may already
+// have taken over. errLost if the claim is gone.
+func (c *Coordinator) renew(ctx context.Context, o *owned) error {
+	if time.Since(o.claimedAt) < c.staleAfter/2 {
+		return nil
+	}
+	sent := time.Now()
+	cur, moved, err := c.advance(ctx, o.rec, move{step: StepRenew, from: StatePending, to: StatePending, claim: o.rec.Claim})
+	if err != nil {
+		return err
+	}
+	if !moved {
+		return errLost
+	}
+	o.rec, o.claimedAt = cur, sent
+	return nil
+}
+
+// settle closes the legs of committed transactions on their accounts (pull
+// the id from pendingTransactions and fence it, one bulk write for the
+// batch) and then moves them to done (one write for the batch). Both writes
+// are guarded and idempotent, so anyone may settle an applied transaction,
+// any number of times. It returns the transactions it moved to done.
+func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, error) {
+	var batch []*record
+	var firstErr error
+	for _, r := range recs {
+		if err := c.at(ctx, StepSettle, r); err != nil {
+			firstErr = cmpErr(firstErr, err)
+			continue
+		}
+		batch = append(batch, r)
+	}
+	if len(batch) == 0 {
+		return nil, firstErr
+	}
+	var models []mongo.WriteModel
+	var owner []int // owner[i] is the batch index of models[i]
+	for i, r := range batch {
+		for _, l := range r.legs() {
+			models = append(models, mongo.NewUpdateOneModel().
+				SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: r.ID}}).
+				SetUpdate(bson.D{
+					{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: r.ID}}},
+					{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: r.ID}}},
+				}))
+			owner = append(owner, i)
+		}
+	}
+	err := c.retry(ctx, func(ctx context.Context) error {
+		_, err := c.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		return err
+	})
+	failed := map[int]bool{}
+	var bwe mongo.BulkWriteException
+	switch {
+	case errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 && bwe.WriteConcernError == nil:
+		for _, we := range bwe.WriteErrors {
+			failed[owner[we.Index]] = true
+		}
+		firstErr = cmpErr(firstErr, err)
+	case err != nil:
+		return nil, cmpErr(firstErr, err)
+	}
+	var ready []*record
+	for i, r := range batch {
+		if failed[i] {
+			continue
+		}
+		if err := c.at(ctx, StepDone, r); err != nil {
+			firstErr = cmpErr(firstErr, err)
+			continue
+		}
+		ready = append(ready, r)
+	}
+	done, err := c.finish(ctx, ready, move{step: StepDone, from: StateApplied, to: StateDone, anyClaim: true})
+	return done, cmpErr(firstErr, err)
+}
+
+// finish moves recs, whose step hooks were already called, with the
+// claim-free move m: one guarded update for all of them, or one
+// find-and-modify for a single transaction so that its caller gets the
+// stored document back.
+func (c *Coordinator) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
+	m.set = append(m.set, bson.E{Key: fieldFences, Value: true})
+	switch len(recs) {
+	case 0:
+		return nil, nil
+	case 1:
+		var cur record
+		err := c.retry(ctx, func(ctx context.Context) error {
+			return c.txns.FindOneAndUpdate(ctx, m.filter(recs[0].ID), m.update(),
+				options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&cur)
+		})
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			// Finished already: by someone else, or by an attempt whose
+			// reply was lost. Re-read to say which state it is in.
+			now, err := c.read(ctx, recs[0].ID)
+			if err != nil || now.State != m.to {
+				return nil, err
+			}
+			return []*record{now}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []*record{&cur}, nil
+	}
+	ids := make(bson.A, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ID
+	}
+	filter := m.filter(bson.ObjectID{})
+	filter[0].Value = bson.D{{Key: "$in", Value: ids}}
+	err := c.retry(ctx, func(ctx context.Context) error {
+		_, err := c.txns.UpdateMany(ctx, filter, m.update())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*record, len(recs))
+	for i, r := range recs {
+		cp := *r
+		cp.State = m.to
+		out[i] = &cp
+	}
+	return out, nil
+}
+
+// fenceAndUndo closes the legs of a canceling transaction: first it fences
+// both accounts, so no leg of it can apply there from now on, whoever sends
+// it; then it undoes the legs that were applied (guarded by the id still
+// being in pendingTransactions, so an undo happens once). Fencing first is
+// what makes the undo final: an apply that raced ahead of the fence is seen
+// and undone, one that comes after it matches nothing.
+func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
+	legs := r.legs()
+	fences := make([]mongo.WriteModel, len(legs))
+	undos := make([]mongo.WriteModel, len(legs))
+	for i, l := range legs {
+		fences[i] = mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: l.account}}).
+			SetUpdate(bson.D{{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: r.ID}}}})
+		undos[i] = mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: r.ID}}).
+			SetUpdate(bson.D{
+				{Key: "$inc", Value: bson.D{{Key: fieldBalance, Value: -l.delta}}},
+				{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: r.ID}}},
+			})
+	}
+	for _, w := range []struct {
+		step   Step
+		models []mongo.WriteModel
+	}{{StepFence, fences}, {StepUndo, undos}} {
+		err := c.try(ctx, w.step, r, func(ctx context.Context) error {
+			_, err := c.accounts.BulkWrite(ctx, w.models, options.BulkWrite().SetOrdered(false))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unfence removes the fences of settled or canceled transactions whose
+// retention has passed, from their accounts and then from the transaction.
+func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) {
+	var models []mongo.WriteModel
+	var ids bson.A
+	var firstErr error
+	for _, r := range recs {
+		if err := c.at(ctx, StepUnfence, r); err != nil {
+			firstErr = cmpErr(firstErr, err)
+			continue
+		}
+		ids = append(ids, r.ID)
+		for _, l := range r.legs() {
+			models = append(models, mongo.NewUpdateOneModel().
+				SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldFenced, Value: r.ID}}).
+				SetUpdate(bson.D{{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: r.ID}}}}))
+		}
+	}
+	if len(ids) == 0 {
+		return 0, firstErr
+	}
+	err := c.retry(ctx, func(ctx context.Context) error {
+		_, err := c.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		return err
+	})
+	if err != nil {
+		return 0, cmpErr(firstErr, err)
+	}
+	var n int64
+	err = c.retry(ctx, func(ctx context.Context) error {
+		res, err := c.txns.UpdateMany(ctx,
+			bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: fieldFences, Value: true}},
+			bson.D{{Key: "$unset", Value: bson.D{{Key: fieldFences, Value: ""}}}})
+		if res != nil {
+			n = res.ModifiedCount
+		}
+		return err
+	})
+	return int(n), cmpErr(firstErr, err)
+}
+
+// cmpErr keeps the first error.
+func cmpErr(first, next error) error {
+	if first != nil {
+		return first
+	}
+	return next
+}

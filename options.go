@@ -1,0 +1,209 @@
+package twopc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Defaults of the options.
+const (
+	DefaultAccounts      = "accounts"
+	DefaultTransactions  = "transactions"
+	DefaultStaleAfter    = time.Minute
+	DefaultRetries       = 3
+	DefaultInterval      = 30 * time.Second
+	DefaultRecoveryBatch = 100
+)
+
+// Option configures a Coordinator.
+type Option func(*config) error
+
+type config struct {
+	application    string
+	staleAfter     time.Duration
+	fenceRetention time.Duration
+	hook           func(ctx context.Context, step Step, t *Txn) error
+	accounts       string
+	transactions   string
+	allowNegative  bool
+	syncSettle     bool
+	retries        int
+	logger         *slog.Logger
+}
+
+func defaultConfig() config {
+	host, _ := os.Hostname()
+	return config{
+		application:  fmt.Sprintf("%s:%d:%s", host, os.Getpid(), bson.NewObjectID().Hex()[18:]),
+		staleAfter:   DefaultStaleAfter,
+		accounts:     DefaultAccounts,
+		transactions: DefaultTransactions,
+		retries:      DefaultRetries,
+		logger:       slog.New(slog.DiscardHandler),
+	}
+}
+
+// WithApplication sets the owner name written on the transactions this
+// coordinator claims (the tutorial's application field). The default is
+// host:pid:random, unique per Coordinator. Coordinators with the same name
+// may cancel each other's fresh transactions; see Canceler.
+func WithApplication(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return fmt.Errorf("WithApplication: empty name")
+		}
+		c.application = name
+		return nil
+	}
+}
+
+// WithStaleAfter sets the lastModified age after which another application
+// may take over a transaction (default one minute). The owner renews its
+// claim before a leg write once half of it has passed, and never sends a leg
+// write on a claim older than that. Settled legs stay fenced for
+// max(StaleAfter, WithFenceRetention).
+func WithStaleAfter(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("WithStaleAfter: %v is not positive", d)
+		}
+		c.staleAfter = d
+		return nil
+	}
+}
+
+// WithFenceRetention sets how long an account keeps the fence of a settled
+// or rolled back transaction (default: StaleAfter). See the package
+// documentation: a leg write delivered later than this after its sender
+// passed its claim check is the one hazard the fences do not cover.
+func WithFenceRetention(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("WithFenceRetention: %v is not positive", d)
+		}
+		c.fenceRetention = d
+		return nil
+	}
+}
+
+// WithStepHook installs a hook called before every database operation the
+// coordinator, its cancelers and its recoverers make. If the hook returns an
+// error, the caller stops right there as if its process had died: it
+// returns the error (as a *StepError) and makes no further write for that
+// transaction, leaving it for recovery. If the hook blocks, the caller
+// stalls. It is for tests of failure handling; t is a copy.
+func WithStepHook(h func(ctx context.Context, step Step, t *Txn) error) Option {
+	return func(c *config) error {
+		c.hook = h
+		return nil
+	}
+}
+
+// WithCollections renames the accounts and transactions collections
+// (default "accounts" and "transactions").
+func WithCollections(accounts, transactions string) Option {
+	return func(c *config) error {
+		if accounts == "" || transactions == "" || accounts == transactions {
+			return fmt.Errorf("WithCollections(%q, %q): want two distinct names", accounts, transactions)
+		}
+		c.accounts, c.transactions = accounts, transactions
+		return nil
+	}
+}
+
+// WithAllowNegative lets a debit take a balance below zero (credit lines).
+// By default a debit applies only if balance >= value.
+func WithAllowNegative() Option {
+	return func(c *config) error {
+		c.allowNegative = true
+		return nil
+	}
+}
+
+// WithSyncSettle makes Transfer settle the transaction (pull it from the
+// accounts, then done) before it returns, at two more round trips. By
+// default the coordinator settles committed transfers in the background, in
+// batches, so that a transfer costs three round trips; Close and Settle wait
+// for it.
+func WithSyncSettle() Option {
+	return func(c *config) error {
+		c.syncSettle = true
+		return nil
+	}
+}
+
+// WithRetries sets how many times a step is tried when the database
+// answers with a network error or does not answer (default 3). Every step is
+// safe to repeat: after an ambiguous failure it re-reads what happened.
+func WithRetries(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("WithRetries: %d < 1", n)
+		}
+		c.retries = n
+		return nil
+	}
+}
+
+// WithLogger sets the logger for background work: settling and recovery
+// (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("WithLogger: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// TransferOption configures one Transfer.
+type TransferOption func(*transferConfig)
+
+type transferConfig struct {
+	key string
+}
+
+// WithKey sets an idempotency key: a Transfer repeated with the same key
+// returns the first transaction, in whatever state it reached, and never
+// moves money twice. Keys are unique across the transactions collection.
+func WithKey(key string) TransferOption {
+	return func(t *transferConfig) { t.key = key }
+}
+
+// RecoverOption configures a Recoverer.
+type RecoverOption func(*Recoverer)
+
+// WithInterval sets how often Run makes a recovery pass (default 30s).
+func WithInterval(d time.Duration) RecoverOption {
+	return func(r *Recoverer) {
+		if d > 0 {
+			r.interval = d
+		}
+	}
+}
+
+// WithRecoveryLogger sets the logger Run reports passes and errors to
+// (default: the coordinator's logger).
+func WithRecoveryLogger(l *slog.Logger) RecoverOption {
+	return func(r *Recoverer) {
+		if l != nil {
+			r.logger = l
+		}
+	}
+}
+
+// WithBatch sets how many stale transactions one pass takes on at most
+// (default 100); a pass that finds a full batch goes on with the next.
+func WithBatch(n int) RecoverOption {
+	return func(r *Recoverer) {
+		if n > 0 {
+			r.batch = n
+		}
+	}
+}

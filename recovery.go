@@ -1,0 +1,267 @@
+package twopc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Recoverer finishes transactions whose owner stopped: it finds those in
+// pending, applied, canceling or initial whose lastModified is older than
+// StaleAfter, takes each over with a guarded write, and drives it to done or
+// canceled. It also removes fences whose retention has passed. Any number of
+// recoverers, of any applications, may run at once: a takeover is
+// conditional on the claim and lastModified the recoverer read, so exactly
+// one wins each transaction.
+//
+// The recovery rules:
+//   - pending rolls forward, applying only the legs not yet applied, unless
+//     a leg cannot apply (overdraft, missing account, overflow, bad
+//     balance); then it rolls back to canceled.
+//   - applied is past the commit point: settle it to done.
+//   - canceling finishes its rollback to canceled.
+//   - initial (written by another program; the coordinator inserts
+//     pending) never had a leg applied: it goes to canceled.
+type Recoverer struct {
+	c        *Coordinator
+	interval time.Duration
+	batch    int
+	logger   *slog.Logger
+}
+
+// NewRecoverer returns a recoverer working for c, under c's application
+// name, StaleAfter and step hook.
+func NewRecoverer(c *Coordinator, opts ...RecoverOption) *Recoverer {
+	r := &Recoverer{c: c, interval: DefaultInterval, batch: DefaultRecoveryBatch, logger: c.logger}
+	for _, o := range opts {
+		if o != nil {
+			o(r)
+		}
+	}
+	return r
+}
+
+// RecoveryReport counts what one recovery pass did.
+type RecoveryReport struct {
+	RolledForward int // pending transactions taken to their commit point and done
+	Settled       int // applied transactions settled to done
+	RolledBack    int // pending or canceling transactions rolled back to canceled
+	Canceled      int // stale initial transactions canceled
+	Skipped       int // transactions another process took or moved first
+	Failed        int // transactions left as they were after an error (see the error)
+	Unfenced      int // settled transactions whose fences were removed
+}
+
+// Finished is how many transactions the pass took to done or canceled.
+func (rep RecoveryReport) Finished() int {
+	return rep.RolledForward + rep.Settled + rep.RolledBack + rep.Canceled
+}
+
+// RecoverOnce makes one recovery pass over every transaction stale at its
+// start. It returns the report and the first error it met; a transaction it
+// failed on stays as it was for the next pass.
+func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
+	var rep RecoveryReport
+	c := r.c
+	now, err := c.serverNow(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("twopc: recover: %w", err)
+	}
+	var firstErr error
+	seen := map[bson.ObjectID]bool{}
+	filter := bson.D{
+		{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateApplied, StateCanceling}}}},
+		{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: now.Add(-c.staleAfter)}}},
+	}
+	for {
+		stale, err := r.scan(ctx, filter)
+		if err != nil {
+			return rep, fmt.Errorf("twopc: recover: %w", cmpErr(firstErr, err))
+		}
+		fresh := 0
+		for _, t := range stale {
+			if seen[t.ID] {
+				continue
+			}
+			seen[t.ID] = true
+			fresh++
+			if err := r.recover(ctx, t, &rep); err != nil {
+				rep.Failed++
+				firstErr = cmpErr(firstErr, fmt.Errorf("transaction %s: %w", t.ID.Hex(), err))
+			}
+		}
+		if len(stale) < r.batch || fresh == 0 {
+			break
+		}
+	}
+	n, err := r.unfence(ctx, now.Add(-c.fenceRetention))
+	rep.Unfenced = n
+	if err != nil {
+		firstErr = cmpErr(firstErr, err)
+	}
+	if firstErr != nil {
+		return rep, fmt.Errorf("twopc: recover: %w", firstErr)
+	}
+	return rep, nil
+}
+
+// scan finds a batch of transactions matching filter, oldest first.
+func (r *Recoverer) scan(ctx context.Context, filter bson.D) ([]*record, error) {
+	var found []*record
+	err := r.c.try(ctx, StepScan, nil, func(ctx context.Context) error {
+		cur, err := r.c.txns.Find(ctx, filter,
+			options.Find().SetSort(bson.D{{Key: fieldLastModified, Value: 1}}).SetLimit(int64(r.batch)))
+		if err != nil {
+			return err
+		}
+		found = found[:0]
+		return cur.All(ctx, &found)
+	})
+	return found, err
+}
+
+// recover takes over one stale transaction and finishes it.
+func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport) error {
+	c := r.c
+	sent := time.Now()
+	cur, moved, err := c.advance(ctx, t, move{
+		step: StepTakeover, from: t.State, to: t.State,
+		claim: t.Claim, lastModified: t.LastModified,
+		newClaim: bson.NewObjectID(), application: c.application,
+	})
+	if err != nil {
+		return err
+	}
+	if !moved {
+		rep.Skipped++
+		return nil
+	}
+	r.logger.DebugContext(ctx, "twopc: took over", "txn", cur.ID.Hex(), "state", cur.State, "from", t.Application)
+	switch cur.State {
+	case StatePending:
+		_, err := c.drive(ctx, &owned{rec: cur, claimedAt: sent}, true)
+		switch {
+		case err == nil:
+			rep.RolledForward++
+		case isLegReason(err):
+			rep.RolledBack++
+		case errors.Is(err, ErrInProgress), errors.Is(err, ErrCanceled):
+			rep.Skipped++
+		default:
+			return err
+		}
+	case StateApplied:
+		done, err := c.settle(ctx, []*record{cur})
+		if err != nil {
+			return err
+		}
+		rep.Settled += len(done)
+	case StateCanceling:
+		if _, err := c.rollback(ctx, cur); err != nil {
+			return err
+		}
+		rep.RolledBack++
+	case StateInitial:
+		cur, moved, err := c.advance(ctx, cur, move{
+			step: StepCancel, from: StateInitial, to: StateCanceling, claim: cur.Claim,
+			set: bson.D{{Key: fieldReason, Value: reasonStaleInitial}},
+		})
+		if err != nil {
+			return err
+		}
+		if !moved {
+			rep.Skipped++
+			return nil
+		}
+		if _, err := c.rollback(ctx, cur); err != nil {
+			return err
+		}
+		rep.Canceled++
+	}
+	return nil
+}
+
+// isLegReason reports whether err says a leg could not apply.
+func isLegReason(err error) bool {
+	return errors.Is(err, ErrInsufficientFunds) || errors.Is(err, ErrAccountNotFound) ||
+		errors.Is(err, ErrBalanceOverflow) || errors.Is(err, ErrInvalidAccount)
+}
+
+// unfence removes the fences of transactions settled or canceled before
+// cutoff, a batch at a time.
+func (r *Recoverer) unfence(ctx context.Context, cutoff time.Time) (int, error) {
+	filter := bson.D{
+		{Key: fieldFences, Value: true},
+		{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: cutoff}}},
+	}
+	total := 0
+	for {
+		recs, err := r.scan(ctx, filter)
+		if err != nil || len(recs) == 0 {
+			return total, err
+		}
+		n, err := r.c.unfence(ctx, recs)
+		total += n
+		if err != nil || len(recs) < r.batch || n == 0 {
+			return total, err
+		}
+	}
+}
+
+// Run makes a recovery pass at once and then every interval (WithInterval,
+// default 30s), until ctx ends; then it returns ctx's error. It logs each
+// pass that did something, and each error, to the recoverer's logger; an
+// error does not stop it.
+func (r *Recoverer) Run(ctx context.Context) error {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		rep, err := r.RecoverOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.logger.ErrorContext(ctx, "twopc: recovery pass", "err", err, "report", rep)
+		case rep != (RecoveryReport{}):
+			r.logger.InfoContext(ctx, "twopc: recovery pass", "report", rep)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// stale reports whether r's lastModified is older than StaleAfter by the
+// server's clock.
+func (c *Coordinator) stale(ctx context.Context, r *record) (bool, error) {
+	now, err := c.serverNow(ctx)
+	if err != nil {
+		return false, err
+	}
+	return r.LastModified.Before(now.Add(-c.staleAfter)), nil
+}
+
+// serverNow returns the server's clock, from hello's localTime. Staleness is
+// always judged by the server's clock against lastModified, which the
+// server also writes ($currentDate): the clocks of the hosts running the
+// library play no part.
+func (c *Coordinator) serverNow(ctx context.Context) (time.Time, error) {
+	var hello struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	err := c.retry(ctx, func(ctx context.Context) error {
+		return c.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("server time: %w", err)
+	}
+	if hello.LocalTime.IsZero() {
+		return time.Time{}, fmt.Errorf("server time: hello has no localTime")
+	}
+	return hello.LocalTime, nil
+}

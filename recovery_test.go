@@ -1,0 +1,476 @@
+package twopc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/twopc/twopc"
+)
+
+var errCrash = errors.New("crash")
+
+// crashAt returns a step hook that fails the first time step is reached,
+// as if the process died just before that database operation.
+func crashAt(step twopc.Step) func(context.Context, twopc.Step, *twopc.Txn) error {
+	var once sync.Once
+	return func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		var err error
+		if s == step {
+			once.Do(func() { err = errCrash })
+		}
+		return err
+	}
+}
+
+// stall is a step hook that blocks at one step until released, like a
+// process paused by GC or cut off by a partition.
+type stall struct {
+	step    twopc.Step
+	once    sync.Once
+	reached chan struct{}
+	release chan struct{}
+}
+
+func newStall(step twopc.Step) *stall {
+	return &stall{step: step, reached: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *stall) hook(ctx context.Context, step twopc.Step, _ *twopc.Txn) error {
+	if step != s.step {
+		return nil
+	}
+	first := false
+	s.once.Do(func() { first = true })
+	if !first {
+		return nil
+	}
+	close(s.reached)
+	select {
+	case <-s.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// recoverAll runs passes of a recoverer of another application until
+// nothing is left to finish, and returns the summed report.
+func (b *bank) recoverAll(opts ...twopc.Option) twopc.RecoveryReport {
+	b.t.Helper()
+	r := twopc.NewRecoverer(b.coordinator(append([]twopc.Option{twopc.WithApplication("recoverer")}, opts...)...))
+	var sum twopc.RecoveryReport
+	for pass := 0; pass < 5; pass++ {
+		b.backdateAll(time.Hour)
+		rep, err := r.RecoverOnce(testCtx(b.t))
+		require.NoError(b.t, err)
+		sum.RolledForward += rep.RolledForward
+		sum.Settled += rep.Settled
+		sum.RolledBack += rep.RolledBack
+		sum.Canceled += rep.Canceled
+		sum.Skipped += rep.Skipped
+		sum.Unfenced += rep.Unfenced
+		if rep.Finished() == 0 {
+			break
+		}
+	}
+	return sum
+}
+
+// transferSteps are the steps a transfer meets on its way to done.
+var transferSteps = []twopc.Step{twopc.StepInsert, twopc.StepApply, twopc.StepCommit, twopc.StepSettle, twopc.StepDone}
+
+// TestCrashAtEveryStepThenRecover kills a transfer before each of its
+// database operations, then lets a recoverer of another application finish
+// it: the money moves exactly once or not at all.
+func TestCrashAtEveryStepThenRecover(t *testing.T) {
+	for _, step := range transferSteps {
+		for _, sync := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/sync=%v", step, sync), func(t *testing.T) {
+				ctx := testCtx(t)
+				opts := []twopc.Option{twopc.WithStepHook(crashAt(step))}
+				if sync {
+					opts = append(opts, twopc.WithSyncSettle())
+				}
+				b := newBank(t, opts...)
+				b.open(map[string]int64{"A": 100, "B": 0})
+				txn, err := b.c.Transfer(ctx, "A", "B", 60)
+				require.NoError(t, b.c.Settle(ctx))
+				committed := step == twopc.StepSettle || step == twopc.StepDone
+				switch {
+				case committed && !sync:
+					require.NoError(t, err) // settling failed in the background
+				default:
+					require.ErrorIs(t, err, errCrash)
+					var se *twopc.StepError
+					require.ErrorAs(t, err, &se)
+					assert.Equal(t, step, se.Step)
+				}
+				if committed {
+					require.NotNil(t, txn)
+					assert.True(t, txn.State.Committed())
+					assert.Equal(t, twopc.StateApplied, b.txn(txn.ID).State, "left applied")
+				}
+				rep := b.recoverAll()
+				all := b.txns()
+				if step == twopc.StepInsert {
+					assert.Empty(t, all, "crash before insert writes nothing")
+				} else {
+					require.Len(t, all, 1)
+					assert.Equal(t, twopc.StateDone, all[0].State, "recovery rolls forward")
+					assert.Equal(t, 1, rep.Finished())
+				}
+				b.checkSettled(map[string]int64{"A": 100, "B": 0})
+				if step != twopc.StepInsert {
+					assert.Equal(t, int64(40), b.balance("A"))
+				}
+			})
+		}
+	}
+}
+
+// TestCrashInRecoveryThenRecoverAgain kills the recoverer itself before
+// each of its operations; the next pass finishes the work.
+func TestCrashInRecoveryThenRecoverAgain(t *testing.T) {
+	recoverySteps := []twopc.Step{twopc.StepScan, twopc.StepTakeover, twopc.StepApply, twopc.StepInspect, twopc.StepCommit, twopc.StepSettle, twopc.StepDone}
+	for _, step := range recoverySteps {
+		t.Run(step.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepApply)))
+			b.open(map[string]int64{"A": 100, "B": 0})
+			_, err := b.c.Transfer(ctx, "A", "B", 60)
+			require.ErrorIs(t, err, errCrash)
+
+			b.backdateAll(time.Hour)
+			dying := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("dying"), twopc.WithStepHook(crashAt(step))))
+			_, err = dying.RecoverOnce(ctx)
+			if step != twopc.StepInspect { // inspect is only met when a leg did not apply
+				require.ErrorIs(t, err, errCrash)
+			}
+			b.recoverAll()
+			b.checkSettled(map[string]int64{"A": 100, "B": 0})
+			assert.Equal(t, int64(40), b.balance("A"))
+		})
+	}
+}
+
+func TestRecoverRollsBackWhenALegCannotApply(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepApply)))
+	b.open(map[string]int64{"A": 100, "B": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 60)
+	require.ErrorIs(t, err, errCrash)
+	// Meanwhile the source was drained by something else.
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "A"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "balance", Value: int64(10)}}}})
+	require.NoError(t, err)
+	rep := b.recoverAll()
+	assert.Equal(t, 1, rep.RolledBack)
+	d := b.txn(txn.ID)
+	assert.Equal(t, twopc.StateCanceled, d.State)
+	assert.Equal(t, "insufficient_funds", d.Reason)
+	b.checkSettled(map[string]int64{"A": 10, "B": 0})
+}
+
+func TestRecoverPartiallyAppliedPendingRollsForward(t *testing.T) {
+	ctx := testCtx(t)
+	// The debit applied, then the process died: simulate by applying the
+	// debit leg by hand, as the tutorial's step-by-step applier would have.
+	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepApply)))
+	b.open(map[string]int64{"A": 100, "B": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 60)
+	require.ErrorIs(t, err, errCrash)
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "A"}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(-60)}}}, {Key: "$push", Value: bson.D{{Key: "pendingTransactions", Value: txn.ID}}}})
+	require.NoError(t, err)
+	rep := b.recoverAll()
+	assert.Equal(t, 1, rep.RolledForward)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+	assert.Equal(t, int64(40), b.balance("A"), "the applied debit is not applied twice")
+	assert.Equal(t, int64(60), b.balance("B"))
+}
+
+func TestRecoverStaleInitialCancels(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100, "B": 0})
+	id := bson.NewObjectID()
+	_, err := b.db.Collection("transactions").InsertOne(ctx, bson.D{
+		{Key: "_id", Value: id}, {Key: "source", Value: "A"}, {Key: "destination", Value: "B"},
+		{Key: "value", Value: int64(10)}, {Key: "state", Value: "initial"}, {Key: "lastModified", Value: time.Now()},
+	})
+	require.NoError(t, err)
+	rep := b.recoverAll()
+	assert.Equal(t, 1, rep.Canceled)
+	assert.Equal(t, twopc.StateCanceled, b.txn(id).State)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+}
+
+func TestRecoverLeavesFreshTransactionsAlone(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepApply)))
+	b.open(map[string]int64{"A": 100, "B": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 60)
+	require.ErrorIs(t, err, errCrash)
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer")))
+	rep, err := r.RecoverOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.RecoveryReport{}, rep)
+	assert.Equal(t, twopc.StatePending, b.txn(txn.ID).State)
+}
+
+// TestStalledOwnerResumesAfterRecovery is the tutorial's hazard on the
+// roll-forward side: the owner stalls just before applying its legs, a
+// recoverer takes the transaction over and finishes it (pulling it from
+// the accounts), and then the owner resumes. It must not apply a leg again
+// nor move the state.
+func TestStalledOwnerResumesAfterRecovery(t *testing.T) {
+	for _, step := range []twopc.Step{twopc.StepApply, twopc.StepCommit} {
+		t.Run(step.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			s := newStall(step)
+			b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("owner"))
+			b.open(map[string]int64{"A": 100, "B": 0})
+			type result struct {
+				txn *twopc.Txn
+				err error
+			}
+			res := make(chan result, 1)
+			go func() {
+				txn, err := b.c.Transfer(ctx, "A", "B", 60)
+				res <- result{txn, err}
+			}()
+			<-s.reached
+			rep := b.recoverAll()
+			assert.Equal(t, 1, rep.RolledForward)
+			b.checkSettled(map[string]int64{"A": 100, "B": 0})
+			close(s.release)
+			r := <-res
+			require.NoError(t, r.err, "the transfer happened, by the recoverer's hand")
+			assert.True(t, r.txn.State.Committed())
+			b.checkSettled(map[string]int64{"A": 100, "B": 0})
+			assert.Equal(t, int64(40), b.balance("A"), "no leg applied twice")
+			assert.Equal(t, int64(60), b.balance("B"))
+			assert.Equal(t, "recoverer", b.txn(r.txn.ID).Application)
+		})
+	}
+}
+
+// TestStalledOwnerResumesAfterCancel is the tutorial's hazard itself: the
+// owner stalls, a canceler of another application takes the stale
+// transaction and rolls it back (pulling it from the accounts), and the
+// owner resumes. Its apply must not match again: money from nowhere.
+func TestStalledOwnerResumesAfterCancel(t *testing.T) {
+	for _, step := range []twopc.Step{twopc.StepApply, twopc.StepCommit} {
+		t.Run(step.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			s := newStall(step)
+			b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("owner"))
+			b.open(map[string]int64{"A": 100, "B": 0})
+			type result struct {
+				txn *twopc.Txn
+				err error
+			}
+			res := make(chan result, 1)
+			go func() {
+				txn, err := b.c.Transfer(ctx, "A", "B", 60)
+				res <- result{txn, err}
+			}()
+			<-s.reached
+			txns := b.txns()
+			require.Len(t, txns, 1)
+			id := txns[0].ID
+			canceler := twopc.NewCanceler(b.coordinator(twopc.WithApplication("canceler")))
+			_, err := canceler.Cancel(ctx, id)
+			require.ErrorIs(t, err, twopc.ErrInProgress, "a fresh transaction of another application is not canceled")
+			b.backdate(id, time.Hour)
+			canceled, err := canceler.Cancel(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, twopc.StateCanceled, canceled.State)
+			b.checkSettled(map[string]int64{"A": 100, "B": 0})
+
+			close(s.release)
+			r := <-res
+			require.ErrorIs(t, r.err, twopc.ErrCanceled)
+			b.checkSettled(map[string]int64{"A": 100, "B": 0})
+			assert.Equal(t, int64(100), b.balance("A"), "no leg of a canceled transfer remains")
+			assert.Equal(t, int64(0), b.balance("B"))
+			assert.Equal(t, twopc.StateCanceled, b.txn(id).State)
+		})
+	}
+}
+
+// TestTwoRecoverersRace lets two recoverers of different applications, each
+// with its own client, finish the same stale set at once: every
+// transaction is finished exactly once.
+func TestTwoRecoverersRace(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepCommit {
+			return errCrash
+		}
+		return nil
+	}))
+	opening := map[string]int64{"A": 1000, "B": 1000, "C": 1000}
+	b.open(opening)
+	pairs := [][2]string{{"A", "B"}, {"B", "C"}, {"C", "A"}, {"A", "C"}}
+	const n = 12
+	for i := 0; i < n; i++ {
+		p := pairs[i%len(pairs)]
+		_, err := b.c.Transfer(ctx, p[0], p[1], int64(10+i))
+		require.ErrorIs(t, err, errCrash)
+	}
+	b.backdateAll(time.Hour)
+	reps := make([]twopc.RecoveryReport, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range reps {
+		r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication(fmt.Sprintf("r%d", i))), twopc.WithBatch(5))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			reps[i], errs[i] = r.RecoverOnce(ctx)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	assert.Equal(t, n, reps[0].RolledForward+reps[1].RolledForward, "each transaction rolled forward once: %+v", reps)
+	b.checkSettled(opening)
+	for _, d := range b.txns() {
+		assert.Equal(t, twopc.StateDone, d.State)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepCommit)), twopc.WithApplication("app"))
+	b.open(map[string]int64{"A": 100, "B": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 60)
+	require.ErrorIs(t, err, errCrash)
+	assert.Equal(t, int64(40), b.balance("A"), "legs applied before the crash")
+
+	k := twopc.NewCanceler(b.c) // same application: no need to wait for staleness
+	got, err := k.Cancel(ctx, txn.ID)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateCanceled, got.State)
+	assert.Equal(t, "canceled", got.Reason)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+
+	again, err := k.Cancel(ctx, txn.ID)
+	require.NoError(t, err, "canceling twice is fine")
+	assert.Equal(t, twopc.StateCanceled, again.State)
+
+	_, err = k.Cancel(ctx, bson.NewObjectID())
+	require.ErrorIs(t, err, twopc.ErrTxnNotFound)
+
+	done, err := b.coordinator(twopc.WithSyncSettle()).Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	_, err = k.Cancel(ctx, done.ID)
+	require.ErrorIs(t, err, twopc.ErrNotCancelable)
+	assert.Contains(t, err.Error(), "done")
+}
+
+func TestCancelCrashAtEveryStepThenRecover(t *testing.T) {
+	for _, step := range []twopc.Step{twopc.StepRead, twopc.StepCancel, twopc.StepFence, twopc.StepUndo, twopc.StepCanceled} {
+		t.Run(step.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepCommit)), twopc.WithApplication("app"))
+			b.open(map[string]int64{"A": 100, "B": 0})
+			txn, err := b.c.Transfer(ctx, "A", "B", 60)
+			require.ErrorIs(t, err, errCrash)
+			k := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"), twopc.WithStepHook(crashAt(step))))
+			_, err = k.Cancel(ctx, txn.ID)
+			require.ErrorIs(t, err, errCrash)
+			b.recoverAll()
+			b.checkSettled(map[string]int64{"A": 100, "B": 0})
+			want := twopc.StateCanceled
+			if step == twopc.StepRead || step == twopc.StepCancel {
+				want = twopc.StateDone // the cancel never happened: recovery rolls forward
+			}
+			assert.Equal(t, want, b.txn(txn.ID).State)
+		})
+	}
+}
+
+// TestOwnerRacesCanceler cancels a live transfer of the same application
+// while its owner is between applying the legs and committing.
+func TestOwnerRacesCanceler(t *testing.T) {
+	ctx := testCtx(t)
+	s := newStall(twopc.StepCommit)
+	b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("app"))
+	b.open(map[string]int64{"A": 100, "B": 0})
+	res := make(chan error, 1)
+	go func() {
+		_, err := b.c.Transfer(ctx, "A", "B", 60)
+		res <- err
+	}()
+	<-s.reached
+	id := b.txns()[0].ID
+	_, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, id)
+	require.NoError(t, err)
+	close(s.release)
+	require.ErrorIs(t, <-res, twopc.ErrCanceled)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+}
+
+func TestFencesAreRemovedAfterRetention(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	_, err = b.c.Transfer(ctx, "A", "B", 1000)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	assert.Len(t, b.account("B").Fenced, 2)
+	rep := b.recoverAll()
+	assert.Zero(t, rep.Unfenced, "fences stay within their retention")
+	assert.Len(t, b.account("B").Fenced, 2)
+	for _, d := range b.txns() {
+		b.backdate(d.ID, time.Hour)
+	}
+	rep = b.recoverAll()
+	assert.Equal(t, 2, rep.Unfenced)
+	assert.Empty(t, b.account("A").Fenced)
+	assert.Empty(t, b.account("B").Fenced)
+	assert.False(t, b.txn(txn.ID).Fences)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+}
+
+func TestRunRecoversUntilCanceled(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepCommit)))
+	b.open(map[string]int64{"A": 100, "B": 0})
+	_, err := b.c.Transfer(ctx, "A", "B", 60)
+	require.ErrorIs(t, err, errCrash)
+	b.backdateAll(time.Hour)
+	// A pass scans for stale transactions, finishes them, then scans for
+	// fences to remove: the second scan means the first pass is through.
+	finished := make(chan struct{})
+	scans := 0
+	hook := func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepScan {
+			if scans++; scans == 2 {
+				close(finished)
+			}
+		}
+		return nil
+	}
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("runner"), twopc.WithStepHook(hook)), twopc.WithInterval(time.Hour))
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(runCtx) }()
+	<-finished // Run recovers at start, without waiting for the interval
+	stop()
+	require.ErrorIs(t, <-ran, context.Canceled)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+}

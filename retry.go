@@ -1,0 +1,51 @@
+package twopc
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// transient reports whether err may pass if the operation is tried again:
+// a network error or a server that did not answer in time, while the
+// caller's context is still live. Such a failure is ambiguous for a write:
+// it may or may not have happened.
+func transient(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	return mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// try runs one database operation of step for r: it calls the step hook,
+// then op, and repeats both while op fails transiently, up to the
+// coordinator's retries. op must be safe to repeat; callers that need to
+// know whether an ambiguous write happened re-read afterwards.
+func (c *Coordinator) try(ctx context.Context, step Step, r *record, op func(context.Context) error) error {
+	return c.retry(ctx, func(ctx context.Context) error {
+		if err := c.at(ctx, step, r); err != nil {
+			return err
+		}
+		return op(ctx)
+	})
+}
+
+// retry runs op, and again while it fails transiently, up to the
+// coordinator's retries, backing off between attempts.
+func (c *Coordinator) retry(ctx context.Context, op func(context.Context) error) error {
+	backoff := 10 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := op(ctx)
+		if !transient(ctx, err) || attempt >= c.retries {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}

@@ -1,0 +1,128 @@
+package twopc
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// settleTimeout bounds one background settle batch.
+const settleTimeout = time.Minute
+
+// settler settles a coordinator's committed transactions in the
+// background, in batches: whatever was committed while the previous batch
+// was being written goes in the next one, so under load a batch of n
+// transfers costs two writes in all rather than two each. A transaction it
+// fails to settle stays applied for a Recoverer.
+type settler struct {
+	c *Coordinator
+
+	mu      sync.Mutex
+	queue   []*record
+	busy    bool            // a batch is being written
+	waiters []chan struct{} // closed when the queue is empty and no batch is being written
+	closed  bool
+
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newSettler(c *Coordinator) *settler {
+	s := &settler{c: c, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go s.loop()
+	return s
+}
+
+// enqueue hands r to the background; false if the settler is closed.
+func (s *settler) enqueue(r *record) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.queue = append(s.queue, r)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (s *settler) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+func (s *settler) loop() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.wake:
+		case <-s.stop:
+			s.drain()
+			return
+		}
+		s.drain()
+	}
+}
+
+// drain settles batches until the queue is empty, then releases waiters.
+func (s *settler) drain() {
+	for {
+		s.mu.Lock()
+		batch := s.queue
+		s.queue = nil
+		if len(batch) == 0 {
+			s.busy = false
+			for _, w := range s.waiters {
+				close(w)
+			}
+			s.waiters = nil
+			s.mu.Unlock()
+			return
+		}
+		s.busy = true
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+		done, err := s.c.settle(ctx, batch)
+		cancel()
+		if err != nil {
+			s.c.logger.Warn("twopc: settling left transactions applied for recovery",
+				"batch", len(batch), "settled", len(done), "err", err)
+		}
+	}
+}
+
+// flush waits until everything queued before the call is settled.
+func (s *settler) flush(ctx context.Context) error {
+	s.mu.Lock()
+	if len(s.queue) == 0 && !s.busy {
+		s.mu.Unlock()
+		return nil
+	}
+	w := make(chan struct{})
+	s.waiters = append(s.waiters, w)
+	s.mu.Unlock()
+	select {
+	case <-w:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close settles what is queued and stops the background goroutine.
+func (s *settler) close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	close(s.stop)
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

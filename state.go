@@ -1,0 +1,197 @@
+package twopc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// State is a transaction's state, stored as the tutorial's strings.
+//
+//	initial ──► pending ──► applied ──► done
+//	   │           │
+//	   └─────┬─────┘
+//	         ▼
+//	     canceling ──► canceled
+//
+// pending means legs may be applied; applied is the commit point (both legs
+// applied, the transfer will end done whatever fails); done means both
+// accounts are settled. canceling means the legs are being undone; canceled
+// means none remains. The coordinator inserts transactions already pending
+// and claimed; initial is only met in documents written by other programs.
+type State string
+
+// The six states.
+const (
+	StateInitial   State = "initial"
+	StatePending   State = "pending"
+	StateApplied   State = "applied"
+	StateDone      State = "done"
+	StateCanceling State = "canceling"
+	StateCanceled  State = "canceled"
+)
+
+// String returns the state's name.
+func (s State) String() string { return string(s) }
+
+// Valid reports whether s is one of the six states.
+func (s State) Valid() bool {
+	switch s {
+	case StateInitial, StatePending, StateApplied, StateDone, StateCanceling, StateCanceled:
+		return true
+	}
+	return false
+}
+
+// Final reports whether s is done or canceled: nothing will change the
+// transaction's legs again.
+func (s State) Final() bool { return s == StateDone || s == StateCanceled }
+
+// Committed reports whether s is past the commit point: the transfer
+// happened, whatever fails from here on.
+func (s State) Committed() bool { return s == StateApplied || s == StateDone }
+
+// transitions lists the moves the protocol makes.
+var transitions = map[State][]State{
+	StateInitial:   {StateInitial, StatePending, StateCanceling}, // initial→initial takes over a claim
+	StatePending:   {StatePending, StateApplied, StateCanceling}, // pending→pending renews or takes over a claim
+	StateApplied:   {StateApplied, StateDone},                    // applied→applied takes over a claim
+	StateCanceling: {StateCanceling, StateCanceled},
+}
+
+func canMove(from, to State) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Field names of transaction documents.
+const (
+	fieldState        = "state"
+	fieldLastModified = "lastModified"
+	fieldApplication  = "application"
+	fieldClaim        = "claim"
+	fieldKey          = "key"
+	fieldReason       = "reason"
+	fieldFences       = "fences"
+)
+
+// record is a transaction document as stored: the public Txn plus the
+// claim token of its current owner and whether its fences are still on the
+// accounts.
+type record struct {
+	Txn    `bson:",inline"`
+	Claim  bson.ObjectID `bson:"claim,omitempty"`
+	Fences bool          `bson:"fences,omitempty"`
+}
+
+// move is one guarded state transition: the document moves from From to To
+// only if it is still in From and, when Claim is set, still claimed with
+// Claim (and, when LastModified is set, untouched since then). This is the
+// one state guard the coordinator, the canceler and the recoverer share: no
+// process that has lost its claim, stalled past a takeover, or read an old
+// copy can move a transaction.
+type move struct {
+	step         Step
+	from, to     State
+	claim        bson.ObjectID // the claim the mover must hold; zero: none needed
+	lastModified time.Time     // the lastModified the mover read; zero: not checked
+	anyClaim     bool          // match whatever claim the document has (claim ignored)
+	set          bson.D        // extra fields to set
+	newClaim     bson.ObjectID // a claim to take; zero: keep the current one
+	application  string        // the application taking the claim, with newClaim
+}
+
+// filter is the guard of m for transaction id.
+func (m move) filter(id bson.ObjectID) bson.D {
+	f := bson.D{{Key: "_id", Value: id}, {Key: fieldState, Value: m.from}}
+	if !m.anyClaim {
+		if m.claim.IsZero() {
+			f = append(f, bson.E{Key: fieldClaim, Value: nil})
+		} else {
+			f = append(f, bson.E{Key: fieldClaim, Value: m.claim})
+		}
+	}
+	if !m.lastModified.IsZero() {
+		f = append(f, bson.E{Key: fieldLastModified, Value: m.lastModified})
+	}
+	return f
+}
+
+// update is the write of m: the new state, the extra fields, a new claim if
+// taken, and lastModified from the server's clock.
+func (m move) update() bson.D {
+	set := bson.D{{Key: fieldState, Value: m.to}}
+	if !m.newClaim.IsZero() {
+		set = append(set, bson.E{Key: fieldClaim, Value: m.newClaim}, bson.E{Key: fieldApplication, Value: m.application})
+	}
+	set = append(set, m.set...)
+	return bson.D{
+		{Key: "$set", Value: set},
+		{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
+	}
+}
+
+// advance makes the guarded transition m on r. It returns the transaction
+// as it now stands and whether this call (or an earlier attempt of it whose
+// reply was lost) made the move. After an ambiguous failure it re-reads the
+// document rather than assume: the move happened if the document is in To
+// under the claim the move leaves.
+func (c *Coordinator) advance(ctx context.Context, r *record, m move) (*record, bool, error) {
+	if !canMove(m.from, m.to) {
+		return r, false, fmt.Errorf("twopc: no move from %s to %s", m.from, m.to)
+	}
+	holder := m.claim
+	if !m.newClaim.IsZero() {
+		holder = m.newClaim
+	}
+	var now record
+	err := c.try(ctx, m.step, r, func(ctx context.Context) error {
+		err := c.txns.FindOneAndUpdate(ctx, m.filter(r.ID), m.update(),
+			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&now)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			now = record{}
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return r, false, err
+	}
+	if now.ID.IsZero() {
+		// Not moved by this attempt: re-read to learn what happened.
+		cur, err := c.read(ctx, r.ID)
+		if err != nil {
+			return r, false, err
+		}
+		moved := cur.State == m.to && (m.anyClaim || cur.Claim == holder)
+		return cur, moved, nil
+	}
+	return &now, true, nil
+}
+
+// read loads transaction id; ErrTxnNotFound if there is none.
+func (c *Coordinator) read(ctx context.Context, id bson.ObjectID) (*record, error) {
+	var r record
+	err := c.try(ctx, StepRead, &record{Txn: Txn{ID: id}}, func(ctx context.Context) error {
+		return c.txns.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&r)
+	})
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, fmt.Errorf("%w: %s", ErrTxnNotFound, id.Hex())
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !r.State.Valid() {
+		return &r, fmt.Errorf("%w: transaction %s is %q", ErrUnknownState, id.Hex(), r.State)
+	}
+	return &r, nil
+}

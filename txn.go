@@ -1,0 +1,456 @@
+package twopc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Txn is a transfer as stored in the transactions collection: the
+// tutorial's document, plus the idempotency key and, for a canceled
+// transfer, the reason.
+type Txn struct {
+	ID           bson.ObjectID `bson:"_id"`
+	Source       any           `bson:"source"`
+	Destination  any           `bson:"destination"`
+	Value        int64         `bson:"value"`
+	State        State         `bson:"state"`
+	LastModified time.Time     `bson:"lastModified"`
+	Application  string        `bson:"application,omitempty"`
+	Key          string        `bson:"key,omitempty"`
+	Reason       string        `bson:"reason,omitempty"`
+}
+
+// Coordinator drives transfers between account documents through the
+// two-phase commit protocol: it inserts each transaction claimed and
+// pending, applies both legs, moves it to applied (the commit point), and
+// settles it to done. It is safe for concurrent use. Close it to let
+// background settling finish.
+type Coordinator struct {
+	config
+	db       *mongo.Database
+	accounts *mongo.Collection
+	txns     *mongo.Collection
+	settler  *settler
+
+	closeOnce sync.Once
+}
+
+// NewCoordinator returns a coordinator for the accounts and transactions
+// collections of db. The write concern of db (or of the client behind it)
+// is the durability of every step: use majority on a replica set.
+func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
+	if db == nil {
+		return nil, errors.New("twopc: NewCoordinator: nil database")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, fmt.Errorf("twopc: %w", err)
+		}
+	}
+	if cfg.fenceRetention < cfg.staleAfter {
+		cfg.fenceRetention = cfg.staleAfter
+	}
+	c := &Coordinator{
+		config:   cfg,
+		db:       db,
+		accounts: db.Collection(cfg.accounts),
+		txns:     db.Collection(cfg.transactions),
+	}
+	c.settler = newSettler(c)
+	return c, nil
+}
+
+// Application returns the owner name this coordinator claims transactions
+// under.
+func (c *Coordinator) Application() string { return c.application }
+
+// EnsureIndexes creates the indexes the protocol needs, idempotently:
+// {state, lastModified} for recovery scans, a unique sparse index on key for
+// idempotency keys, and a sparse {fences, lastModified} for fence removal.
+// Accounts are only ever read and written by _id.
+func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
+	_, err := c.txns.Indexes().CreateMany(ctx, []mongo.IndexModel{
+		{Keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}},
+		{Keys: bson.D{{Key: fieldKey, Value: 1}}, Options: options.Index().SetUnique(true).SetSparse(true)},
+		{Keys: bson.D{{Key: fieldFences, Value: 1}, {Key: fieldLastModified, Value: 1}}, Options: options.Index().SetSparse(true)},
+	})
+	if err != nil {
+		return fmt.Errorf("twopc: ensure indexes: %w", err)
+	}
+	return nil
+}
+
+// OpenAccount inserts an account document with the given balance, in the
+// shape the protocol expects: {_id, balance (int64), pendingTransactions: []}.
+func (c *Coordinator) OpenAccount(ctx context.Context, id any, balance int64) error {
+	if err := validateAccountID("account", id); err != nil {
+		return err
+	}
+	_, err := c.accounts.InsertOne(ctx, bson.D{
+		{Key: "_id", Value: id},
+		{Key: fieldBalance, Value: balance},
+		{Key: fieldPending, Value: bson.A{}},
+	})
+	if err != nil {
+		return fmt.Errorf("twopc: open account %v: %w", id, err)
+	}
+	return nil
+}
+
+// Balance returns an account's balance. It includes the legs of pending
+// transactions already applied to it: like the tutorial, the protocol
+// offers transaction-like semantics, and a reader may see a debit before
+// the matching credit.
+func (c *Coordinator) Balance(ctx context.Context, id any) (int64, error) {
+	var a account
+	err := c.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}})).Decode(&a)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, fmt.Errorf("%w: %v", ErrAccountNotFound, id)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("twopc: balance of %v: %w", id, err)
+	}
+	b, ok := a.balance()
+	if !ok {
+		return 0, fmt.Errorf("%w: %v", ErrInvalidAccount, id)
+	}
+	return b, nil
+}
+
+// Get returns transaction id as it now stands.
+func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
+	r, err := c.read(ctx, id)
+	if r == nil {
+		return nil, err
+	}
+	return r.txn(), err
+}
+
+// Transfer moves value (in minor units) from source to destination. It
+// validates its input first: a value that is not positive, equal accounts,
+// or an id that cannot be an _id returns ErrInvalidTransfer and writes
+// nothing.
+//
+// Transfer inserts the transaction claimed by this coordinator and pending,
+// applies both legs, and moves it to applied, the commit point: three round
+// trips. It returns the transaction with State applied, or done under
+// WithSyncSettle; settling (pulling the id from both accounts, then done)
+// follows in the background, and a Recoverer finishes it if this process
+// dies first.
+//
+// If a leg cannot apply, the transaction is rolled back and ends canceled,
+// and Transfer returns ErrInsufficientFunds, ErrAccountNotFound,
+// ErrBalanceOverflow or ErrInvalidAccount. If a Canceler canceled it first,
+// ErrCanceled; if another application took it over while this call
+// stalled, ErrInProgress.
+//
+// Any other error (the database, the context, a step hook) leaves the
+// transaction where it stood, for a Recoverer: the returned Txn, when not
+// nil, says where. An error with a Txn whose State is Committed means the
+// money moved. With WithKey, Transfer can be repeated safely after any
+// error.
+func (c *Coordinator) Transfer(ctx context.Context, source, destination any, value int64, opts ...TransferOption) (*Txn, error) {
+	if err := validateTransfer(source, destination, value); err != nil {
+		return nil, err
+	}
+	var tc transferConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&tc)
+		}
+	}
+	if c.settler.isClosed() {
+		return nil, ErrClosed
+	}
+	r := &record{
+		Txn: Txn{
+			ID:          bson.NewObjectID(),
+			Source:      source,
+			Destination: destination,
+			Value:       value,
+			State:       StatePending,
+			Application: c.application,
+			Key:         tc.key,
+		},
+		Claim: bson.NewObjectID(),
+	}
+	o := &owned{claimedAt: time.Now()}
+	cur, err := c.insert(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("twopc: transfer %s: %w", r.ID.Hex(), err)
+	}
+	if cur.ID != r.ID {
+		return c.replay(cur, r)
+	}
+	if cur.State != StatePending || cur.Claim != r.Claim {
+		return c.outcome(cur)
+	}
+	o.rec = cur
+	return c.drive(ctx, o, c.syncSettle)
+}
+
+// insert writes the new transaction, claimed and pending, with lastModified
+// from the server's clock, in one upsert keyed by its fresh _id, so that a
+// retry after a lost reply finds it rather than inserting a second one. If
+// r's idempotency key is already taken, insert returns the transaction that
+// holds it.
+func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
+	doc := bson.D{
+		{Key: "source", Value: r.Source},
+		{Key: "destination", Value: r.Destination},
+		{Key: "value", Value: r.Value},
+		{Key: fieldState, Value: r.State},
+		{Key: fieldApplication, Value: r.Application},
+		{Key: fieldClaim, Value: r.Claim},
+	}
+	if r.Key != "" {
+		doc = append(doc, bson.E{Key: fieldKey, Value: r.Key})
+	}
+	update := bson.D{
+		{Key: "$setOnInsert", Value: doc},
+		{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
+	}
+	var cur record
+	err := c.try(ctx, StepInsert, r, func(ctx context.Context) error {
+		return c.txns.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: r.ID}}, update,
+			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&cur)
+	})
+	if err != nil && r.Key != "" && mongo.IsDuplicateKeyError(err) {
+		err = c.try(ctx, StepRead, r, func(ctx context.Context) error {
+			return c.txns.FindOne(ctx, bson.D{{Key: fieldKey, Value: r.Key}}).Decode(&cur)
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &cur, nil
+}
+
+// replay answers a Transfer whose key an earlier transfer holds.
+func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
+	if !sameID(prior.Source, asked.Source) || !sameID(prior.Destination, asked.Destination) || prior.Value != asked.Value {
+		return prior.txn(), fmt.Errorf("%w: key %q is transaction %s (%v → %v, %d)",
+			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.Source, prior.Destination, prior.Value)
+	}
+	return c.outcome(prior)
+}
+
+// owned is a transaction this process holds the claim of, and when it sent
+// the write that took the claim, by its own monotonic clock.
+type owned struct {
+	rec       *record
+	claimedAt time.Time
+}
+
+// drive takes an owned pending transaction to its commit point, or rolls it
+// back when a leg cannot apply; then settles it now (sync) or in the
+// background.
+func (c *Coordinator) drive(ctx context.Context, o *owned, sync bool) (*Txn, error) {
+	why, err := c.applyLegs(ctx, o)
+	if errors.Is(err, errLost) {
+		cur, rerr := c.read(ctx, o.rec.ID)
+		if rerr != nil {
+			return o.rec.txn(), rerr
+		}
+		return c.outcome(cur)
+	}
+	if err != nil {
+		return o.rec.txn(), fmt.Errorf("twopc: transfer %s: %w", o.rec.ID.Hex(), err)
+	}
+	if why != nil {
+		return c.abort(ctx, o.rec, why)
+	}
+	cur, moved, err := c.advance(ctx, o.rec, move{step: StepCommit, from: StatePending, to: StateApplied, claim: o.rec.Claim})
+	if err != nil {
+		return cur.txn(), fmt.Errorf("twopc: transfer %s: %w", o.rec.ID.Hex(), err)
+	}
+	if !moved {
+		return c.outcome(cur)
+	}
+	if !sync {
+		if c.settler.enqueue(cur) {
+			return cur.txn(), nil
+		}
+	}
+	done, err := c.settle(ctx, []*record{cur})
+	if err != nil {
+		return cur.txn(), fmt.Errorf("twopc: transfer %s committed; settling: %w", cur.ID.Hex(), err)
+	}
+	if len(done) == 1 {
+		cur = done[0]
+	}
+	return cur.txn(), nil
+}
+
+// abort rolls back an owned pending transaction whose leg cannot apply,
+// and returns why.
+func (c *Coordinator) abort(ctx context.Context, r *record, why error) (*Txn, error) {
+	cur, moved, err := c.advance(ctx, r, move{
+		step: StepCancel, from: StatePending, to: StateCanceling, claim: r.Claim,
+		set: bson.D{{Key: fieldReason, Value: reasonOf(why)}},
+	})
+	if err != nil {
+		return cur.txn(), fmt.Errorf("twopc: transfer %s: rolling back (%v): %w", r.ID.Hex(), why, err)
+	}
+	if !moved {
+		return c.outcome(cur)
+	}
+	cur, err = c.rollback(ctx, cur)
+	if err != nil {
+		return cur.txn(), fmt.Errorf("twopc: transfer %s: rolling back (%v): %w", r.ID.Hex(), why, err)
+	}
+	return cur.txn(), fmt.Errorf("twopc: transfer %s: %w", r.ID.Hex(), why)
+}
+
+// outcome reports a transaction this call no longer drives: committed is
+// success, canceled the reason's error, anything else in progress.
+func (c *Coordinator) outcome(r *record) (*Txn, error) {
+	switch {
+	case r.State.Committed():
+		return r.txn(), nil
+	case r.State == StateCanceled || r.State == StateCanceling:
+		return r.txn(), fmt.Errorf("twopc: transfer %s is %s: %w", r.ID.Hex(), r.State, errorOfReason(r.Reason))
+	case !r.State.Valid():
+		return r.txn(), fmt.Errorf("%w: transfer %s is %q", ErrUnknownState, r.ID.Hex(), r.State)
+	default:
+		return r.txn(), fmt.Errorf("%w: transfer %s is %s, owned by %q", ErrInProgress, r.ID.Hex(), r.State, r.Application)
+	}
+}
+
+// Reverse undoes a committed transfer the way the tutorial says to: a new
+// transfer of the same value from its destination back to its source. It
+// uses the key "reverse:<id>" unless opts give one, so reversing twice moves
+// the money back once.
+func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (*Txn, error) {
+	r, err := c.read(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !r.State.Committed() {
+		return r.txn(), fmt.Errorf("twopc: reverse %s: it is %s, not applied or done; cancel it instead", id.Hex(), r.State)
+	}
+	all := append([]TransferOption{WithKey("reverse:" + id.Hex())}, opts...)
+	return c.Transfer(ctx, r.Destination, r.Source, r.Value, all...)
+}
+
+// Settle waits until every transaction this coordinator committed before
+// the call is settled (or has failed to settle and been left to recovery).
+func (c *Coordinator) Settle(ctx context.Context) error { return c.settler.flush(ctx) }
+
+// Close stops background settling after settling what was committed, and
+// makes later Transfers fail with ErrClosed. It does not disconnect the
+// database client.
+func (c *Coordinator) Close(ctx context.Context) error {
+	var err error
+	c.closeOnce.Do(func() { err = c.settler.close(ctx) })
+	return err
+}
+
+func (r *record) txn() *Txn {
+	if r == nil {
+		return nil
+	}
+	t := r.Txn
+	return &t
+}
+
+// validateTransfer checks Transfer's input before anything is written.
+func validateTransfer(source, destination any, value int64) error {
+	if value <= 0 {
+		return fmt.Errorf("%w: value %d is not positive", ErrInvalidTransfer, value)
+	}
+	if err := validateAccountID("source", source); err != nil {
+		return err
+	}
+	if err := validateAccountID("destination", destination); err != nil {
+		return err
+	}
+	if sameID(source, destination) {
+		return fmt.Errorf("%w: source and destination are the same account %v", ErrInvalidTransfer, source)
+	}
+	return nil
+}
+
+// validateAccountID checks that id can be a document _id.
+func validateAccountID(which string, id any) error {
+	if id == nil {
+		return fmt.Errorf("%w: %s id is nil", ErrInvalidTransfer, which)
+	}
+	t, data, err := bson.MarshalValue(id)
+	if err != nil {
+		return fmt.Errorf("%w: %s id %v (%T) cannot be an _id: %v", ErrInvalidTransfer, which, id, id, err)
+	}
+	switch t {
+	case bson.TypeArray, bson.TypeUndefined, bson.TypeNull, bson.TypeRegex, bson.TypeJavaScript,
+		bson.TypeCodeWithScope, bson.TypeMinKey, bson.TypeMaxKey, bson.TypeDBPointer:
+		return fmt.Errorf("%w: %s id of BSON type %s cannot be an _id", ErrInvalidTransfer, which, t)
+	case bson.TypeString:
+		if s, ok := (bson.RawValue{Type: t, Value: data}).StringValueOK(); ok && s == "" {
+			return fmt.Errorf("%w: %s id is the empty string", ErrInvalidTransfer, which)
+		}
+	case bson.TypeDouble:
+		if f := (bson.RawValue{Type: t, Value: data}).Double(); math.IsNaN(f) {
+			return fmt.Errorf("%w: %s id is NaN", ErrInvalidTransfer, which)
+		}
+	}
+	return nil
+}
+
+// sameID reports whether two ids name the same document: equal BSON
+// values, numbers compared by value as the server compares _id.
+func sameID(a, b any) bool {
+	ta, da, errA := bson.MarshalValue(a)
+	tb, db, errB := bson.MarshalValue(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	ra, rb := bson.RawValue{Type: ta, Value: da}, bson.RawValue{Type: tb, Value: db}
+	if same, numeric := sameNumber(ra, rb); numeric {
+		return same
+	}
+	return ta == tb && string(da) == string(db)
+}
+
+// sameNumber compares two BSON numbers by value; numeric is false unless
+// both are numbers.
+func sameNumber(a, b bson.RawValue) (same, numeric bool) {
+	ia, fa, intA, okA := number(a)
+	ib, fb, intB, okB := number(b)
+	switch {
+	case !okA || !okB:
+		return false, false
+	case intA && intB:
+		return ia == ib, true
+	case !intA && !intB:
+		return fa == fb, true
+	case intA:
+		return float64(ia) == fb && fb >= -(1<<63) && fb < 1<<63 && int64(fb) == ia, true
+	default:
+		return float64(ib) == fa && fa >= -(1<<63) && fa < 1<<63 && int64(fa) == ib, true
+	}
+}
+
+func number(v bson.RawValue) (i int64, f float64, isInt, ok bool) {
+	switch v.Type {
+	case bson.TypeInt32:
+		return int64(v.Int32()), 0, true, true
+	case bson.TypeInt64:
+		return v.Int64(), 0, true, true
+	case bson.TypeDouble:
+		return 0, v.Double(), false, true
+	}
+	return 0, 0, false, false
+}

@@ -1,0 +1,319 @@
+package twopc_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/twopc/twopc"
+)
+
+func TestTransferCommitsAndSettles(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithApplication("A1"))
+	b.open(map[string]int64{"A": 1000, "B": 1000})
+
+	txn, err := b.c.Transfer(ctx, "A", "B", 100)
+	require.NoError(t, err)
+	require.True(t, txn.State.Committed(), "state %s", txn.State)
+	assert.Equal(t, "A1", txn.Application)
+	assert.Equal(t, int64(900), b.balance("A"))
+	assert.Equal(t, int64(1100), b.balance("B"))
+
+	require.NoError(t, b.c.Settle(ctx))
+	d := b.txn(txn.ID)
+	assert.Equal(t, twopc.StateDone, d.State)
+	assert.Equal(t, "A", d.Source)
+	assert.Equal(t, "B", d.Destination)
+	assert.Equal(t, int64(100), d.Value)
+	assert.False(t, d.LastModified.IsZero())
+	assert.Empty(t, b.account("A").Pending)
+	assert.Empty(t, b.account("B").Pending)
+	assert.Contains(t, b.account("A").Fenced, txn.ID, "settled legs are fenced")
+	b.checkSettled(map[string]int64{"A": 1000, "B": 1000})
+
+	got, err := b.c.Get(ctx, txn.ID)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateDone, got.State)
+}
+
+func TestTransferSyncSettleReturnsDone(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 10, "B": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateDone, txn.State)
+	assert.Equal(t, twopc.StateDone, b.txn(txn.ID).State)
+	b.checkSettled(map[string]int64{"A": 10, "B": 0})
+}
+
+func TestTransferAccountIDTypes(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	oid := bson.NewObjectID()
+	for _, id := range []any{oid, int64(7), "s"} {
+		require.NoError(t, b.c.OpenAccount(ctx, id, 100))
+	}
+	_, err := b.c.Transfer(ctx, oid, int64(7), 30)
+	require.NoError(t, err)
+	_, err = b.c.Transfer(ctx, int64(7), "s", 20)
+	require.NoError(t, err)
+	assert.Equal(t, int64(70), b.balance(oid))
+	assert.Equal(t, int64(110), b.balance(int64(7)))
+	assert.Equal(t, int64(120), b.balance("s"))
+}
+
+func TestTransferRejectsBadInputAndWritesNothing(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100, "B": 100})
+	cases := []struct {
+		name     string
+		src, dst any
+		value    int64
+	}{
+		{"zero value", "A", "B", 0},
+		{"negative value", "A", "B", -5},
+		{"min int64", "A", "B", math.MinInt64},
+		{"same account", "A", "A", 1},
+		{"same number, different int types", int32(1), int64(1), 1},
+		{"nil source", nil, "B", 1},
+		{"nil destination", "A", nil, 1},
+		{"empty string id", "", "B", 1},
+		{"array id", bson.A{"x"}, "B", 1},
+		{"unencodable id", make(chan int), "B", 1},
+		{"func id", func() {}, "B", 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			txn, err := b.c.Transfer(ctx, tc.src, tc.dst, tc.value)
+			require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+			assert.Nil(t, txn)
+		})
+	}
+	assert.Empty(t, b.txns(), "bad input wrote a transaction")
+	assert.Equal(t, int64(100), b.balance("A"))
+	assert.Equal(t, int64(100), b.balance("B"))
+}
+
+func TestTransferInsufficientFundsCancels(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 50, "B": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 51)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	require.NotNil(t, txn)
+	assert.Equal(t, twopc.StateCanceled, txn.State)
+	assert.Equal(t, "insufficient_funds", b.txn(txn.ID).Reason)
+	assert.Contains(t, b.account("B").Fenced, txn.ID, "rolled back legs are fenced")
+	b.checkSettled(map[string]int64{"A": 50, "B": 0})
+
+	// Exactly the balance is allowed.
+	_, err = b.c.Transfer(ctx, "A", "B", 50)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), b.balance("A"))
+}
+
+func TestTransferAllowNegative(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithAllowNegative())
+	b.open(map[string]int64{"A": 10, "B": 0})
+	_, err := b.c.Transfer(ctx, "A", "B", 25)
+	require.NoError(t, err)
+	assert.Equal(t, int64(-15), b.balance("A"))
+	assert.Equal(t, int64(25), b.balance("B"))
+}
+
+func TestTransferMissingAccountCancels(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100})
+	for _, dir := range [][2]string{{"A", "nobody"}, {"nobody", "A"}} {
+		txn, err := b.c.Transfer(ctx, dir[0], dir[1], 10)
+		require.ErrorIs(t, err, twopc.ErrAccountNotFound)
+		assert.Equal(t, twopc.StateCanceled, txn.State)
+		assert.Equal(t, int64(100), b.balance("A"))
+		assert.Empty(t, b.account("A").Pending)
+	}
+}
+
+func TestTransferCreditOverflowCancels(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100, "B": math.MaxInt64 - 5})
+	txn, err := b.c.Transfer(ctx, "A", "B", 6)
+	require.ErrorIs(t, err, twopc.ErrBalanceOverflow)
+	assert.Equal(t, twopc.StateCanceled, txn.State)
+	assert.Equal(t, int64(100), b.balance("A"))
+	assert.Equal(t, int64(math.MaxInt64-5), b.balance("B"))
+	_, err = b.c.Transfer(ctx, "A", "B", 5)
+	require.NoError(t, err)
+	assert.Equal(t, int64(math.MaxInt64), b.balance("B"))
+}
+
+func TestTransferInvalidAccountCancels(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100})
+	_, err := b.db.Collection("accounts").InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "nobalance"}},
+		bson.D{{Key: "_id", Value: "float"}, {Key: "balance", Value: 10.5}},
+		bson.D{{Key: "_id", Value: "text"}, {Key: "balance", Value: "100"}},
+	})
+	require.NoError(t, err)
+	for _, id := range []string{"nobalance", "float", "text"} {
+		txn, err := b.c.Transfer(ctx, "A", id, 10)
+		require.ErrorIs(t, err, twopc.ErrInvalidAccount, id)
+		assert.Equal(t, twopc.StateCanceled, txn.State)
+		txn, err = b.c.Transfer(ctx, id, "A", 10)
+		require.ErrorIs(t, err, twopc.ErrInvalidAccount, id)
+		assert.Equal(t, twopc.StateCanceled, txn.State)
+	}
+	assert.Equal(t, int64(100), b.balance("A"))
+}
+
+func TestTransferWithKeyIsIdempotent(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100, "B": 0})
+	first, err := b.c.Transfer(ctx, "A", "B", 30, twopc.WithKey("order-1"))
+	require.NoError(t, err)
+	again, err := b.c.Transfer(ctx, "A", "B", 30, twopc.WithKey("order-1"))
+	require.NoError(t, err)
+	assert.Equal(t, first.ID, again.ID)
+	// Another coordinator of another application sees the same key.
+	other := b.coordinator(twopc.WithApplication("other"))
+	third, err := other.Transfer(ctx, "A", "B", 30, twopc.WithKey("order-1"))
+	require.NoError(t, err)
+	assert.Equal(t, first.ID, third.ID)
+	assert.Equal(t, int64(70), b.balance("A"))
+	assert.Len(t, b.txns(), 1)
+
+	_, err = b.c.Transfer(ctx, "A", "B", 31, twopc.WithKey("order-1"))
+	require.ErrorIs(t, err, twopc.ErrKeyConflict)
+
+	// A canceled transfer's key keeps answering with its reason.
+	_, err = b.c.Transfer(ctx, "A", "B", 1000, twopc.WithKey("order-2"))
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	txn, err := b.c.Transfer(ctx, "A", "B", 1000, twopc.WithKey("order-2"))
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	assert.Equal(t, twopc.StateCanceled, txn.State)
+	require.NoError(t, b.c.Settle(ctx))
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+}
+
+func TestTransferWithKeyConcurrent(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100, "B": 0})
+	const n = 8
+	ids := make(chan bson.ObjectID, n)
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		c := b.coordinator()
+		go func() {
+			txn, err := c.Transfer(ctx, "A", "B", 40, twopc.WithKey("same"))
+			if txn != nil {
+				ids <- txn.ID
+			}
+			errs <- err
+		}()
+	}
+	var first bson.ObjectID
+	for i := 0; i < n; i++ {
+		err := <-errs
+		if err != nil {
+			require.ErrorIs(t, err, twopc.ErrInProgress)
+		}
+	}
+	close(ids)
+	for id := range ids {
+		if first.IsZero() {
+			first = id
+		}
+		assert.Equal(t, first, id)
+	}
+	assert.Len(t, b.txns(), 1)
+	assert.Equal(t, int64(60), b.balance("A"))
+	assert.Equal(t, int64(40), b.balance("B"))
+}
+
+func TestReverse(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 40)
+	require.NoError(t, err)
+	back, err := b.c.Reverse(ctx, txn.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "B", back.Source)
+	again, err := b.c.Reverse(ctx, txn.ID)
+	require.NoError(t, err)
+	assert.Equal(t, back.ID, again.ID, "reversing twice moves money back once")
+	assert.Equal(t, int64(100), b.balance("A"))
+	assert.Equal(t, int64(0), b.balance("B"))
+	_, err = b.c.Reverse(ctx, bson.NewObjectID())
+	require.ErrorIs(t, err, twopc.ErrTxnNotFound)
+}
+
+func TestCoordinatorOptionsAndClose(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	_, err := twopc.NewCoordinator(nil)
+	require.Error(t, err)
+	_, err = twopc.NewCoordinator(b.db, twopc.WithStaleAfter(0))
+	require.Error(t, err)
+	_, err = twopc.NewCoordinator(b.db, twopc.WithApplication(""))
+	require.Error(t, err)
+	_, err = twopc.NewCoordinator(b.db, twopc.WithCollections("x", "x"))
+	require.Error(t, err)
+	_, err = twopc.NewCoordinator(b.db, twopc.WithRetries(0))
+	require.Error(t, err)
+
+	c, err := twopc.NewCoordinator(b.db)
+	require.NoError(t, err)
+	require.NoError(t, c.Close(ctx))
+	require.NoError(t, c.Close(ctx))
+	_, err = c.Transfer(ctx, "A", "B", 1)
+	require.ErrorIs(t, err, twopc.ErrClosed)
+}
+
+func TestCustomCollections(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	c := b.coordinator(twopc.WithCollections("wallets", "ledger"), twopc.WithSyncSettle())
+	require.NoError(t, c.OpenAccount(ctx, "A", 10))
+	require.NoError(t, c.OpenAccount(ctx, "B", 0))
+	_, err := c.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	n, err := b.db.Collection("ledger").CountDocuments(ctx, bson.D{{Key: "state", Value: "done"}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	bal, err := c.Balance(ctx, "B")
+	require.NoError(t, err)
+	assert.Equal(t, int64(10), bal)
+	_, err = c.Balance(ctx, "nobody")
+	require.ErrorIs(t, err, twopc.ErrAccountNotFound)
+}
+
+func TestStepStrings(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range twopc.Steps() {
+		name := s.String()
+		require.NotContains(t, name, "Step(", "step %d has no name", int(s))
+		require.False(t, seen[name], "duplicate step name %s", name)
+		seen[name] = true
+	}
+	assert.Equal(t, "Step(99)", twopc.Step(99).String())
+	var se *twopc.StepError
+	err := error(&twopc.StepError{Step: twopc.StepCommit, Err: context.Canceled})
+	require.True(t, errors.As(err, &se))
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), "commit")
+}

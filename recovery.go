@@ -11,10 +11,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Recoverer finishes transactions whose owner stopped: it finds those in
-// pending, applied, canceling or initial whose lastModified is older than
-// StaleAfter, takes each over with a guarded write, and drives it to done or
-// canceled. It also removes fences whose retention has passed. Any number of
+// Recoverer finishes transactions whose owner stopped: it settles every
+// applied transaction, and finds those in pending, canceling or initial
+// whose lastModified is older than StaleAfter, takes each over with a
+// guarded write, and drives it to done or canceled. It also removes fences whose retention has passed. Any number of
 // recoverers, of any applications, may run at once: a takeover is
 // conditional on the claim and lastModified the recoverer read, so exactly
 // one wins each transaction.
@@ -23,7 +23,10 @@ import (
 //   - pending rolls forward, applying only the legs not yet applied, unless
 //     a leg cannot apply (overdraft, missing account, overflow, bad
 //     balance); then it rolls back to canceled.
-//   - applied is past the commit point: settle it to done.
+//   - applied is past the commit point: settle it to done, whatever its
+//     age and owner. Settling is guarded and idempotent, so racing the
+//     owner's own background settling is harmless, and a committed
+//     transfer is settled no later than the next pass.
 //   - canceling finishes its rollback to canceled.
 //   - initial (written by another program; the coordinator inserts
 //     pending) never had a leg applied: it goes to canceled.
@@ -72,10 +75,11 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("twopc: recover: %w", err)
 	}
-	var firstErr error
+	settled, firstErr := r.settleApplied(ctx)
+	rep.Settled = settled
 	seen := map[bson.ObjectID]bool{}
 	filter := bson.D{
-		{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateApplied, StateCanceling}}}},
+		{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateCanceling}}}},
 		{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: now.Add(-c.staleAfter)}}},
 	}
 	for {
@@ -108,6 +112,23 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 		return rep, fmt.Errorf("twopc: recover: %w", firstErr)
 	}
 	return rep, nil
+}
+
+// settleApplied settles every applied transaction, a batch at a time.
+func (r *Recoverer) settleApplied(ctx context.Context) (int, error) {
+	filter := bson.D{{Key: fieldState, Value: StateApplied}}
+	total := 0
+	for {
+		recs, err := r.scan(ctx, filter)
+		if err != nil || len(recs) == 0 {
+			return total, err
+		}
+		done, err := r.c.settle(ctx, recs)
+		total += len(done)
+		if err != nil || len(recs) < r.batch || len(done) == 0 {
+			return total, err
+		}
+	}
 }
 
 // scan finds a batch of transactions matching filter, oldest first.
@@ -155,12 +176,6 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 		default:
 			return err
 		}
-	case StateApplied:
-		done, err := c.settle(ctx, []*record{cur})
-		if err != nil {
-			return err
-		}
-		rep.Settled += len(done)
 	case StateCanceling:
 		if _, err := c.rollback(ctx, cur); err != nil {
 			return err
@@ -254,7 +269,7 @@ func (c *Coordinator) serverNow(ctx context.Context) (time.Time, error) {
 	var hello struct {
 		LocalTime time.Time `bson:"localTime"`
 	}
-	err := c.retry(ctx, func(ctx context.Context) error {
+	err := c.try(ctx, StepClock, nil, func(ctx context.Context) error {
 		return c.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -139,7 +140,7 @@ func TestCrashAtEveryStepThenRecover(t *testing.T) {
 // TestCrashInRecoveryThenRecoverAgain kills the recoverer itself before
 // each of its operations; the next pass finishes the work.
 func TestCrashInRecoveryThenRecoverAgain(t *testing.T) {
-	recoverySteps := []twopc.Step{twopc.StepScan, twopc.StepTakeover, twopc.StepApply, twopc.StepInspect, twopc.StepCommit, twopc.StepSettle, twopc.StepDone}
+	recoverySteps := []twopc.Step{twopc.StepClock, twopc.StepScan, twopc.StepTakeover, twopc.StepApply, twopc.StepInspect, twopc.StepCommit, twopc.StepSettle, twopc.StepDone}
 	for _, step := range recoverySteps {
 		t.Run(step.String(), func(t *testing.T) {
 			ctx := testCtx(t)
@@ -159,6 +160,43 @@ func TestCrashInRecoveryThenRecoverAgain(t *testing.T) {
 			assert.Equal(t, int64(40), b.balance("A"))
 		})
 	}
+}
+
+// TestRecoverSettlesFreshApplied: a committed transfer whose settling
+// failed is settled by the next pass, however fresh.
+func TestRecoverSettlesFreshApplied(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepSettle)), twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 60)
+	require.ErrorIs(t, err, errCrash)
+	require.Equal(t, twopc.StateApplied, txn.State)
+	rep, err := twopc.NewRecoverer(b.coordinator()).RecoverOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Settled)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+}
+
+// TestKeyedRetryAfterCrash: the first call with a key dies half way; a
+// retry returns that transaction, in progress, and moves nothing; once
+// recovery finished it, the retry returns it done.
+func TestKeyedRetryAfterCrash(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepCommit)))
+	b.open(map[string]int64{"A": 100, "B": 0})
+	first, err := b.c.Transfer(ctx, "A", "B", 60, twopc.WithKey("k"))
+	require.ErrorIs(t, err, errCrash)
+	retry, err := b.c.Transfer(ctx, "A", "B", 60, twopc.WithKey("k"))
+	require.ErrorIs(t, err, twopc.ErrInProgress)
+	assert.Equal(t, first.ID, retry.ID)
+	assert.Equal(t, twopc.StatePending, retry.State)
+	assert.Equal(t, int64(40), b.balance("A"), "the retry moved nothing")
+	b.recoverAll()
+	retry, err = b.c.Transfer(ctx, "A", "B", 60, twopc.WithKey("k"))
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateDone, retry.State)
+	assert.Len(t, b.txns(), 1)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
 }
 
 func TestRecoverRollsBackWhenALegCannotApply(t *testing.T) {
@@ -453,24 +491,36 @@ func TestRunRecoversUntilCanceled(t *testing.T) {
 	_, err := b.c.Transfer(ctx, "A", "B", 60)
 	require.ErrorIs(t, err, errCrash)
 	b.backdateAll(time.Hour)
-	// A pass scans for stale transactions, finishes them, then scans for
-	// fences to remove: the second scan means the first pass is through.
-	finished := make(chan struct{})
-	scans := 0
-	hook := func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
-		if s == twopc.StepScan {
-			if scans++; scans == 2 {
-				close(finished)
-			}
-		}
-		return nil
-	}
-	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("runner"), twopc.WithStepHook(hook)), twopc.WithInterval(time.Hour))
+	// Run logs each pass that did something: the first log record means
+	// the first pass is through.
+	passes := make(chan slog.Record, 100)
+	logger := slog.New(recordHandler(passes))
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("runner")),
+		twopc.WithInterval(time.Hour), twopc.WithRecoveryLogger(logger))
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- r.Run(runCtx) }()
-	<-finished // Run recovers at start, without waiting for the interval
+	// Run recovers at start, without waiting for the interval.
+	for rec := range passes {
+		if rec.Message == "twopc: recovery pass" {
+			break
+		}
+	}
 	stop()
 	require.ErrorIs(t, <-ran, context.Canceled)
 	b.checkSettled(map[string]int64{"A": 100, "B": 0})
 }
+
+// recordHandler is a slog.Handler that sends every record to ch.
+type recordHandler chan<- slog.Record
+
+func (h recordHandler) Enabled(context.Context, slog.Level) bool      { return true }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h <- r:
+	default:
+	}
+	return nil
+}
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h recordHandler) WithGroup(string) slog.Handler                 { return h }

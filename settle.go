@@ -6,8 +6,12 @@ import (
 	"time"
 )
 
-// settleTimeout bounds one background settle batch.
-const settleTimeout = time.Minute
+const (
+	// settleTimeout bounds one background settle batch.
+	settleTimeout = time.Minute
+	// maxSettleBatch bounds the transactions settled by one pair of writes.
+	maxSettleBatch = 256
+)
 
 // settler settles a coordinator's committed transactions in the
 // background, in batches: whatever was committed while the previous batch
@@ -73,7 +77,12 @@ func (s *settler) drain() {
 	for {
 		s.mu.Lock()
 		batch := s.queue
-		s.queue = nil
+		if len(batch) > maxSettleBatch {
+			batch = batch[:maxSettleBatch:maxSettleBatch]
+			s.queue = s.queue[maxSettleBatch:]
+		} else {
+			s.queue = nil
+		}
 		if len(batch) == 0 {
 			s.busy = false
 			for _, w := range s.waiters {

@@ -60,7 +60,7 @@ func (s State) Committed() bool { return s == StateApplied || s == StateDone }
 var transitions = map[State][]State{
 	StateInitial:   {StateInitial, StatePending, StateCanceling}, // initial→initial takes over a claim
 	StatePending:   {StatePending, StateApplied, StateCanceling}, // pending→pending renews or takes over a claim
-	StateApplied:   {StateApplied, StateDone},                    // applied→applied takes over a claim
+	StateApplied:   {StateDone},
 	StateCanceling: {StateCanceling, StateCanceled},
 }
 

@@ -43,6 +43,8 @@ const (
 	StepTakeover
 	// StepUnfence: remove fences whose retention has passed.
 	StepUnfence
+	// StepClock: read the server's clock, to judge staleness (Txn is nil).
+	StepClock
 )
 
 var stepNames = [...]string{
@@ -61,6 +63,7 @@ var stepNames = [...]string{
 	StepScan:     "scan",
 	StepTakeover: "takeover",
 	StepUnfence:  "unfence",
+	StepClock:    "clock",
 }
 
 // Steps lists every step, for tests that crash the protocol at each one.

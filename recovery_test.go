@@ -514,7 +514,7 @@ func TestRunRecoversUntilCanceled(t *testing.T) {
 // recordHandler is a slog.Handler that sends every record to ch.
 type recordHandler chan<- slog.Record
 
-func (h recordHandler) Enabled(context.Context, slog.Level) bool      { return true }
+func (h recordHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
 	select {
 	case h <- r:
@@ -522,5 +522,5 @@ func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
 	}
 	return nil
 }
-func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler            { return h }
-func (h recordHandler) WithGroup(string) slog.Handler                 { return h }
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordHandler) WithGroup(string) slog.Handler      { return h }

@@ -7,8 +7,8 @@
 // # Data model
 //
 // Accounts are documents {_id, balance, pendingTransactions: [...]} with
-// balance an int64 in minor units (cents); the library adds
-// fencedTransactions. Transactions are documents {_id, source,
+// balance an int64 in minor units (cents); the library adds pendingCredit
+// (credits applied and not yet settled) and fencedTransactions. Transactions are documents {_id, source,
 // destination, value, state, lastModified, application}, with
 // lastModified written by the server ($currentDate). Account ids may be
 // any value that can be an _id: string, ObjectID, int64.
@@ -23,13 +23,15 @@
 //  2. apply both legs in one bulk write: the debit {_id: source,
 //     pendingTransactions: {$ne: id}, fencedTransactions: {$ne: id},
 //     balance: {$gte: value}} → {$inc: {balance: -value}, $push:
-//     {pendingTransactions: id}}, and the credit likewise;
+//     {pendingTransactions: id}}, and the credit likewise, except that it
+//     goes to pendingCredit, not yet to balance;
 //  3. pending → applied, guarded by state and claim: the commit point.
 //
 // Transfer returns there, after three round trips (the tutorial takes
 // eight). Settling follows, in the background and in batches: pull the id
 // from both accounts' pendingTransactions while adding it to
-// fencedTransactions (one bulk write), then applied → done (one write).
+// fencedTransactions and moving the credit from pendingCredit to balance
+// (one bulk write), then applied → done (one write).
 // A transfer settled alone costs five data commands; under load, fewer.
 //
 // A leg that cannot apply (overdraft, missing account, overflow, a balance
@@ -77,9 +79,21 @@
 // Network errors are retried (WithRetries); the library is correct with
 // the driver's retryable writes on or off.
 //
+// Held credits: a debit leaves the balance when it is applied (the funds
+// are held), but a credit reaches the balance only when its transaction
+// settles, after the commit point. Until then it is in the account's
+// pendingCredit (see Coordinator.Account). So money that might still be
+// rolled back cannot be spent, and undoing a credit never takes a balance
+// below zero, which in the tutorial's protocol it can: credit B, B spends
+// it, cancel, and B is overdrawn. The randomized simulation in
+// sim_test.go found exactly that before credits were held.
+//
 // Isolation: like the tutorial, the protocol offers transaction-like
-// semantics, not isolation. A reader may see the debit of a pending
-// transfer before its credit, and a rolled back leg before it is undone.
+// semantics, not isolation. A reader may see a debit before the matching
+// credit reaches its balance (between apply and settle; with background
+// settling, milliseconds after Transfer returns), and a rolled back debit
+// before it is undone. Use WithSyncSettle if Transfer must return with the
+// credit spendable.
 //
 // # Clocks
 //

@@ -83,6 +83,7 @@ type accountDoc struct {
 	Balance int64           `bson:"balance"`
 	Pending []bson.ObjectID `bson:"pendingTransactions"`
 	Fenced  []bson.ObjectID `bson:"fencedTransactions"`
+	Credit  int64           `bson:"pendingCredit"`
 }
 
 func (b *bank) account(id any) accountDoc {
@@ -161,6 +162,7 @@ func (b *bank) checkSettled(opening map[string]int64) {
 		a := b.account(id)
 		require.Equalf(b.t, bal, a.Balance, "balance of %s", id)
 		require.Emptyf(b.t, a.Pending, "pending markers on %s", id)
+		require.Zerof(b.t, a.Credit, "pending credit on %s", id)
 	}
 }
 

@@ -24,6 +24,11 @@ const (
 	// was settled or canceled from applying a leg a second time, the hazard
 	// of the tutorial's protocol, where the guard is only pendingTransactions.
 	fieldFenced = "fencedTransactions"
+	// fieldPendingCredit holds the sum of the credits applied to the account
+	// and not yet settled. A credit reaches balance only when its
+	// transaction settles, after the commit point, so it cannot be spent
+	// before then: undoing a credit never takes a balance below zero.
+	fieldPendingCredit = "pendingCredit"
 )
 
 // maxApplyRounds bounds the apply-inspect rounds of one drive: a round
@@ -42,6 +47,33 @@ type leg struct {
 
 func (l leg) debit() bool { return l.delta < 0 }
 
+// applyInc is what applying l adds: a debit comes off the balance at once
+// (the funds are held), a credit waits in pendingCredit.
+func (l leg) applyInc() bson.D {
+	if l.debit() {
+		return bson.D{{Key: fieldBalance, Value: l.delta}}
+	}
+	return bson.D{{Key: fieldPendingCredit, Value: l.delta}}
+}
+
+// settleInc is what settling l adds: a credit moves from pendingCredit to
+// the balance; a debit is already there.
+func (l leg) settleInc() bson.D {
+	if l.debit() {
+		return nil
+	}
+	return bson.D{{Key: fieldBalance, Value: l.delta}, {Key: fieldPendingCredit, Value: -l.delta}}
+}
+
+// undoInc is what undoing an applied l adds: the held debit back to the
+// balance, the credit out of pendingCredit.
+func (l leg) undoInc() bson.D {
+	if l.debit() {
+		return bson.D{{Key: fieldBalance, Value: -l.delta}}
+	}
+	return bson.D{{Key: fieldPendingCredit, Value: -l.delta}}
+}
+
 func (r *record) legs() []leg {
 	return []leg{{account: r.Source, delta: -r.Value}, {account: r.Destination, delta: r.Value}}
 }
@@ -52,6 +84,8 @@ type account struct {
 	Balance bson.RawValue   `bson:"balance"`
 	Pending []bson.ObjectID `bson:"pendingTransactions"`
 	Fenced  []bson.ObjectID `bson:"fencedTransactions"`
+
+	PendingCredit int64 `bson:"pendingCredit"`
 }
 
 // balance returns the account's balance if it is an integer.
@@ -79,7 +113,7 @@ func has(ids []bson.ObjectID, id bson.ObjectID) bool {
 // closed (fencedTransactions), the balance is an integer, and the result
 // stays in range (and, for a debit, at or above zero unless negative
 // balances are allowed). It pushes id to pendingTransactions with the
-// balance change, atomically, so it is safe to repeat.
+// change (see applyInc), atomically, so it is safe to repeat.
 func (c *Coordinator) applyModel(id bson.ObjectID, l leg) mongo.WriteModel {
 	var bound bson.E
 	switch {
@@ -98,7 +132,7 @@ func (c *Coordinator) applyModel(id bson.ObjectID, l leg) mongo.WriteModel {
 			{Key: fieldBalance, Value: bson.D{bound, {Key: "$type", Value: bson.A{"int", "long"}}}},
 		}).
 		SetUpdate(bson.D{
-			{Key: "$inc", Value: bson.D{{Key: fieldBalance, Value: l.delta}}},
+			{Key: "$inc", Value: l.applyInc()},
 			{Key: "$push", Value: bson.D{{Key: fieldPending, Value: id}}},
 		})
 }
@@ -245,8 +279,8 @@ func (c *Coordinator) renew(ctx context.Context, o *owned) error {
 }
 
 // settle closes the legs of committed transactions on their accounts (pull
-// the id from pendingTransactions and fence it, one bulk write for the
-// batch) and then moves them to done (one write for the batch). Both writes
+// the id from pendingTransactions and fence it, and move a credit from
+// pendingCredit to the balance; one bulk write for the batch) and then moves them to done (one write for the batch). Both writes
 // are guarded and idempotent, so anyone may settle an applied transaction,
 // any number of times. It returns the transactions it moved to done.
 func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, error) {
@@ -266,12 +300,16 @@ func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, er
 	var owner []int // owner[i] is the batch index of models[i]
 	for i, r := range batch {
 		for _, l := range r.legs() {
+			update := bson.D{
+				{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: r.ID}}},
+				{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: r.ID}}},
+			}
+			if inc := l.settleInc(); inc != nil {
+				update = append(update, bson.E{Key: "$inc", Value: inc})
+			}
 			models = append(models, mongo.NewUpdateOneModel().
 				SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: r.ID}}).
-				SetUpdate(bson.D{
-					{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: r.ID}}},
-					{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: r.ID}}},
-				}))
+				SetUpdate(update))
 			owner = append(owner, i)
 		}
 	}
@@ -373,7 +411,7 @@ func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
 		undos[i] = mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: r.ID}}).
 			SetUpdate(bson.D{
-				{Key: "$inc", Value: bson.D{{Key: fieldBalance, Value: -l.delta}}},
+				{Key: "$inc", Value: l.undoInc()},
 				{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: r.ID}}},
 			})
 	}

@@ -199,6 +199,28 @@ func TestKeyedRetryAfterCrash(t *testing.T) {
 	b.checkSettled(map[string]int64{"A": 100, "B": 0})
 }
 
+// TestHeldCreditCannotBeSpent: a credit of a transfer that has not
+// reached its commit point is not spendable, so canceling the transfer
+// never takes the destination below zero.
+func TestHeldCreditCannotBeSpent(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepCommit)), twopc.WithApplication("app"))
+	b.open(map[string]int64{"A": 100, "B": 0, "C": 0})
+	t1, err := b.c.Transfer(ctx, "A", "B", 60)
+	require.ErrorIs(t, err, errCrash)
+	acct, err := b.c.Account(ctx, "B")
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), acct.Balance)
+	assert.Equal(t, int64(60), acct.PendingCredit)
+	assert.Equal(t, []bson.ObjectID{t1.ID}, acct.PendingTransactions)
+
+	_, err = b.c.Transfer(ctx, "B", "C", 60)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds, "B cannot spend a credit that is not settled")
+	_, err = twopc.NewCanceler(b.c).Cancel(ctx, t1.ID)
+	require.NoError(t, err)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0, "C": 0})
+}
+
 func TestRecoverRollsBackWhenALegCannotApply(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepApply)))

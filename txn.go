@@ -109,25 +109,45 @@ func (c *Coordinator) OpenAccount(ctx context.Context, id any, balance int64) er
 	return nil
 }
 
-// Balance returns an account's balance. It includes the legs of pending
-// transactions already applied to it: like the tutorial, the protocol
-// offers transaction-like semantics, and a reader may see a debit before
-// the matching credit.
-func (c *Coordinator) Balance(ctx context.Context, id any) (int64, error) {
+// Account is an account document as the protocol sees it.
+type Account struct {
+	ID any
+	// Balance is the available balance: it includes the debits of pending
+	// transfers (the funds are held) and only the credits that are settled.
+	Balance int64
+	// PendingCredit is the sum of the credits applied to the account and
+	// not yet settled: money on its way in, spendable once settled.
+	PendingCredit int64
+	// PendingTransactions lists the transactions with a leg applied to the
+	// account and not yet settled.
+	PendingTransactions []bson.ObjectID
+}
+
+// Account reads account id.
+func (c *Coordinator) Account(ctx context.Context, id any) (*Account, error) {
 	var a account
 	err := c.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}})).Decode(&a)
+		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPending, Value: 1}})).Decode(&a)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, fmt.Errorf("%w: %v", ErrAccountNotFound, id)
+		return nil, fmt.Errorf("%w: %v", ErrAccountNotFound, id)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("twopc: balance of %v: %w", id, err)
+		return nil, fmt.Errorf("twopc: account %v: %w", id, err)
 	}
 	b, ok := a.balance()
 	if !ok {
-		return 0, fmt.Errorf("%w: %v", ErrInvalidAccount, id)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidAccount, id)
 	}
-	return b, nil
+	return &Account{ID: id, Balance: b, PendingCredit: a.PendingCredit, PendingTransactions: a.Pending}, nil
+}
+
+// Balance returns an account's available balance (see Account).
+func (c *Coordinator) Balance(ctx context.Context, id any) (int64, error) {
+	a, err := c.Account(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	return a.Balance, nil
 }
 
 // Get returns transaction id as it now stands.

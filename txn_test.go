@@ -22,10 +22,10 @@ func TestTransferCommitsAndSettles(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, txn.State.Committed(), "state %s", txn.State)
 	assert.Equal(t, "A1", txn.Application)
-	assert.Equal(t, int64(900), b.balance("A"))
-	assert.Equal(t, int64(1100), b.balance("B"))
 
 	require.NoError(t, b.c.Settle(ctx))
+	assert.Equal(t, int64(900), b.balance("A"))
+	assert.Equal(t, int64(1100), b.balance("B"))
 	d := b.txn(txn.ID)
 	assert.Equal(t, twopc.StateDone, d.State)
 	assert.Equal(t, "A", d.Source)
@@ -154,6 +154,7 @@ func TestTransferCreditOverflowCancels(t *testing.T) {
 	assert.Equal(t, int64(math.MaxInt64-5), b.balance("B"))
 	_, err = b.c.Transfer(ctx, "A", "B", 5)
 	require.NoError(t, err)
+	require.NoError(t, b.c.Settle(ctx))
 	assert.Equal(t, int64(math.MaxInt64), b.balance("B"))
 }
 

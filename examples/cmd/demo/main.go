@@ -84,15 +84,18 @@ func run(ctx context.Context, out io.Writer) error {
 		}
 	}
 	balances := func() error {
-		a, err := c.Balance(ctx, "A")
-		if err != nil {
-			return err
+		fmt.Fprint(out, "  balances:")
+		for _, id := range []string{"A", "B"} {
+			a, err := c.Account(ctx, id)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, " %s=%d", id, a.Balance)
+			if a.PendingCredit != 0 {
+				fmt.Fprintf(out, " (+%d held until settled)", a.PendingCredit)
+			}
 		}
-		b, err := c.Balance(ctx, "B")
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "  balances: A=%d B=%d\n", a, b)
+		fmt.Fprintln(out)
 		return nil
 	}
 	fmt.Fprintln(out, "seeded two accounts:")
@@ -124,7 +127,7 @@ func run(ctx context.Context, out io.Writer) error {
 	crashAtCommit = true
 	txn, err = c.Transfer(ctx, "B", "A", 250)
 	fmt.Fprintf(out, "  Transfer returned: %v\n", err)
-	fmt.Fprintf(out, "  transaction %s is left %s, both legs applied\n", txn.ID.Hex(), txn.State)
+	fmt.Fprintf(out, "  transaction %s is left %s, both legs applied (the credit held)\n", txn.ID.Hex(), txn.State)
 	if err := balances(); err != nil {
 		return err
 	}

@@ -3,14 +3,25 @@
 
 ADDR ?= 127.0.0.1:27017
 GO   ?= go
+SHELL := /bin/bash
 
-.PHONY: test demo devserver vet fmt check
+.PHONY: test demo devserver vet fmt check soak
 
 # test runs every test of both modules with the race detector, against
-# MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev server.
+# MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev server,
+# then fuzzes Transfer's inputs for a short fixed time.
 test:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 	cd examples && $(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzTransfer$$' -fuzztime 15s -parallel 2 .
+
+# soak runs the randomized simulation longer: more transfers, applications,
+# workers and accounts (SEED=n repeats a run); it prints a summary per seed.
+SOAK_TRANSFERS ?= 3000
+soak:
+	set -o pipefail; $(GO) test -count=1 -timeout 60m -run '^TestSimulation$$' -v . \
+		-sim.transfers=$(SOAK_TRANSFERS) -sim.apps=4 -sim.workers=6 -sim.accounts=40 $(if $(SEED),-sim.seed=$(SEED)) \
+		| grep -E '^(=== RUN|--- |    sim_test.go|PASS|FAIL|ok)'
 
 # demo seeds two accounts and runs transfers, printing each state change.
 demo:

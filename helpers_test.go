@@ -2,6 +2,7 @@ package twopc_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +17,12 @@ import (
 	"github.com/twopc/twopc/internal/mongotest"
 )
 
-func TestMain(m *testing.M) { mongotest.MainWithURI(m) }
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envChild); mode != "" {
+		os.Exit(childMain(mode)) // a coordinator process of TestKilledProcesses
+	}
+	mongotest.MainWithURI(m)
+}
 
 // testCtx is a context that ends with the test.
 func testCtx(t *testing.T) context.Context {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -421,12 +423,67 @@ func validateAccountID(which string, id any) error {
 		if s, ok := (bson.RawValue{Type: t, Value: data}).StringValueOK(); ok && s == "" {
 			return fmt.Errorf("%w: %s id is the empty string", ErrInvalidTransfer, which)
 		}
+		if !validUTF8(bson.RawValue{Type: t, Value: data}) {
+			return fmt.Errorf("%w: %s id is not valid UTF-8", ErrInvalidTransfer, which)
+		}
 	case bson.TypeDouble:
 		if f := (bson.RawValue{Type: t, Value: data}).Double(); math.IsNaN(f) {
 			return fmt.Errorf("%w: %s id is NaN", ErrInvalidTransfer, which)
 		}
+	case bson.TypeEmbeddedDocument:
+		// {_id: {$gt: ""}} in a filter is a query, not an id: it would match
+		// other accounts. Keys with dots or nothing in them are refused by
+		// some servers, so they are refused here, before anything is written.
+		if err := checkKeys(bson.Raw(data)); err != nil {
+			return fmt.Errorf("%w: %s id: %v", ErrInvalidTransfer, which, err)
+		}
+		if !validUTF8(bson.RawValue{Type: t, Value: data}) {
+			return fmt.Errorf("%w: %s id is not valid UTF-8", ErrInvalidTransfer, which)
+		}
 	}
 	return nil
+}
+
+// checkKeys refuses document keys that are empty, start with $ or hold a
+// dot, at any depth.
+func checkKeys(doc bson.Raw) error {
+	elems, err := doc.Elements()
+	if err != nil {
+		return err
+	}
+	for _, e := range elems {
+		switch k := e.Key(); {
+		case k == "", strings.HasPrefix(k, "$"), strings.Contains(k, "."):
+			return fmt.Errorf("field name %q", k)
+		}
+		if v := e.Value(); v.Type == bson.TypeEmbeddedDocument {
+			if err := checkKeys(v.Document()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// validUTF8 reports whether every string in v, and every key of its
+// documents, is valid UTF-8, as BSON requires and servers may not check.
+func validUTF8(v bson.RawValue) bool {
+	switch v.Type {
+	case bson.TypeString:
+		s, ok := v.StringValueOK()
+		return ok && utf8.ValidString(s)
+	case bson.TypeEmbeddedDocument, bson.TypeArray:
+		elems, err := bson.Raw(v.Value).Elements()
+		if err != nil {
+			return false
+		}
+		for _, e := range elems {
+			if !utf8.ValidString(e.Key()) || !validUTF8(e.Value()) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // sameID reports whether two ids name the same document: equal BSON

@@ -57,15 +57,19 @@ func devServerBinary(ctx context.Context) (string, error) {
 	return binary, buildErr
 }
 
-// StartDevServer starts a dev server of the caller's own on a free loopback
-// port, with its data in dir (a fresh temporary directory if dir is ""). Stop
-// it with Stop; starting another on the same dir finds the same data.
-func StartDevServer(ctx context.Context, dir string) (*DevServer, error) {
+// StartDevServer starts a dev server of the caller's own on addr (a free
+// loopback port if addr is ""), with its data in dir (a fresh temporary
+// directory if dir is ""). Stop it with Stop; starting another on the same
+// addr and dir finds the same data where clients left it.
+func StartDevServer(ctx context.Context, addr, dir string) (*DevServer, error) {
 	bin, err := devServerBinary(ctx)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"-addr", "127.0.0.1:0", "-control", "127.0.0.1:0"}
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	args := []string{"-addr", addr, "-control", "127.0.0.1:0"}
 	if dir != "" {
 		args = append(args, "-dir", dir)
 	}
@@ -119,6 +123,16 @@ func StartDevServer(ctx context.Context, dir string) (*DevServer, error) {
 	return s, nil
 }
 
+// Addr returns the host:port the server's front listens on.
+func (s *DevServer) Addr() string {
+	return strings.TrimSuffix(strings.TrimPrefix(s.URI, "mongodb://"), "/")
+}
+
+// Server returns s as a Server, for helpers that take one.
+func (s *DevServer) Server() *Server {
+	return &Server{Backend: BackendDevServer, URI: s.URI, Faults: s.Faults}
+}
+
 // Stop stops the server with SIGTERM and waits for it to exit.
 func (s *DevServer) Stop() error {
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -134,7 +148,7 @@ func (s *DevServer) Stop() error {
 }
 
 func startDevServer(ctx context.Context, dir string) (*Server, error) {
-	s, err := StartDevServer(ctx, dir)
+	s, err := StartDevServer(ctx, "", dir)
 	if err != nil {
 		return nil, err
 	}

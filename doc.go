@@ -115,11 +115,27 @@
 // hashed _id shard keys; the recoverer's scans use the {state,
 // lastModified} index EnsureIndexes creates.
 //
-// # Errors
+// # Errors and bad input
 //
-// Bad input returns ErrInvalidTransfer and writes nothing. A leg that
-// cannot apply returns ErrInsufficientFunds, ErrAccountNotFound,
-// ErrBalanceOverflow or ErrInvalidAccount, with the transaction canceled.
+// Transfer checks its input before it writes anything, and returns
+// ErrInvalidTransfer for: a value that is zero or negative; a source equal
+// to the destination (numbers compare by value, as the server compares
+// _id: int32(1) and int64(1) are one account); a nil id; an id that cannot
+// be an _id (an array, null, undefined, a regular expression, MinKey or
+// MaxKey, JavaScript, a Go value with no BSON form such as a channel or a
+// func); an empty string; a string or document that is not valid UTF-8;
+// and a document id with an empty, dotted or $-prefixed key (in a filter,
+// {_id: {$gt: ""}} is a query that would match other accounts).
+//
+// What only the accounts can tell ends the transaction canceled, with
+// nothing moved: a debit the balance cannot cover, ErrInsufficientFunds; a
+// missing account, ErrAccountNotFound; a balance that a credit would take
+// past MaxInt64 (or a debit below MinInt64 when negative balances are
+// allowed), ErrBalanceOverflow; a balance that is missing or not an int32
+// or int64 (a float, a string), ErrInvalidAccount. A transaction document
+// whose state is none of the six (edited by hand) gives ErrUnknownState
+// from Get, Cancel and Reverse, and recovery leaves it alone. An unknown
+// transaction id gives ErrTxnNotFound.
 // ErrCanceled, ErrInProgress, ErrNotCancelable, ErrTxnNotFound,
 // ErrKeyConflict, ErrUnknownState and ErrClosed name the other outcomes.
 // All are matched with errors.Is. Any other error leaves the transaction

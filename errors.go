@@ -52,6 +52,12 @@ var (
 	// The library leaves it alone.
 	ErrUnknownState = errors.New("twopc: transaction in unknown state")
 
+	// ErrMalformedTxn reports a transaction document the protocol could not
+	// have written: a value that is not positive, ids that are not valid or
+	// equal, fields of the wrong type. The library leaves it alone: it is
+	// not rolled forward, back or canceled, and recovery counts it failed.
+	ErrMalformedTxn = errors.New("twopc: malformed transaction document")
+
 	// ErrClosed reports a call on a Coordinator after Close.
 	ErrClosed = errors.New("twopc: coordinator closed")
 )

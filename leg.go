@@ -29,6 +29,9 @@ const (
 	// transaction settles, after the commit point, so it cannot be spent
 	// before then: undoing a credit never takes a balance below zero.
 	fieldPendingCredit = "pendingCredit"
+	// fieldTombstone marks a document that holds only fences, written by a
+	// rollback on an account that did not exist.
+	fieldTombstone = "tombstone"
 )
 
 // maxApplyRounds bounds the apply-inspect rounds of one drive: a round
@@ -86,6 +89,7 @@ type account struct {
 	Fenced  []bson.ObjectID `bson:"fencedTransactions"`
 
 	PendingCredit int64 `bson:"pendingCredit"`
+	Tombstone     bool  `bson:"tombstone"`
 }
 
 // balance returns the account's balance if it is an integer.
@@ -150,10 +154,10 @@ const (
 // judge reads account a (nil if missing) for leg l of transaction id.
 func (c *Coordinator) judge(a *account, id bson.ObjectID, l leg) (legVerdict, error) {
 	switch {
-	case a == nil:
-		return legBlocked, fmt.Errorf("%w: %v", ErrAccountNotFound, l.account)
-	case has(a.Fenced, id):
+	case a != nil && has(a.Fenced, id): // a may be a tombstone
 		return legFenced, nil
+	case a == nil || a.Tombstone:
+		return legBlocked, fmt.Errorf("%w: %v", ErrAccountNotFound, l.account)
 	case has(a.Pending, id):
 		return legApplied, nil
 	}
@@ -181,16 +185,22 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err e
 	id := o.rec.ID
 	todo := o.rec.legs()
 	for round := 0; round < maxApplyRounds; round++ {
-		if err := c.renew(ctx, o); err != nil {
-			return nil, err
-		}
 		models := make([]mongo.WriteModel, len(todo))
 		for i, l := range todo {
 			models[i] = c.applyModel(id, l)
 		}
 		var modified int64
 		err := c.try(ctx, StepApply, o.rec, func(ctx context.Context) error {
-			res, err := c.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+			// The claim check sits right before every attempt, and the
+			// write carries a deadline at which the claim could start to
+			// look stale: the driver will not send it later, and passes
+			// the rest as maxTimeMS so that the server gives up too.
+			if err := c.renew(ctx, o); err != nil {
+				return err
+			}
+			wctx, cancel := context.WithDeadline(ctx, o.claimedAt.Add(c.staleAfter/2))
+			defer cancel()
+			res, err := c.accounts.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
 			if res != nil {
 				modified = res.ModifiedCount
 			}
@@ -202,6 +212,14 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err e
 			return nil, nil
 		case err != nil && !errors.As(err, &bwe):
 			return nil, err
+		case bwe.WriteConcernError != nil:
+			// Applied on the primary perhaps, but not durably: do not
+			// judge by reading the primary. Recovery will apply again.
+			return nil, err
+		}
+		refused := map[int]string{} // leg index → the server's reason
+		for _, we := range bwe.WriteErrors {
+			refused[we.Index] = we.Message
 		}
 		accts, err := c.inspect(ctx, o.rec, todo)
 		if err != nil {
@@ -210,6 +228,13 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err e
 		var next []leg
 		for i, l := range todo {
 			verdict, why := c.judge(accts[i], id, l)
+			if msg, ok := refused[i]; ok && verdict == legRetry {
+				// The server refused the write for a reason the
+				// account's fields do not show: a schema validator, a
+				// pendingTransactions that is not an array, a document
+				// grown too large. It will refuse it again.
+				verdict, why = legBlocked, fmt.Errorf("%w: account %v: the server refused the leg: %s", ErrInvalidAccount, l.account, msg)
+			}
 			switch verdict {
 			case legFenced:
 				return nil, errLost
@@ -236,7 +261,7 @@ func (c *Coordinator) inspect(ctx context.Context, r *record, legs []leg) ([]*ac
 	var found []account
 	err := c.try(ctx, StepInspect, r, func(ctx context.Context) error {
 		cur, err := c.accounts.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-			options.Find().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFenced, Value: 1}}))
+			options.Find().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFenced, Value: 1}, {Key: fieldTombstone, Value: 1}}))
 		if err != nil {
 			return err
 		}
@@ -257,13 +282,14 @@ func (c *Coordinator) inspect(ctx context.Context, r *record, legs []leg) ([]*ac
 	return out, nil
 }
 
-// renew refreshes the owner's claim when half of StaleAfter has passed
-// since it was taken (by this process's monotonic clock, from when the
-// claiming write was sent, so never later than the server's view). A leg
-// write is therefore never sent on a claim another application may already
-// have taken over. errLost if the claim is gone.
+// renew refreshes the owner's claim when a quarter of StaleAfter has
+// passed since it was taken (by this process's monotonic clock, from when
+// the claiming write was sent, so never later than the server's view). A
+// leg write, sent with a deadline of half of StaleAfter after the claim, is
+// therefore never sent on a claim another application may already have
+// taken over. errLost if the claim is gone.
 func (c *Coordinator) renew(ctx context.Context, o *owned) error {
-	if time.Since(o.claimedAt) < c.staleAfter/2 {
+	if time.Since(o.claimedAt) < c.staleAfter/4 {
 		return nil
 	}
 	sent := time.Now()
@@ -349,6 +375,7 @@ func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, er
 // stored document back.
 func (c *Coordinator) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
 	m.set = append(m.set, bson.E{Key: fieldFences, Value: true})
+	m.lease = c.fenceRetention
 	switch len(recs) {
 	case 0:
 		return nil, nil
@@ -405,9 +432,16 @@ func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
 	fences := make([]mongo.WriteModel, len(legs))
 	undos := make([]mongo.WriteModel, len(legs))
 	for i, l := range legs {
+		// An upsert: if the account does not exist yet, the fence is a
+		// tombstone that OpenAccount adopts, so that an account opened
+		// later cannot take a stalled applier's leg.
 		fences[i] = mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: l.account}}).
-			SetUpdate(bson.D{{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: r.ID}}}})
+			SetUpdate(bson.D{
+				{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: r.ID}}},
+				{Key: "$setOnInsert", Value: bson.D{{Key: fieldTombstone, Value: true}}},
+			}).
+			SetUpsert(true)
 		undos[i] = mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: r.ID}}).
 			SetUpdate(bson.D{
@@ -434,7 +468,7 @@ func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
 // retention has passed, from their accounts and then from the transaction.
 func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) {
 	var models []mongo.WriteModel
-	var ids bson.A
+	var ids, accounts bson.A
 	var firstErr error
 	for _, r := range recs {
 		if err := c.at(ctx, StepUnfence, r); err != nil {
@@ -443,6 +477,7 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) 
 		}
 		ids = append(ids, r.ID)
 		for _, l := range r.legs() {
+			accounts = append(accounts, l.account)
 			models = append(models, mongo.NewUpdateOneModel().
 				SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldFenced, Value: r.ID}}).
 				SetUpdate(bson.D{{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: r.ID}}}}))
@@ -453,6 +488,18 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) 
 	}
 	err := c.retry(ctx, func(ctx context.Context) error {
 		_, err := c.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		return err
+	})
+	if err != nil {
+		return 0, cmpErr(firstErr, err)
+	}
+	// Tombstones whose last fence went are no longer needed.
+	err = c.retry(ctx, func(ctx context.Context) error {
+		_, err := c.accounts.DeleteMany(ctx, bson.D{
+			{Key: "_id", Value: bson.D{{Key: "$in", Value: accounts}}},
+			{Key: fieldTombstone, Value: true},
+			{Key: fieldFenced, Value: bson.D{{Key: "$size", Value: 0}}},
+		})
 		return err
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -40,7 +41,10 @@ type Recoverer struct {
 // NewRecoverer returns a recoverer working for c, under c's application
 // name, StaleAfter and step hook.
 func NewRecoverer(c *Coordinator, opts ...RecoverOption) *Recoverer {
-	r := &Recoverer{c: c, interval: DefaultInterval, batch: DefaultRecoveryBatch, logger: c.logger}
+	r := &Recoverer{c: c, interval: DefaultInterval, batch: DefaultRecoveryBatch, logger: slog.New(slog.DiscardHandler)}
+	if c != nil {
+		r.logger = c.logger
+	}
 	for _, o := range opts {
 		if o != nil {
 			o(r)
@@ -66,44 +70,61 @@ func (rep RecoveryReport) Finished() int {
 }
 
 // RecoverOnce makes one recovery pass over every transaction stale at its
-// start. It returns the report and the first error it met; a transaction it
-// failed on stays as it was for the next pass.
+// start: it settles the applied ones, finishes the stale ones, and removes
+// the fences whose retention has passed. It returns the report and the
+// first error it met; a transaction it failed on stays as it was for the
+// next pass, and does not stop the pass. A document that is not a
+// transaction the protocol wrote (see ErrMalformedTxn) is counted as
+// failed and left alone.
 func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 	var rep RecoveryReport
+	if r == nil || r.c == nil {
+		return rep, errors.New("twopc: recover: Recoverer has no Coordinator (use NewRecoverer)")
+	}
 	c := r.c
 	now, err := c.serverNow(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("twopc: recover: %w", err)
 	}
-	settled, firstErr := r.settleApplied(ctx)
-	rep.Settled = settled
-	seen := map[bson.ObjectID]bool{}
-	filter := bson.D{
+	var firstErr error
+	fail := func(err error) {
+		rep.Failed++
+		firstErr = cmpErr(firstErr, err)
+	}
+
+	// Applied: settle, whatever the age, in batches.
+	err = r.each(ctx, bson.D{{Key: fieldState, Value: StateApplied}}, fail, func(recs []*record) {
+		done, err := c.settle(ctx, recs)
+		rep.Settled += len(done)
+		if err != nil {
+			fail(err)
+		}
+	})
+	if err != nil {
+		firstErr = cmpErr(firstErr, err)
+	}
+
+	// Stale initial, pending and canceling: take over and finish, one by one.
+	stale := bson.D{
 		{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateCanceling}}}},
 		{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: now.Add(-c.staleAfter)}}},
 	}
-	for {
-		stale, err := r.scan(ctx, filter)
-		if err != nil {
-			return rep, fmt.Errorf("twopc: recover: %w", cmpErr(firstErr, err))
-		}
-		fresh := 0
-		for _, t := range stale {
-			if seen[t.ID] {
-				continue
+	err = r.each(ctx, stale, fail, func(recs []*record) {
+		for _, t := range recs {
+			if !t.LastModified.Before(now.Add(-t.lease(c.staleAfter))) {
+				continue // its owner's StaleAfter is longer than ours
 			}
-			seen[t.ID] = true
-			fresh++
 			if err := r.recover(ctx, t, &rep); err != nil {
-				rep.Failed++
-				firstErr = cmpErr(firstErr, fmt.Errorf("transaction %s: %w", t.ID.Hex(), err))
+				fail(fmt.Errorf("transaction %s: %w", t.ID.Hex(), err))
 			}
 		}
-		if len(stale) < r.batch || fresh == 0 {
-			break
-		}
+	})
+	if err != nil {
+		firstErr = cmpErr(firstErr, err)
 	}
-	n, err := r.unfence(ctx, now.Add(-c.fenceRetention))
+
+	// Fences past their retention.
+	n, err := r.unfence(ctx, now)
 	rep.Unfenced = n
 	if err != nil {
 		firstErr = cmpErr(firstErr, err)
@@ -114,36 +135,42 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 	return rep, nil
 }
 
-// settleApplied settles every applied transaction, a batch at a time.
-func (r *Recoverer) settleApplied(ctx context.Context) (int, error) {
-	filter := bson.D{{Key: fieldState, Value: StateApplied}}
-	total := 0
-	for {
-		recs, err := r.scan(ctx, filter)
-		if err != nil || len(recs) == 0 {
-			return total, err
+// each finds the transactions matching filter, oldest first, and hands
+// them to fn in batches. A document that does not decode, or is not a
+// transaction the protocol could have written, goes to bad instead.
+func (r *Recoverer) each(ctx context.Context, filter bson.D, bad func(error), fn func([]*record)) error {
+	filter = append(bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}}, filter...)
+	var cur *mongo.Cursor
+	err := r.c.try(ctx, StepScan, nil, func(ctx context.Context) error {
+		var err error
+		cur, err = r.c.txns.Find(ctx, filter,
+			options.Find().SetSort(bson.D{{Key: fieldLastModified, Value: 1}}).SetBatchSize(int32(r.batch)))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer cur.Close(ctx)
+	batch := make([]*record, 0, r.batch)
+	for cur.Next(ctx) {
+		var t record
+		if err := cur.Decode(&t); err != nil {
+			bad(fmt.Errorf("%w: %v: %v", ErrMalformedTxn, cur.Current.Lookup("_id"), err))
+			continue
 		}
-		done, err := r.c.settle(ctx, recs)
-		total += len(done)
-		if err != nil || len(recs) < r.batch || len(done) == 0 {
-			return total, err
+		if err := t.check(); err != nil {
+			bad(err)
+			continue
+		}
+		if batch = append(batch, &t); len(batch) == r.batch {
+			fn(batch)
+			batch = make([]*record, 0, r.batch)
 		}
 	}
-}
-
-// scan finds a batch of transactions matching filter, oldest first.
-func (r *Recoverer) scan(ctx context.Context, filter bson.D) ([]*record, error) {
-	var found []*record
-	err := r.c.try(ctx, StepScan, nil, func(ctx context.Context) error {
-		cur, err := r.c.txns.Find(ctx, filter,
-			options.Find().SetSort(bson.D{{Key: fieldLastModified, Value: 1}}).SetLimit(int64(r.batch)))
-		if err != nil {
-			return err
-		}
-		found = found[:0]
-		return cur.All(ctx, &found)
-	})
-	return found, err
+	if len(batch) > 0 {
+		fn(batch)
+	}
+	return cur.Err()
 }
 
 // recover takes over one stale transaction and finishes it.
@@ -153,7 +180,7 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 	cur, moved, err := c.advance(ctx, t, move{
 		step: StepTakeover, from: t.State, to: t.State,
 		claim: t.Claim, lastModified: t.LastModified,
-		newClaim: bson.NewObjectID(), application: c.application,
+		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
 	})
 	if err != nil {
 		return err
@@ -207,25 +234,28 @@ func isLegReason(err error) bool {
 		errors.Is(err, ErrBalanceOverflow) || errors.Is(err, ErrInvalidAccount)
 }
 
-// unfence removes the fences of transactions settled or canceled before
-// cutoff, a batch at a time.
-func (r *Recoverer) unfence(ctx context.Context, cutoff time.Time) (int, error) {
+// unfence removes the fences of final transactions whose retention has
+// passed by now: the longer of this coordinator's and the one recorded in
+// the transaction by every process that claimed it.
+func (r *Recoverer) unfence(ctx context.Context, now time.Time) (int, error) {
 	filter := bson.D{
 		{Key: fieldFences, Value: true},
-		{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: cutoff}}},
+		{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: now.Add(-r.c.fenceRetention)}}},
 	}
 	total := 0
-	for {
-		recs, err := r.scan(ctx, filter)
-		if err != nil || len(recs) == 0 {
-			return total, err
+	var firstErr error
+	err := r.each(ctx, filter, func(err error) { firstErr = cmpErr(firstErr, err) }, func(recs []*record) {
+		var due []*record
+		for _, t := range recs {
+			if t.LastModified.Before(now.Add(-t.lease(r.c.fenceRetention))) {
+				due = append(due, t)
+			}
 		}
-		n, err := r.c.unfence(ctx, recs)
+		n, err := r.c.unfence(ctx, due)
 		total += n
-		if err != nil || len(recs) < r.batch || n == 0 {
-			return total, err
-		}
-	}
+		firstErr = cmpErr(firstErr, err)
+	})
+	return total, cmpErr(firstErr, err)
 }
 
 // Run makes a recovery pass at once and then every interval (WithInterval,

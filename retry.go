@@ -13,8 +13,9 @@ import (
 // caller's context is still live. Such a failure is ambiguous for a write:
 // it may or may not have happened.
 func transient(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil {
-		return false
+	var stepErr *StepError
+	if err == nil || ctx.Err() != nil || errors.As(err, &stepErr) {
+		return false // a step hook's error stops the caller, whatever it wraps
 	}
 	return mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -2,6 +2,7 @@ package twopc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -33,6 +34,9 @@ func NewCanceler(c *Coordinator) *Canceler { return &Canceler{c: c} }
 // Cancel returns ErrNotCancelable naming the state, and Coordinator.Reverse
 // is the way to undo them. An unknown id gives ErrTxnNotFound.
 func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
+	if k == nil || k.c == nil {
+		return nil, errors.New("twopc: cancel: Canceler has no Coordinator (use NewCanceler)")
+	}
 	c := k.c
 	for attempt := 0; attempt < 3; attempt++ {
 		r, err := c.read(ctx, id)
@@ -63,7 +67,7 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 		cur, moved, err := c.advance(ctx, r, move{
 			step: StepCancel, from: r.State, to: StateCanceling,
 			claim: r.Claim, lastModified: r.LastModified,
-			newClaim: bson.NewObjectID(), application: c.application,
+			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
 			set: bson.D{{Key: fieldReason, Value: reasonCanceled}},
 		})
 		if err != nil {

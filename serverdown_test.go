@@ -93,6 +93,9 @@ func TestServerGoesAway(t *testing.T) {
 	}
 	t.Logf("%d errors while the server was away, e.g. %v", len(down), down[0])
 
+	// The bank's own client pooled connections to the server that went
+	// away; read through a new one.
+	b.db = mongotest.ConnectURI(t, server.URI).Database(b.db.Name())
 	b.recoverAll()
 	b.checkSettled(opening)
 }

@@ -82,6 +82,7 @@ const (
 	fieldKey          = "key"
 	fieldReason       = "reason"
 	fieldFences       = "fences"
+	fieldLease        = "leaseMs"
 )
 
 // record is a transaction document as stored: the public Txn plus the
@@ -91,6 +92,28 @@ type record struct {
 	Txn    `bson:",inline"`
 	Claim  bson.ObjectID `bson:"claim,omitempty"`
 	Fences bool          `bson:"fences,omitempty"`
+	// LeaseMs is the longest StaleAfter of any process that claimed the
+	// transaction and, once final, the longest fence retention of any that
+	// finished it: staleness and fence removal are judged by the longest,
+	// so a process configured with a short StaleAfter cannot take over, or
+	// unfence, a transaction another process still holds by its own rules.
+	LeaseMs int64 `bson:"leaseMs,omitempty"`
+}
+
+// lease is the longer of own and the lease recorded in the transaction.
+func (r *record) lease(own time.Duration) time.Duration {
+	return max(own, time.Duration(r.LeaseMs)*time.Millisecond)
+}
+
+// check refuses a document the protocol could not have written.
+func (r *record) check() error {
+	if !r.State.Valid() {
+		return fmt.Errorf("%w: transaction %s is %q", ErrUnknownState, r.ID.Hex(), r.State)
+	}
+	if err := validateTransfer(r.Source, r.Destination, r.Value); err != nil {
+		return fmt.Errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
+	}
+	return nil
 }
 
 // move is one guarded state transition: the document moves from From to To
@@ -108,6 +131,7 @@ type move struct {
 	set          bson.D        // extra fields to set
 	newClaim     bson.ObjectID // a claim to take; zero: keep the current one
 	application  string        // the application taking the claim, with newClaim
+	lease        time.Duration // recorded in the transaction if longer than its lease
 }
 
 // filter is the guard of m for transaction id.
@@ -134,10 +158,14 @@ func (m move) update() bson.D {
 		set = append(set, bson.E{Key: fieldClaim, Value: m.newClaim}, bson.E{Key: fieldApplication, Value: m.application})
 	}
 	set = append(set, m.set...)
-	return bson.D{
+	u := bson.D{
 		{Key: "$set", Value: set},
 		{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
 	}
+	if m.lease > 0 {
+		u = append(u, bson.E{Key: "$max", Value: bson.D{{Key: fieldLease, Value: m.lease.Milliseconds()}}})
+	}
+	return u
 }
 
 // advance makes the guarded transition m on r. It returns the transaction
@@ -190,8 +218,5 @@ func (c *Coordinator) read(ctx context.Context, id bson.ObjectID) (*record, erro
 	if err != nil {
 		return nil, err
 	}
-	if !r.State.Valid() {
-		return &r, fmt.Errorf("%w: transaction %s is %q", ErrUnknownState, id.Hex(), r.State)
-	}
-	return &r, nil
+	return &r, r.check()
 }

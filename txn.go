@@ -2,6 +2,7 @@ package twopc
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -78,14 +79,14 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 // under.
 func (c *Coordinator) Application() string { return c.application }
 
-// EnsureIndexes creates the indexes the protocol needs, idempotently:
-// {state, lastModified} for recovery scans, a unique sparse index on key for
-// idempotency keys, and a sparse {fences, lastModified} for fence removal.
-// Accounts are only ever read and written by _id.
+// EnsureIndexes creates the indexes the protocol's scans use, idempotently:
+// {state, lastModified} for recovery and a sparse {fences, lastModified}
+// for fence removal. No index is needed for correctness: accounts and
+// transactions are read and written by _id, and idempotency keys are
+// enforced by the _id derived from them.
 func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 	_, err := c.txns.Indexes().CreateMany(ctx, []mongo.IndexModel{
 		{Keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}},
-		{Keys: bson.D{{Key: fieldKey, Value: 1}}, Options: options.Index().SetUnique(true).SetSparse(true)},
 		{Keys: bson.D{{Key: fieldFences, Value: 1}, {Key: fieldLastModified, Value: 1}}, Options: options.Index().SetSparse(true)},
 	})
 	if err != nil {
@@ -96,6 +97,9 @@ func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 
 // OpenAccount inserts an account document with the given balance, in the
 // shape the protocol expects: {_id, balance (int64), pendingTransactions: []}.
+// If a rollback left fences under this id while the account did not exist
+// (a tombstone), the account takes them over, so that no stalled leg of a
+// canceled transaction can apply to it.
 func (c *Coordinator) OpenAccount(ctx context.Context, id any, balance int64) error {
 	if err := validateAccountID("account", id); err != nil {
 		return err
@@ -105,6 +109,15 @@ func (c *Coordinator) OpenAccount(ctx context.Context, id any, balance int64) er
 		{Key: fieldBalance, Value: balance},
 		{Key: fieldPending, Value: bson.A{}},
 	})
+	if mongo.IsDuplicateKeyError(err) {
+		res, uerr := c.accounts.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: fieldTombstone, Value: true}}, bson.D{
+			{Key: "$set", Value: bson.D{{Key: fieldBalance, Value: balance}, {Key: fieldPending, Value: bson.A{}}}},
+			{Key: "$unset", Value: bson.D{{Key: fieldTombstone, Value: ""}}},
+		})
+		if uerr == nil && res.ModifiedCount == 1 {
+			return nil
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("twopc: open account %v: %w", id, err)
 	}
@@ -127,10 +140,13 @@ type Account struct {
 
 // Account reads account id.
 func (c *Coordinator) Account(ctx context.Context, id any) (*Account, error) {
+	if err := validateAccountID("account", id); err != nil {
+		return nil, err
+	}
 	var a account
 	err := c.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPending, Value: 1}})).Decode(&a)
-	if errors.Is(err, mongo.ErrNoDocuments) {
+		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}})).Decode(&a)
+	if errors.Is(err, mongo.ErrNoDocuments) || (err == nil && a.Tombstone) {
 		return nil, fmt.Errorf("%w: %v", ErrAccountNotFound, id)
 	}
 	if err != nil {
@@ -197,9 +213,13 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 	if c.settler.isClosed() {
 		return nil, ErrClosed
 	}
+	id := bson.NewObjectID()
+	if tc.key != "" {
+		id = keyID(tc.key)
+	}
 	r := &record{
 		Txn: Txn{
-			ID:          bson.NewObjectID(),
+			ID:          id,
 			Source:      source,
 			Destination: destination,
 			Value:       value,
@@ -212,12 +232,14 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 	o := &owned{claimedAt: time.Now()}
 	cur, err := c.insert(ctx, r)
 	if err != nil {
-		return nil, fmt.Errorf("twopc: transfer %s: %w", r.ID.Hex(), err)
+		// The insert may have happened: the caller gets the id to look
+		// for (Get, Cancel), or repeats the call with its key.
+		return r.txn(), fmt.Errorf("twopc: transfer %s: %w", r.ID.Hex(), err)
 	}
-	if cur.ID != r.ID {
+	if cur.Claim != r.Claim {
 		return c.replay(cur, r)
 	}
-	if cur.State != StatePending || cur.Claim != r.Claim {
+	if cur.State != StatePending {
 		return c.outcome(cur)
 	}
 	o.rec = cur
@@ -225,10 +247,11 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 }
 
 // insert writes the new transaction, claimed and pending, with lastModified
-// from the server's clock, in one upsert keyed by its fresh _id, so that a
+// from the server's clock, in one upsert guarded by its _id and claim: a
 // retry after a lost reply finds it rather than inserting a second one. If
-// r's idempotency key is already taken, insert returns the transaction that
-// holds it.
+// the _id is taken by a transaction of another claim (an earlier transfer
+// with the same key, or this one, canceled meanwhile), the upsert fails on
+// the _id's uniqueness and insert returns that transaction.
 func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 	doc := bson.D{
 		{Key: "source", Value: r.Source},
@@ -236,7 +259,7 @@ func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 		{Key: "value", Value: r.Value},
 		{Key: fieldState, Value: r.State},
 		{Key: fieldApplication, Value: r.Application},
-		{Key: fieldClaim, Value: r.Claim},
+		{Key: fieldLease, Value: c.staleAfter.Milliseconds()},
 	}
 	if r.Key != "" {
 		doc = append(doc, bson.E{Key: fieldKey, Value: r.Key})
@@ -247,13 +270,16 @@ func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 	}
 	var cur record
 	err := c.try(ctx, StepInsert, r, func(ctx context.Context) error {
-		return c.txns.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: r.ID}}, update,
+		// The claim comes from the filter's equality, as the _id does.
+		return c.txns.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: r.ID}, {Key: fieldClaim, Value: r.Claim}}, update,
 			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&cur)
 	})
-	if err != nil && r.Key != "" && mongo.IsDuplicateKeyError(err) {
-		err = c.try(ctx, StepRead, r, func(ctx context.Context) error {
-			return c.txns.FindOne(ctx, bson.D{{Key: fieldKey, Value: r.Key}}).Decode(&cur)
-		})
+	if mongo.IsDuplicateKeyError(err) {
+		prior, err := c.read(ctx, r.ID)
+		if prior == nil {
+			return nil, err
+		}
+		return prior, nil
 	}
 	if err != nil {
 		return nil, err
@@ -261,9 +287,21 @@ func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 	return &cur, nil
 }
 
+// keyID is the _id of the transaction with idempotency key key: the first
+// 12 bytes of a SHA-256 of it. Deriving the _id from the key makes the
+// _id's own uniqueness enforce the key's, with no secondary unique index
+// (which a collection sharded on a hashed _id could not have) and every
+// lookup targeted by _id.
+func keyID(key string) bson.ObjectID {
+	sum := sha256.Sum256([]byte("twopc/key\x00" + key))
+	var id bson.ObjectID
+	copy(id[:], sum[:])
+	return id
+}
+
 // replay answers a Transfer whose key an earlier transfer holds.
 func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
-	if !sameID(prior.Source, asked.Source) || !sameID(prior.Destination, asked.Destination) || prior.Value != asked.Value {
+	if prior.Key != asked.Key || !sameID(prior.Source, asked.Source) || !sameID(prior.Destination, asked.Destination) || prior.Value != asked.Value {
 		return prior.txn(), fmt.Errorf("%w: key %q is transaction %s (%v → %v, %d)",
 			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.Source, prior.Destination, prior.Value)
 	}

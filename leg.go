@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -81,15 +80,43 @@ func (r *record) legs() []leg {
 	return []leg{{account: r.Source, delta: -r.Value}, {account: r.Destination, delta: r.Value}}
 }
 
-// account is the part of an account document the protocol reads.
+// account is the part of an account document the protocol reads. Its
+// fields are decoded loosely, so that an account of the wrong shape is
+// judged (and refused) rather than failing the read.
 type account struct {
-	ID      bson.RawValue   `bson:"_id"`
-	Balance bson.RawValue   `bson:"balance"`
-	Pending []bson.ObjectID `bson:"pendingTransactions"`
-	Fenced  []bson.ObjectID `bson:"fencedTransactions"`
+	ID            bson.RawValue `bson:"_id"`
+	Balance       bson.RawValue `bson:"balance"`
+	PendingIDs    bson.RawValue `bson:"pendingTransactions"`
+	FencedIDs     bson.RawValue `bson:"fencedTransactions"`
+	PendingCredit bson.RawValue `bson:"pendingCredit"`
+	Tombstone     bool          `bson:"tombstone"`
+}
 
-	PendingCredit int64 `bson:"pendingCredit"`
-	Tombstone     bool  `bson:"tombstone"`
+// objectIDs returns the ObjectIDs in an array value, ignoring the rest.
+func objectIDs(v bson.RawValue) []bson.ObjectID {
+	arr, ok := v.ArrayOK()
+	if !ok {
+		return nil
+	}
+	vals, _ := arr.Values()
+	ids := make([]bson.ObjectID, 0, len(vals))
+	for _, x := range vals {
+		if oid, ok := x.ObjectIDOK(); ok {
+			ids = append(ids, oid)
+		}
+	}
+	return ids
+}
+
+func (a *account) pending() []bson.ObjectID { return objectIDs(a.PendingIDs) }
+func (a *account) fenced() []bson.ObjectID  { return objectIDs(a.FencedIDs) }
+
+// credit returns pendingCredit, 0 when absent.
+func (a *account) credit() int64 {
+	if n, ok := a.PendingCredit.AsInt64OK(); ok {
+		return n
+	}
+	return 0
 }
 
 // balance returns the account's balance if it is an integer.
@@ -154,11 +181,11 @@ const (
 // judge reads account a (nil if missing) for leg l of transaction id.
 func (c *Coordinator) judge(a *account, id bson.ObjectID, l leg) (legVerdict, error) {
 	switch {
-	case a != nil && has(a.Fenced, id): // a may be a tombstone
+	case a != nil && has(a.fenced(), id): // a may be a tombstone
 		return legFenced, nil
 	case a == nil || a.Tombstone:
 		return legBlocked, fmt.Errorf("%w: %v", ErrAccountNotFound, l.account)
-	case has(a.Pending, id):
+	case has(a.pending(), id):
 		return legApplied, nil
 	}
 	b, ok := a.balance()
@@ -198,7 +225,7 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err e
 			if err := c.renew(ctx, o); err != nil {
 				return err
 			}
-			wctx, cancel := context.WithDeadline(ctx, o.claimedAt.Add(c.staleAfter/2))
+			wctx, cancel := context.WithTimeout(ctx, o.claimedAt.Add(c.staleAfter/2).Sub(c.now()))
 			defer cancel()
 			res, err := c.accounts.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
 			if res != nil {
@@ -289,10 +316,10 @@ func (c *Coordinator) inspect(ctx context.Context, r *record, legs []leg) ([]*ac
 // therefore never sent on a claim another application may already have
 // taken over. errLost if the claim is gone.
 func (c *Coordinator) renew(ctx context.Context, o *owned) error {
-	if time.Since(o.claimedAt) < c.staleAfter/4 {
+	if c.now().Sub(o.claimedAt) < c.staleAfter/4 {
 		return nil
 	}
-	sent := time.Now()
+	sent := c.now()
 	cur, moved, err := c.advance(ctx, o.rec, move{step: StepRenew, from: StatePending, to: StatePending, claim: o.rec.Claim})
 	if err != nil {
 		return err

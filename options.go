@@ -34,6 +34,7 @@ type config struct {
 	syncSettle     bool
 	retries        int
 	logger         *slog.Logger
+	now            func() time.Time // the claim clock; tests replace it
 }
 
 func defaultConfig() config {
@@ -45,6 +46,7 @@ func defaultConfig() config {
 		transactions: DefaultTransactions,
 		retries:      DefaultRetries,
 		logger:       slog.New(slog.DiscardHandler),
+		now:          time.Now,
 	}
 }
 

@@ -176,7 +176,7 @@ func (r *Recoverer) each(ctx context.Context, filter bson.D, bad func(error), fn
 // recover takes over one stale transaction and finishes it.
 func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport) error {
 	c := r.c
-	sent := time.Now()
+	sent := c.now()
 	cur, moved, err := c.advance(ctx, t, move{
 		step: StepTakeover, from: t.State, to: t.State,
 		claim: t.Claim, lastModified: t.LastModified,

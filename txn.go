@@ -156,7 +156,7 @@ func (c *Coordinator) Account(ctx context.Context, id any) (*Account, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidAccount, id)
 	}
-	return &Account{ID: id, Balance: b, PendingCredit: a.PendingCredit, PendingTransactions: a.Pending}, nil
+	return &Account{ID: id, Balance: b, PendingCredit: a.credit(), PendingTransactions: a.pending()}, nil
 }
 
 // Balance returns an account's available balance (see Account).
@@ -229,7 +229,7 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 		},
 		Claim: bson.NewObjectID(),
 	}
-	o := &owned{claimedAt: time.Now()}
+	o := &owned{claimedAt: c.now()}
 	cur, err := c.insert(ctx, r)
 	if err != nil {
 		// The insert may have happened: the caller gets the id to look

@@ -92,6 +92,7 @@ func TestTransferAllowNegative(t *testing.T) {
 	b.open(map[string]int64{"A": 10, "B": 0})
 	_, err := b.c.Transfer(ctx, "A", "B", 25)
 	require.NoError(t, err)
+	require.NoError(t, b.c.Settle(ctx))
 	assert.Equal(t, int64(-15), b.balance("A"))
 	assert.Equal(t, int64(25), b.balance("B"))
 }
@@ -171,6 +172,8 @@ func TestTransferWithKeyConcurrent(t *testing.T) {
 		assert.Equal(t, first, id)
 	}
 	assert.Len(t, b.txns(), 1)
+	b.recoverAll() // settles the winner's transfer, if its settling is still under way
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
 	assert.Equal(t, int64(60), b.balance("A"))
 	assert.Equal(t, int64(40), b.balance("B"))
 }

@@ -63,15 +63,32 @@
 // rollback leave the id in the account's fencedTransactions, which every
 // apply also checks; rollback fences an account before it undoes its leg,
 // so an apply that raced ahead is seen and undone and one that comes after
-// matches nothing. A Recoverer removes fences once their transaction has
-// been final for the fence retention (WithFenceRetention, at least
-// StaleAfter). The owner renews its claim before a leg write once half of
-// StaleAfter has passed since it took it (by its own monotonic clock,
-// measured from when it sent the claiming write), so it never sends a leg
-// write on a claim another application may have taken. The one assumption
-// left: a leg write is not delivered to the server later than the fence
-// retention after it was sent. Raise the retention if requests can sit in
-// a network or a server queue longer than that.
+// matches nothing. A rollback fences an account that does not exist with a
+// tombstone document, which OpenAccount adopts, so an account opened later
+// cannot take a stalled leg either.
+//
+// A Recoverer removes a transaction's fences once it has been final for
+// its retention: the longest WithFenceRetention (at least StaleAfter) and
+// StaleAfter of every process that claimed or finished it, recorded in the
+// transaction (leaseMs). The owner checks its claim before every attempt
+// of a leg write: it renews the claim once a quarter of StaleAfter has
+// passed since it took it (by its own monotonic clock, measured from when
+// it sent the claiming write), and sends the write with a deadline of half
+// of StaleAfter after the claim, which the driver enforces and passes to
+// the server as maxTimeMS. So no leg write is sent on a claim another
+// application may have taken, and the assumption left is precise: a leg
+// write is executed by the server no later than the retention after its
+// transaction became final; that is, no request sits in a network or a
+// server queue for longer than the retention minus half of StaleAfter.
+// Raise WithFenceRetention where that can happen (long TCP retransmission,
+// overloaded servers). Fences removed on time also keep account documents
+// small: run a Recoverer, or fencedTransactions grows with every transfer
+// an account takes part in.
+//
+// (On MongoDB 4.2 and later, a filter {$expr: {$lt: ["$$NOW", deadline]}}
+// on the leg write would move the deadline to the server's clock and remove
+// the assumption; FerretDB, the development server, has no $expr, so the
+// library does not rely on it yet.)
 //
 // Ambiguous writes: a write whose reply was lost may or may not have
 // happened. Every step is guarded so that repeating it is harmless, and
@@ -101,8 +118,17 @@
 // with $currentDate and compared with the server's localTime (from hello),
 // so skew between the hosts running the library does not matter. Skew
 // between the members of a replica set does, across a failover: keep their
-// clocks in sync, and keep StaleAfter well above the skew. The owner's own
+// clocks in sync, and keep StaleAfter well above the skew. On a sharded
+// cluster, hello is answered by the mongos, whose clock must then be within
+// a small fraction of StaleAfter of the shard primaries'. The owner's own
 // check uses its monotonic clock and errs early, not late.
+//
+// # Limits
+//
+// A credit is refused if it would take the balance past MaxInt64; credits
+// applied at once are checked one by one, so several that together would
+// pass MaxInt64 can leave a committed transfer that cannot settle (each
+// recovery pass reports it). Keep balances well inside int64.
 //
 // # Durability and scale-out
 //

@@ -27,6 +27,7 @@ var (
 	simApps      = flag.Int("sim.apps", 3, "coordinators, each an application with its own client")
 	simWorkers   = flag.Int("sim.workers", 4, "workers per coordinator")
 	simAccounts  = flag.Int("sim.accounts", 12, "accounts")
+	simTimeout   = flag.Duration("sim.timeout", 10*time.Minute, "how long one simulation run may take")
 )
 
 // simFixedSeeds are run on every `go test`, with one random seed besides.
@@ -50,7 +51,7 @@ func defaultSimConfig(seed uint64) simConfig {
 		seed: seed, apps: *simApps, workers: *simWorkers,
 		accounts: *simAccounts, hot: 3, transfers: *simTransfers,
 		crash: 0.01, stall: 0.004,
-		staleAfter: 300 * time.Millisecond,
+		staleAfter: 2 * time.Second, // well above a write's latency on a loaded dev server
 	}
 }
 
@@ -61,13 +62,22 @@ type simStats struct {
 	recovered                                                               atomic.Int64
 	done, canceledTxns                                                      int
 	faults                                                                  mongotest.FaultStats
+
+	mu      sync.Mutex
+	samples []string // the first few unexpected errors
+}
+
+func (s *simStats) sample(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.samples = append(s.samples, err.Error())
 }
 
 func (s *simStats) String() string {
 	return fmt.Sprintf("%d calls: %d committed, %d leg errors, %d canceled, %d in progress, %d crashed, %d other errors; "+
-		"injected %d crashes, %d stalls, %d cancels, %d keyed retries, front faults %+v; recovered %d; final: %d done, %d canceled",
+		"injected %d crashes, %d stalls, %d cancels, %d keyed retries, front faults %+v; recovered %d; final: %d done, %d canceled; other errors such as %q",
 		s.calls.Load(), s.committed.Load(), s.legErrors.Load(), s.canceled.Load(), s.inProgress.Load(), s.crashed.Load(), s.otherErrors.Load(),
-		s.crashes.Load(), s.stalls.Load(), s.cancels.Load(), s.keyedRetries.Load(), s.faults, s.recovered.Load(), s.done, s.canceledTxns)
+		s.crashes.Load(), s.stalls.Load(), s.cancels.Load(), s.keyedRetries.Load(), s.faults, s.recovered.Load(), s.done, s.canceledTxns, s.samples)
 }
 
 // TestSimulation runs random transfers from several applications at once,
@@ -149,7 +159,8 @@ func runSimulation(t *testing.T, b *bank, cfg simConfig) *simStats {
 	t.Helper()
 	t.Logf("simulation seed %d: %d apps × %d workers, %d accounts (%d hot), %d transfers; reproduce with -run 'TestSimulation' -sim.seed=%d",
 		cfg.seed, cfg.apps, cfg.workers, cfg.accounts, cfg.hot, cfg.transfers, cfg.seed)
-	ctx := testCtx(t)
+	ctx, cancel := context.WithTimeout(context.Background(), *simTimeout)
+	defer cancel()
 	setup := rand.New(rand.NewPCG(cfg.seed, 0))
 	opening := map[string]int64{}
 	ids := make([]string, cfg.accounts)
@@ -168,7 +179,7 @@ func runSimulation(t *testing.T, b *bank, cfg simConfig) *simStats {
 		db := mongotest.ConnectURI(t, b.server.URI, clientOpts).Database(b.db.Name())
 		opts := []twopc.Option{
 			twopc.WithApplication(name), twopc.WithStaleAfter(cfg.staleAfter),
-			twopc.WithFenceRetention(time.Hour), twopc.WithStepHook(hook),
+			twopc.WithFenceRetention(10 * cfg.staleAfter), twopc.WithStepHook(hook),
 		}
 		if cfg.allowNegative {
 			opts = append(opts, twopc.WithAllowNegative())
@@ -275,7 +286,7 @@ func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, ids 
 	}
 	for attempt := 0; ; attempt++ {
 		stats.calls.Add(1)
-		txn, err := c.Transfer(ctx, src, dst, value, opts...)
+		_, err := c.Transfer(ctx, src, dst, value, opts...)
 		switch {
 		case err == nil:
 			stats.committed.Add(1)
@@ -289,9 +300,13 @@ func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, ids 
 		case errors.Is(err, errCrash):
 			stats.crashed.Add(1)
 		default:
-			stats.otherErrors.Add(1)
+			if stats.otherErrors.Add(1) <= 3 {
+				stats.sample(err)
+			}
 		}
-		retry := keyed && attempt < 2 && (errors.Is(err, errCrash) || (err != nil && txn == nil) || errors.Is(err, twopc.ErrInProgress))
+		settled := err == nil || errors.Is(err, twopc.ErrCanceled) || errors.Is(err, twopc.ErrInsufficientFunds) ||
+			errors.Is(err, twopc.ErrAccountNotFound) || errors.Is(err, twopc.ErrBalanceOverflow) || errors.Is(err, twopc.ErrInvalidAccount)
+		retry := keyed && attempt < 2 && !settled
 		if !retry {
 			return
 		}

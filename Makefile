@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:27017
 GO   ?= go
 SHELL := /bin/bash
 
-.PHONY: test demo devserver vet fmt check soak
+.PHONY: test demo devserver vet fmt check soak bench
 
 # test runs every test of both modules with the race detector, against
 # MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev server,
@@ -39,3 +39,11 @@ fmt:
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 check: vet fmt test
+
+# bench runs the account-transfer scenario of mongodb-schema-simulator,
+# scaled down, for the library and the tutorial's protocol over a sweep of
+# concurrency levels, against MONGODB_URI or an in-process dev server, and
+# regenerates BENCHMARKS.md's results and bench/chart.png (a few minutes on
+# the dev server). More flags: make bench BENCHFLAGS="-workers 32 -rate 500".
+bench:
+	cd examples && $(GO) run ./cmd/bench -update ../BENCHMARKS.md -chart ../bench/chart.png $(BENCHFLAGS)

@@ -66,8 +66,10 @@ func WithApplication(name string) Option {
 
 // WithStaleAfter sets the lastModified age after which another application
 // may take over a transaction (default one minute). The owner renews its
-// claim before a leg write once half of it has passed, and never sends a leg
-// write on a claim older than that. Settled legs stay fenced for
+// claim before a leg write once a quarter of it has passed, and a leg write
+// must finish within half of it after the claim, so keep it far above the
+// latency of a write under load (ten times at least): too short, and
+// transfers time out and are left to recovery. Settled legs stay fenced for
 // max(StaleAfter, WithFenceRetention).
 func WithStaleAfter(d time.Duration) Option {
 	return func(c *config) error {

@@ -1,0 +1,287 @@
+package twopc_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/mongotest"
+	"github.com/twopc/twopc/internal/tutorial"
+)
+
+// The benchmarks compare Transfer with the tutorial's protocol
+// (internal/tutorial) on the server the harness picks. Besides ns/op and
+// allocs/op they report, counted with a driver CommandMonitor:
+//
+//   - caller-rts/op: data commands sent on the caller's path, from the call
+//     of Transfer to its return (the round trips a caller waits for);
+//   - cmds/op: data commands per finished transfer, background settling
+//     included: the run ends only once every transfer is done.
+//
+// Run them with
+//
+//	go test -run '^$' -bench . -count 6 . | tee bench.txt && benchstat -col /impl bench.txt
+//
+// On the dev server only the ratios between the two implementations and
+// the counts mean anything; see BENCHMARKS.md.
+
+const (
+	benchAccounts = 64
+	benchOpening  = int64(1_000_000_000_000)
+	// benchWorkers is the fixed concurrency of the parallel benchmarks, the
+	// one the project's goals are stated at.
+	benchWorkers = 32
+)
+
+// callerKey marks the context of the caller's own calls, so that the
+// monitor can tell their commands from background settling's.
+type callerKey struct{}
+
+// benchCounter counts data commands: all of them, and those sent under a
+// caller's context.
+type benchCounter struct {
+	caller, total atomic.Int64
+}
+
+func (bc *benchCounter) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
+		if !dataCommands[e.CommandName] {
+			return
+		}
+		bc.total.Add(1)
+		if ctx.Value(callerKey{}) != nil {
+			bc.caller.Add(1)
+		}
+	}}
+}
+
+func (bc *benchCounter) reset() {
+	bc.caller.Store(0)
+	bc.total.Store(0)
+}
+
+// transferer is one implementation under test.
+type transferer interface {
+	transfer(ctx context.Context, src, dst string, value int64) error
+	// finish waits until every transfer made so far is done.
+	finish(ctx context.Context) error
+}
+
+type libImpl struct{ c *twopc.Coordinator }
+
+func (l libImpl) transfer(ctx context.Context, src, dst string, value int64) error {
+	_, err := l.c.Transfer(ctx, src, dst, value)
+	return err
+}
+
+func (l libImpl) finish(ctx context.Context) error { return l.c.Settle(ctx) }
+
+type tutorialImpl struct{ b *tutorial.Bank }
+
+func (t tutorialImpl) transfer(ctx context.Context, src, dst string, value int64) error {
+	_, err := t.b.Transfer(ctx, src, dst, value)
+	return err
+}
+
+func (tutorialImpl) finish(context.Context) error { return nil }
+
+var benchImpls = []struct {
+	name string
+	open func(b *testing.B, db *mongo.Database) transferer
+}{
+	{"twopc", func(b *testing.B, db *mongo.Database) transferer {
+		c, err := twopc.NewCoordinator(db)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c.Close(context.Background()) })
+		if err := c.EnsureIndexes(benchCtx(b)); err != nil {
+			b.Fatal(err)
+		}
+		return libImpl{c}
+	}},
+	{"tutorial", func(_ *testing.B, db *mongo.Database) transferer {
+		return tutorialImpl{tutorial.New(db)}
+	}},
+}
+
+func benchCtx(b *testing.B) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	b.Cleanup(cancel)
+	return ctx
+}
+
+// accountID names account i; pair returns the accounts of transfer i,
+// spread over all pairs.
+func accountID(i int) string { return fmt.Sprintf("acct%03d", i) }
+
+func pair(i int) (string, string) {
+	src := i % benchAccounts
+	dst := (src + 1 + (i/benchAccounts)%(benchAccounts-1)) % benchAccounts
+	return accountID(src), accountID(dst)
+}
+
+// benchBank is a fresh database with benchAccounts accounts, reached
+// through a client whose commands bc counts.
+func benchBank(b *testing.B, bc *benchCounter) *mongo.Database {
+	b.Helper()
+	db := mongotest.NewDatabase(b, options.Client().SetMonitor(bc.monitor()))
+	docs := make([]any, benchAccounts)
+	for i := range docs {
+		docs[i] = bson.D{{Key: "_id", Value: accountID(i)}, {Key: "balance", Value: benchOpening}, {Key: "pendingTransactions", Value: bson.A{}}}
+	}
+	if _, err := db.Collection("accounts").InsertMany(benchCtx(b), docs); err != nil {
+		b.Fatal(err)
+	}
+	return db
+}
+
+// checkBank fails the benchmark unless n transfers are done, none is left
+// unfinished, and the money is all there.
+func checkBank(b *testing.B, db *mongo.Database, n int) {
+	b.Helper()
+	ctx := benchCtx(b)
+	done, err := db.Collection("transactions").CountDocuments(ctx, bson.D{{Key: "state", Value: "done"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	all, err := db.Collection("transactions").CountDocuments(ctx, bson.D{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if done != int64(n) || all != int64(n) {
+		b.Fatalf("%d transactions, %d done; want %d done", all, done, n)
+	}
+	cur, err := db.Collection("accounts").Find(ctx, bson.D{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var accts []struct {
+		Balance int64 `bson:"balance"`
+	}
+	if err := cur.All(ctx, &accts); err != nil {
+		b.Fatal(err)
+	}
+	var sum int64
+	for _, a := range accts {
+		sum += a.Balance
+	}
+	if want := benchOpening * benchAccounts; sum != want {
+		b.Fatalf("accounts hold %d in all, want %d", sum, want)
+	}
+}
+
+// runBench runs b.N transfers with the given number of workers (1:
+// sequential) and reports the counts.
+func runBench(b *testing.B, open func(*testing.B, *mongo.Database) transferer, workers int) {
+	var bc benchCounter
+	db := benchBank(b, &bc)
+	impl := open(b, db)
+	ctx := context.WithValue(benchCtx(b), callerKey{}, true)
+	bg := benchCtx(b)
+	bc.reset()
+	b.ReportAllocs()
+	b.ResetTimer()
+
+	var next atomic.Int64
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= b.N {
+					return
+				}
+				src, dst := pair(i)
+				if err := impl.transfer(ctx, src, dst, 1); err != nil {
+					if failed.Add(1) == 1 {
+						b.Errorf("transfer %d: %v", i, err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := impl.finish(bg); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if failed.Load() > 0 {
+		b.Fatalf("%d of %d transfers failed", failed.Load(), b.N)
+	}
+	b.ReportMetric(float64(bc.caller.Load())/float64(b.N), "caller-rts/op")
+	b.ReportMetric(float64(bc.total.Load())/float64(b.N), "cmds/op")
+	checkBank(b, db, b.N)
+}
+
+// BenchmarkTransfer runs transfers one after another: the latency of one
+// transfer, with the library's settling in the background.
+func BenchmarkTransfer(b *testing.B) {
+	for _, impl := range benchImpls {
+		b.Run("impl="+impl.name, func(b *testing.B) { runBench(b, impl.open, 1) })
+	}
+}
+
+// BenchmarkTransferParallel runs transfers from benchWorkers goroutines at
+// once over benchAccounts accounts: ns/op is the inverse of throughput.
+func BenchmarkTransferParallel(b *testing.B) {
+	for _, impl := range benchImpls {
+		b.Run(fmt.Sprintf("impl=%s/workers=%d", impl.name, benchWorkers), func(b *testing.B) {
+			runBench(b, impl.open, benchWorkers)
+		})
+	}
+}
+
+// BenchmarkServerFilter measures the cost model of the server under the
+// benchmarks: an update whose filter is exactly {_id}, and the same update
+// guarded by one more field, as every state move of both protocols is, on
+// collections of growing size. FerretDB v1's SQLite backend uses the _id
+// index only for the first; the second reads the whole collection.
+func BenchmarkServerFilter(b *testing.B) {
+	for _, docs := range []int{100, 400} {
+		for _, guarded := range []bool{false, true} {
+			name := "_id"
+			if guarded {
+				name = "_id+state"
+			}
+			b.Run(fmt.Sprintf("docs=%d/filter=%s", docs, name), func(b *testing.B) {
+				ctx := benchCtx(b)
+				coll := mongotest.NewDatabase(b).Collection("transactions")
+				ids := make([]bson.ObjectID, docs)
+				for i := range ids {
+					ids[i] = bson.NewObjectID()
+					_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: ids[i]}, {Key: "state", Value: "pending"}, {Key: "n", Value: int64(0)}})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					filter := bson.D{{Key: "_id", Value: ids[i%docs]}}
+					if guarded {
+						filter = append(filter, bson.E{Key: "state", Value: "pending"})
+					}
+					res, err := coll.UpdateOne(ctx, filter, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: int64(1)}}}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if res.ModifiedCount != 1 {
+						b.Fatalf("modified %d, want 1", res.ModifiedCount)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRun runs a tiny sweep of both implementations end to end: the run
+// must check its end state, count the tutorial's eight commands and the
+// library's three round trips, rewrite only the marked part of the file,
+// and draw a PNG chart.
+func TestRun(t *testing.T) {
+	dir := t.TempDir()
+	doc := filepath.Join(dir, "BENCHMARKS.md")
+	chart := filepath.Join(dir, "img", "chart.png")
+	require.NoError(t, os.WriteFile(doc, []byte("# Head\n\n"+beginMarker+"\nold table\n"+endMarker+"\n\nTail.\n"), 0o644))
+	var out, log bytes.Buffer
+	err := run(context.Background(), []string{
+		"-workers", "1,2", "-processes", "2", "-rate", "0", "-transfers", "6", "-warmup", "2",
+		"-accounts", "4", "-progress", "0", "-update", doc, "-chart", chart,
+	}, &out, &log)
+	require.NoError(t, err, log.String())
+
+	s := out.String()
+	for _, row := range []string{"| 1 | twopc | 6 |", "| 1 | tutorial | 6 |", "| 2 | twopc | 6 |", "| 2 | tutorial | 6 |"} {
+		assert.Contains(t, s, row)
+	}
+	assert.Contains(t, s, "| 3.00 | 5.00 |", "twopc settled alone: 3 round trips, 5 commands")
+	assert.Contains(t, s, "| 8.00 | 8.00 |", "tutorial: 8 and 8")
+	assert.Contains(t, s, "| caller round trips ≤ 3 (tutorial 8) | at most 3.00 (tutorial 8.00) | yes |")
+	assert.NotContains(t, s, "check failed")
+	assert.Contains(t, log.String(), "checked")
+
+	updated, err := os.ReadFile(doc)
+	require.NoError(t, err)
+	u := string(updated)
+	assert.True(t, strings.HasPrefix(u, "# Head\n\n"+beginMarker+"\n"), u)
+	assert.True(t, strings.HasSuffix(u, endMarker+"\n\nTail.\n"), u)
+	assert.NotContains(t, u, "old table")
+	assert.Contains(t, u, "| 2 | tutorial | 6 |")
+	assert.Contains(t, u, "](img/chart.png)")
+
+	png, err := os.ReadFile(chart)
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")), "chart is a PNG")
+}
+
+func TestReplaceBetween(t *testing.T) {
+	out, err := replaceBetween([]byte("a "+beginMarker+" x "+endMarker+" b"), "new\n")
+	require.NoError(t, err)
+	assert.Equal(t, "a "+beginMarker+"\nnew\n"+endMarker+" b", string(out))
+	_, err = replaceBetween([]byte("no markers"), "new")
+	assert.Error(t, err)
+	_, err = replaceBetween([]byte(endMarker+" "+beginMarker), "new")
+	assert.Error(t, err, "markers out of order")
+}
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	assert.Equal(t, 50*time.Millisecond, percentile(d, 50))
+	assert.Equal(t, 99*time.Millisecond, percentile(d, 99))
+	assert.Equal(t, 100*time.Millisecond, percentile(d, 100))
+	assert.Equal(t, time.Millisecond, percentile(d, 0))
+	assert.Equal(t, 7*time.Millisecond, percentile([]time.Duration{7 * time.Millisecond}, 99))
+	assert.Zero(t, percentile(nil, 50))
+}
+
+func TestParseFlags(t *testing.T) {
+	c, err := parseFlags([]string{"-workers", "1, 8,32", "-rate", "1000", "-iterations", "25", "-processes", "4"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, []int{1, 8, 32}, c.levels)
+	assert.Equal(t, 25_000, c.total(), "the seed's 1000 per second for 25 iterations")
+	assert.Equal(t, []string{implTwopc, implTutorial}, c.impls)
+	for _, bad := range [][]string{
+		{"-workers", "0"}, {"-workers", "x"}, {"-impls", "mgo"}, {"-accounts", "1"},
+		{"-rate", "-1"}, {"-rate", "0", "-transfers", "0"}, {"-value", "0"}, {"extra"},
+	} {
+		_, err := parseFlags(bad, &bytes.Buffer{})
+		assert.Error(t, err, "%q", bad)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	assert.Equal(t, "mongodb://***@h:1/", redact("mongodb://u:p@h:1/"))
+	assert.Equal(t, "mongodb://h:1/", redact("mongodb://h:1/"))
+}
+
+func TestFmtDur(t *testing.T) {
+	assert.Equal(t, "12.4 s", fmtDur(12399*time.Millisecond))
+	assert.Equal(t, "4.59 s", fmtDur(4587*time.Millisecond))
+	assert.Equal(t, "128 ms", fmtDur(128*time.Millisecond))
+	assert.Equal(t, "14.7 ms", fmtDur(14712*time.Microsecond))
+	assert.Equal(t, "0.68 ms", fmtDur(676*time.Microsecond))
+}

@@ -1,0 +1,466 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/tutorial"
+)
+
+// The implementations compared.
+const (
+	implTwopc    = "twopc"
+	implTutorial = "tutorial"
+)
+
+// dataCommands are the commands that read or write documents; the
+// handshake, hello, endSessions and the like are not counted.
+var dataCommands = map[string]bool{
+	"insert": true, "update": true, "delete": true, "findAndModify": true,
+	"find": true, "aggregate": true, "getMore": true, "bulkWrite": true, "count": true,
+}
+
+// callerKey marks the context of a caller's transfer, so that the command
+// monitor can tell the commands a caller waits for from background ones.
+type callerKey struct{}
+
+// counter counts data commands: all, and those sent for a caller.
+type counter struct {
+	caller, total atomic.Int64
+}
+
+func (c *counter) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
+		if !dataCommands[e.CommandName] {
+			return
+		}
+		c.total.Add(1)
+		if ctx.Value(callerKey{}) != nil {
+			c.caller.Add(1)
+		}
+	}}
+}
+
+// result is one run: one implementation at one concurrency level.
+type result struct {
+	impl      string
+	workers   int
+	processes int
+	offered   int
+	ok        int
+	errors    int
+	firstErr  string
+	elapsed   time.Duration // from the first transfer's start until every transfer is finished (done)
+	latencies []time.Duration
+	callerRTs float64 // data commands on the caller's path per transfer
+	commands  float64 // data commands per finished transfer
+	check     string  // why the final state is wrong; "" if right
+}
+
+func (r *result) throughput() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.ok) / r.elapsed.Seconds()
+}
+
+// percentile returns the p-th percentile (nearest rank) of sorted.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(p/100*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}
+
+func (r *result) pct(p float64) time.Duration { return percentile(r.latencies, p) }
+
+// bench holds what every run shares.
+type bench struct {
+	cfg     *config
+	log     io.Writer
+	admin   *mongo.Client
+	server  string
+	runID   string
+	warming bool // the runs are the warm-up's
+}
+
+func newBench(ctx context.Context, cfg *config, log io.Writer) (*bench, error) {
+	admin, err := mongo.Connect(options.Client().ApplyURI(cfg.uri))
+	if err != nil {
+		return nil, err
+	}
+	if err := admin.Ping(ctx, nil); err != nil {
+		_ = admin.Disconnect(context.Background())
+		return nil, fmt.Errorf("ping %s: %w", redact(cfg.uri), err)
+	}
+	return &bench{cfg: cfg, log: log, admin: admin, runID: bson.NewObjectID().Hex()[18:]}, nil
+}
+
+func (b *bench) close() { _ = b.admin.Disconnect(context.Background()) }
+
+// serverVersion names the server: MongoDB's version, or FerretDB's.
+func (b *bench) serverVersion(ctx context.Context) string {
+	var info struct {
+		Version         string `bson:"version"`
+		FerretDBVersion string `bson:"ferretdbVersion"`
+	}
+	if err := b.admin.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
+		return "version unknown"
+	}
+	if info.FerretDBVersion != "" {
+		v := info.FerretDBVersion
+		if bi, ok := debug.ReadBuildInfo(); ok && v == "unknown" { // embedded: the module's version
+			for _, m := range bi.Deps {
+				if m.Path == "github.com/FerretDB/FerretDB" {
+					v = m.Version
+				}
+			}
+		}
+		return "FerretDB " + v
+	}
+	return "MongoDB " + info.Version
+}
+
+// system is one process's view of an implementation.
+type system interface {
+	transfer(ctx context.Context, src, dst string, value int64) error
+	// settle waits until the process's transfers are all done.
+	settle(ctx context.Context) error
+	close(ctx context.Context) error
+}
+
+type lib struct{ c *twopc.Coordinator }
+
+func (l lib) transfer(ctx context.Context, src, dst string, value int64) error {
+	_, err := l.c.Transfer(ctx, src, dst, value)
+	return err
+}
+func (l lib) settle(ctx context.Context) error { return l.c.Settle(ctx) }
+func (l lib) close(ctx context.Context) error  { return l.c.Close(ctx) }
+
+type tut struct{ b *tutorial.Bank }
+
+func (t tut) transfer(ctx context.Context, src, dst string, value int64) error {
+	_, err := t.b.Transfer(ctx, src, dst, value)
+	return err
+}
+func (tut) settle(context.Context) error { return nil }
+func (tut) close(context.Context) error  { return nil }
+
+// process is one simulated client process.
+type process struct {
+	client *mongo.Client
+	sys    system
+}
+
+// pairs returns the account pairs of a run: the same for every
+// implementation at a level.
+func (b *bench) pairs(level int) [][2]string {
+	rng := rand.New(rand.NewPCG(b.cfg.seed, uint64(level)))
+	out := make([][2]string, b.cfg.total())
+	for i := range out {
+		src := rng.IntN(b.cfg.accounts)
+		dst := rng.IntN(b.cfg.accounts - 1)
+		if dst >= src {
+			dst++
+		}
+		out[i] = [2]string{accountID(src), accountID(dst)}
+	}
+	return out
+}
+
+func accountID(i int) string { return fmt.Sprintf("acct%05d", i) }
+
+// run runs impl at one concurrency level on a fresh database.
+func (b *bench) run(ctx context.Context, impl string, workers int) (result, error) {
+	cfg := b.cfg
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	procs := min(cfg.processes, workers)
+	res := result{impl: impl, workers: workers, processes: procs, offered: cfg.total()}
+	dbName := fmt.Sprintf("bench_%s_%s_w%d", b.runID, impl, workers)
+	db := b.admin.Database(dbName)
+	defer func() { _ = db.Drop(context.Background()) }()
+	if err := b.openAccounts(ctx, db); err != nil {
+		return res, err
+	}
+
+	var cnt counter
+	pool := uint64((workers + procs - 1) / procs)
+	ps := make([]process, procs)
+	defer func() {
+		for _, p := range ps {
+			if p.sys != nil {
+				_ = p.sys.close(context.Background())
+			}
+			if p.client != nil {
+				_ = p.client.Disconnect(context.Background())
+			}
+		}
+	}()
+	for i := range ps {
+		client, err := mongo.Connect(options.Client().ApplyURI(cfg.uri).SetMaxPoolSize(pool).SetMonitor(cnt.monitor()))
+		if err != nil {
+			return res, err
+		}
+		ps[i].client = client
+		pdb := client.Database(dbName)
+		switch impl {
+		case implTwopc:
+			c, err := twopc.NewCoordinator(pdb, twopc.WithApplication(fmt.Sprintf("bench-%d", i)))
+			if err != nil {
+				return res, err
+			}
+			ps[i].sys = lib{c}
+			if i == 0 {
+				if err := c.EnsureIndexes(ctx); err != nil {
+					return res, err
+				}
+			}
+		case implTutorial:
+			ps[i].sys = tut{tutorial.New(pdb)}
+		}
+	}
+	cnt.caller.Store(0)
+	cnt.total.Store(0)
+
+	pairs := b.pairs(workers)
+	lat := make([]time.Duration, len(pairs))
+	failed := make([]bool, len(pairs))
+	var finished atomic.Int64
+	var errMu sync.Mutex
+	type job struct {
+		i  int
+		at time.Time // scheduled start; zero in a closed loop
+	}
+	jobs := make(chan job, len(pairs))
+	start := time.Now()
+	go func() { // the load: offered at the rate, sliced evenly over each tick
+		defer close(jobs)
+		per := cfg.perTick()
+		for i := range pairs {
+			if cfg.rate <= 0 {
+				jobs <- job{i: i}
+				continue
+			}
+			at := start.Add(time.Duration(i/per)*cfg.resolution + time.Duration(i%per)*cfg.resolution/time.Duration(per))
+			if d := time.Until(at); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return
+				}
+			}
+			jobs <- job{i: i, at: at}
+		}
+	}()
+	stopProgress := b.progress(impl, workers, len(pairs), start, &finished)
+	callerCtx := context.WithValue(ctx, callerKey{}, true)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		sys := ps[w%procs].sys
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				t0 := j.at
+				if t0.IsZero() {
+					t0 = time.Now()
+				}
+				err := sys.transfer(callerCtx, pairs[j.i][0], pairs[j.i][1], cfg.value)
+				lat[j.i] = time.Since(t0)
+				finished.Add(1)
+				if err != nil {
+					failed[j.i] = true
+					errMu.Lock()
+					if res.firstErr == "" {
+						res.firstErr = err.Error()
+					}
+					errMu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, p := range ps {
+		if err := p.sys.settle(ctx); err != nil {
+			stopProgress()
+			return res, fmt.Errorf("settle: %w", err)
+		}
+	}
+	res.elapsed = time.Since(start)
+	stopProgress()
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+
+	for i, d := range lat {
+		if failed[i] {
+			res.errors++
+			continue
+		}
+		res.ok++
+		res.latencies = append(res.latencies, d)
+	}
+	slices.Sort(res.latencies)
+	if res.ok > 0 {
+		res.callerRTs = float64(cnt.caller.Load()) / float64(len(pairs))
+		res.commands = float64(cnt.total.Load()) / float64(res.ok)
+	}
+	res.check = b.verify(ctx, db, res.ok)
+	if res.errors > 0 && res.check == "" {
+		res.check = fmt.Sprintf("%d transfers failed, the first with: %s", res.errors, res.firstErr)
+	}
+	label := "bench:"
+	if b.warming {
+		label = "bench: warm-up:"
+	}
+	fmt.Fprintf(b.log, "%s %-8s %3d workers: %d transfers in %v: %.1f/s, p50 %v, p99 %v, %.2f caller round trips, %.2f commands per transfer%s\n",
+		label, impl, workers, res.ok, res.elapsed.Round(time.Millisecond), res.throughput(),
+		res.pct(50).Round(time.Millisecond), res.pct(99).Round(time.Millisecond), res.callerRTs, res.commands, checkNote(res.check))
+	return res, nil
+}
+
+func checkNote(check string) string {
+	if check == "" {
+		return ", checked"
+	}
+	return ", CHECK FAILED: " + check
+}
+
+// warmUp runs each implementation once at a few workers, closed loop,
+// unreported.
+func (b *bench) warmUp(ctx context.Context) error {
+	saved := *b.cfg
+	defer func() { *b.cfg, b.warming = saved, false }()
+	b.cfg.rate, b.cfg.transfers, b.cfg.progress, b.warming = 0, saved.warmup, 0, true
+	for _, impl := range saved.impls {
+		r, err := b.run(ctx, impl, min(4, slices.Max(saved.levels)))
+		if err != nil {
+			return err
+		}
+		if r.check != "" {
+			return fmt.Errorf("%s: %s", impl, r.check)
+		}
+	}
+	return nil
+}
+
+// openAccounts inserts the run's accounts in the shape both protocols use.
+func (b *bench) openAccounts(ctx context.Context, db *mongo.Database) error {
+	const batch = 1000
+	for from := 0; from < b.cfg.accounts; from += batch {
+		var docs []any
+		for i := from; i < min(from+batch, b.cfg.accounts); i++ {
+			docs = append(docs, bson.D{
+				{Key: "_id", Value: accountID(i)},
+				{Key: "balance", Value: b.cfg.balance},
+				{Key: "pendingTransactions", Value: bson.A{}},
+			})
+		}
+		if _, err := db.Collection("accounts").InsertMany(ctx, docs); err != nil {
+			return fmt.Errorf("open accounts: %w", err)
+		}
+	}
+	return nil
+}
+
+// verify checks the end state of a run: ok transactions done and nothing
+// else unfinished, no pending marker left, and all the money still there.
+func (b *bench) verify(ctx context.Context, db *mongo.Database, ok int) string {
+	cur, err := db.Collection("transactions").Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "state", Value: 1}}))
+	if err != nil {
+		return err.Error()
+	}
+	var txns []struct {
+		State string `bson:"state"`
+	}
+	if err := cur.All(ctx, &txns); err != nil {
+		return err.Error()
+	}
+	states := map[string]int{}
+	for _, t := range txns {
+		states[t.State]++
+	}
+	if states["done"] != ok || states["done"]+states["canceled"] != len(txns) {
+		return fmt.Sprintf("transactions by state %v, want %d done", states, ok)
+	}
+	cur, err = db.Collection("accounts").Find(ctx, bson.D{})
+	if err != nil {
+		return err.Error()
+	}
+	var accts []struct {
+		Balance int64           `bson:"balance"`
+		Pending []bson.ObjectID `bson:"pendingTransactions"`
+	}
+	if err := cur.All(ctx, &accts); err != nil {
+		return err.Error()
+	}
+	var sum int64
+	for _, a := range accts {
+		sum += a.Balance
+		if len(a.Pending) > 0 {
+			return "an account still holds pending transactions"
+		}
+	}
+	if want := b.cfg.balance * int64(b.cfg.accounts); sum != want || len(accts) != b.cfg.accounts {
+		return fmt.Sprintf("%d accounts hold %d, want %d holding %d", len(accts), sum, b.cfg.accounts, want)
+	}
+	return ""
+}
+
+// progress reports a run's progress on the log until the returned function
+// is called.
+func (b *bench) progress(impl string, workers, total int, start time.Time, finished *atomic.Int64) (stop func()) {
+	if b.cfg.progress <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(b.cfg.progress)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				n := finished.Load()
+				el := time.Since(start)
+				fmt.Fprintf(b.log, "bench: %-8s %3d workers: %d/%d transfers returned, %.1f/s, %v\n",
+					impl, workers, n, total, float64(n)/el.Seconds(), el.Round(time.Second))
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+// redact hides a connection string's credentials.
+func redact(uri string) string {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	at := strings.LastIndex(rest, "@")
+	if !ok || at < 0 {
+		return uri
+	}
+	return scheme + "://***" + rest[at:]
+}

@@ -247,11 +247,10 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 }
 
 // insert writes the new transaction, claimed and pending, with lastModified
-// from the server's clock, in one upsert guarded by its _id and claim: a
-// retry after a lost reply finds it rather than inserting a second one. If
-// the _id is taken by a transaction of another claim (an earlier transfer
-// with the same key, or this one, canceled meanwhile), the upsert fails on
-// the _id's uniqueness and insert returns that transaction.
+// from the server's clock, in one upsert keyed by its _id: a retry after a
+// lost reply finds it rather than inserting a second one. If the _id is an
+// earlier transfer's (same key), insert returns that transaction; the
+// caller compares claims to tell.
 func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 	doc := bson.D{
 		{Key: "source", Value: r.Source},
@@ -264,14 +263,26 @@ func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 	if r.Key != "" {
 		doc = append(doc, bson.E{Key: fieldKey, Value: r.Key})
 	}
+	// A fresh _id is nobody else's: the filter is the _id alone, which
+	// every server serves from its index, and a retry that finds the
+	// document only refreshes this transfer's own lastModified. A key's _id
+	// may be an earlier transfer's, whose lastModified a retry must not
+	// refresh (that would keep a dead owner's transaction from going
+	// stale): the filter adds the claim, so that only this call's own
+	// document matches and any other fails on the _id's uniqueness.
+	filter := bson.D{{Key: "_id", Value: r.ID}}
+	if r.Key != "" {
+		filter = append(filter, bson.E{Key: fieldClaim, Value: r.Claim}) // the claim comes from the filter's equality
+	} else {
+		doc = append(doc, bson.E{Key: fieldClaim, Value: r.Claim})
+	}
 	update := bson.D{
 		{Key: "$setOnInsert", Value: doc},
 		{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
 	}
 	var cur record
 	err := c.try(ctx, StepInsert, r, func(ctx context.Context) error {
-		// The claim comes from the filter's equality, as the _id does.
-		return c.txns.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: r.ID}, {Key: fieldClaim, Value: r.Claim}}, update,
+		return c.txns.FindOneAndUpdate(ctx, filter, update,
 			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&cur)
 	})
 	if mongo.IsDuplicateKeyError(err) {

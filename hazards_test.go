@@ -39,55 +39,48 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// stalledTransfer starts a transfer that stalls at step and returns its
-// stall and a channel with its error.
-func stalledTransfer(t *testing.T, b *bank, s *stall, src, dst string, value int64) <-chan error {
-	t.Helper()
-	res := make(chan error, 1)
-	go func() {
-		_, err := b.c.Transfer(testCtx(t), src, dst, value)
-		res <- err
-	}()
-	<-s.reached
-	return res
-}
-
 // A leg must not apply to an account that did not exist when its
 // transaction was rolled back and was opened afterwards: the rollback
 // leaves a tombstone fence that OpenAccount adopts.
 func TestHazardAccountOpenedAfterRollback(t *testing.T) {
-	for _, missing := range []string{"destination", "source"} {
-		t.Run(missing, func(t *testing.T) {
+	cases := []struct {
+		missing string // the account that does not exist at rollback
+		opening int64  // the balance it is opened with afterwards
+		other   map[string]int64
+	}{
+		{missing: "B", opening: 0, other: map[string]int64{"A": 100}},
+		{missing: "A", opening: 100, other: map[string]int64{"B": 0}},
+	}
+	for _, tc := range cases {
+		t.Run("missing "+tc.missing, func(t *testing.T) {
 			ctx := testCtx(t)
 			s := newStall(twopc.StepApply)
 			b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("app"))
-			src, dst, opening := "A", "B", map[string]int64{"A": 100}
-			if missing == "source" {
-				opening = map[string]int64{"B": 0}
-			}
-			b.open(opening)
-			res := stalledTransfer(t, b, s, src, dst, 60)
+			b.open(tc.other)
+			res := stalledTransfer(t, b, s, "A", "B", 60)
 			id := b.txns()[0].ID
 			got, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, id)
 			require.NoError(t, err)
 			require.Equal(t, twopc.StateCanceled, got.State)
-			_, err = b.c.Balance(ctx, map[string]string{"destination": dst, "source": src}[missing])
+			_, err = b.c.Balance(ctx, tc.missing)
 			require.ErrorIs(t, err, twopc.ErrAccountNotFound, "a tombstone is not an account")
 
 			// The operator sees "account not found" and opens it.
-			opening[map[string]string{"destination": dst, "source": src}[missing]] = map[string]int64{"destination": 0, "source": 100}[missing]
-			require.NoError(t, b.c.OpenAccount(ctx, map[string]string{"destination": dst, "source": src}[missing], opening[map[string]string{"destination": dst, "source": src}[missing]]))
+			require.NoError(t, b.c.OpenAccount(ctx, tc.missing, tc.opening))
 			close(s.release)
-			require.ErrorIs(t, <-res, twopc.ErrCanceled)
+			require.ErrorIs(t, (<-res).err, twopc.ErrCanceled)
+			opening := map[string]int64{tc.missing: tc.opening}
+			for id, bal := range tc.other {
+				opening[id] = bal
+			}
 			b.checkSettled(opening)
 			assert.Equal(t, twopc.StateCanceled, b.txn(id).State)
-			// Once the fence's retention passed, the tombstone's fence goes.
+			// Once the fence's retention passed, the fence goes.
 			b.backdate(id, time.Hour)
 			rep := b.recoverAll()
 			assert.Equal(t, 1, rep.Unfenced)
-			assert.Empty(t, b.account(dst).Fenced)
-			require.NoError(t, b.c.OpenAccount(ctx, "C", 1))
-			require.Error(t, b.c.OpenAccount(ctx, "C", 1), "an account that exists is not opened twice")
+			assert.Empty(t, b.account(tc.missing).Fenced)
+			require.Error(t, b.c.OpenAccount(ctx, tc.missing, 1), "an account that exists is not opened twice")
 		})
 	}
 }

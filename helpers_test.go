@@ -218,3 +218,23 @@ func (cc *commandCounter) reset() {
 func (b *bank) countedDatabase(cc *commandCounter) *mongo.Database {
 	return mongotest.ConnectURI(b.t, b.server.URI, options.Client().SetMonitor(cc.monitor())).Database(b.db.Name())
 }
+
+// transferResult is what a Transfer returned.
+type transferResult struct {
+	txn *twopc.Txn
+	err error
+}
+
+// stalledTransfer starts a transfer on b's coordinator, whose step hook is
+// s.hook, waits until it stalls at s's step, and returns where its result
+// will come once released.
+func stalledTransfer(t *testing.T, b *bank, s *stall, src, dst string, value int64) <-chan transferResult {
+	t.Helper()
+	res := make(chan transferResult, 1)
+	go func() {
+		txn, err := b.c.Transfer(testCtx(t), src, dst, value)
+		res <- transferResult{txn, err}
+	}()
+	<-s.reached
+	return res
+}

@@ -293,20 +293,10 @@ func TestRecoverLeavesFreshTransactionsAlone(t *testing.T) {
 func TestStalledOwnerResumesAfterRecovery(t *testing.T) {
 	for _, step := range []twopc.Step{twopc.StepApply, twopc.StepCommit} {
 		t.Run(step.String(), func(t *testing.T) {
-			ctx := testCtx(t)
 			s := newStall(step)
 			b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("owner"))
 			b.open(map[string]int64{"A": 100, "B": 0})
-			type result struct {
-				txn *twopc.Txn
-				err error
-			}
-			res := make(chan result, 1)
-			go func() {
-				txn, err := b.c.Transfer(ctx, "A", "B", 60)
-				res <- result{txn, err}
-			}()
-			<-s.reached
+			res := stalledTransfer(t, b, s, "A", "B", 60)
 			rep := b.recoverAll()
 			assert.Equal(t, 1, rep.RolledForward)
 			b.checkSettled(map[string]int64{"A": 100, "B": 0})
@@ -333,16 +323,7 @@ func TestStalledOwnerResumesAfterCancel(t *testing.T) {
 			s := newStall(step)
 			b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("owner"))
 			b.open(map[string]int64{"A": 100, "B": 0})
-			type result struct {
-				txn *twopc.Txn
-				err error
-			}
-			res := make(chan result, 1)
-			go func() {
-				txn, err := b.c.Transfer(ctx, "A", "B", 60)
-				res <- result{txn, err}
-			}()
-			<-s.reached
+			res := stalledTransfer(t, b, s, "A", "B", 60)
 			txns := b.txns()
 			require.Len(t, txns, 1)
 			id := txns[0].ID
@@ -469,17 +450,12 @@ func TestOwnerRacesCanceler(t *testing.T) {
 	s := newStall(twopc.StepCommit)
 	b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("app"))
 	b.open(map[string]int64{"A": 100, "B": 0})
-	res := make(chan error, 1)
-	go func() {
-		_, err := b.c.Transfer(ctx, "A", "B", 60)
-		res <- err
-	}()
-	<-s.reached
+	res := stalledTransfer(t, b, s, "A", "B", 60)
 	id := b.txns()[0].ID
 	_, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, id)
 	require.NoError(t, err)
 	close(s.release)
-	require.ErrorIs(t, <-res, twopc.ErrCanceled)
+	require.ErrorIs(t, (<-res).err, twopc.ErrCanceled)
 	b.checkSettled(map[string]int64{"A": 100, "B": 0})
 }
 

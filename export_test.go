@@ -10,3 +10,12 @@ func WithClock(now func() time.Time) Option {
 		return nil
 	}
 }
+
+// OnCommitWait has f called each time a commit of c starts waiting for
+// the next group commit, so that tests can form groups without sleeping.
+// f runs under the committer's lock: it must not block.
+func OnCommitWait(c *Coordinator, f func()) {
+	c.commits.mu.Lock()
+	defer c.commits.mu.Unlock()
+	c.commits.joined = f
+}

@@ -42,6 +42,7 @@ type Coordinator struct {
 	accounts *mongo.Collection
 	txns     *mongo.Collection
 	settler  *settler
+	commits  *committer
 
 	closeOnce sync.Once
 }
@@ -72,6 +73,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		txns:     db.Collection(cfg.transactions),
 	}
 	c.settler = newSettler(c)
+	c.commits = &committer{c: c}
 	return c, nil
 }
 
@@ -344,7 +346,7 @@ func (c *Coordinator) drive(ctx context.Context, o *owned, sync bool) (*Txn, err
 	if why != nil {
 		return c.abort(ctx, o.rec, why)
 	}
-	cur, moved, err := c.advance(ctx, o.rec, move{step: StepCommit, from: StatePending, to: StateApplied, claim: o.rec.Claim})
+	cur, moved, err := c.commits.commit(ctx, o.rec) // alone, or grouped with concurrent commits
 	if err != nil {
 		return cur.txn(), fmt.Errorf("twopc: transfer %s: %w", o.rec.ID.Hex(), err)
 	}

@@ -1,0 +1,328 @@
+package twopc_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/mongotest"
+)
+
+// commitGate is a command monitor that sees every commit write a client
+// sends (pending → applied) and can hold the next ones in flight, before
+// they reach the server, until released: the driver publishes a started
+// event synchronously, just before it sends the command.
+type commitGate struct {
+	mu     sync.Mutex
+	hold   map[string]int // "alone" or "group": how many of the next to hold
+	alone  int            // commits written alone (findAndModify)
+	groups []int          // the size of each grouped commit (update with $or)
+
+	held    chan string
+	release chan struct{}
+}
+
+func newCommitGate() *commitGate {
+	return &commitGate{hold: map[string]int{}, held: make(chan string, 4), release: make(chan struct{})}
+}
+
+// holdNext holds the next commit write of kind.
+func (g *commitGate) holdNext(kind string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hold[kind]++
+}
+
+// waitHeld waits until a write of kind is held.
+func (g *commitGate) waitHeld(t *testing.T, kind string) {
+	t.Helper()
+	select {
+	case got := <-g.held:
+		require.Equal(t, kind, got)
+	case <-time.After(time.Minute):
+		t.Fatalf("no %s commit write within a minute", kind)
+	}
+}
+
+// counts returns the commits written alone and the group sizes so far.
+func (g *commitGate) counts() (int, []int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.alone, append([]int(nil), g.groups...)
+}
+
+func (g *commitGate) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		kind := ""
+		switch e.CommandName {
+		case "findAndModify":
+			if coll, _ := e.Command.Lookup("findAndModify").StringValueOK(); coll == "transactions" &&
+				setsApplied(e.Command.Lookup("update")) {
+				kind = "alone"
+			}
+		case "update":
+			coll, _ := e.Command.Lookup("update").StringValueOK()
+			updates, ok := e.Command.Lookup("updates").ArrayOK()
+			if coll != "transactions" || !ok {
+				return
+			}
+			first, ok := updates.Index(0).DocumentOK()
+			if !ok || !setsApplied(first.Lookup("u")) {
+				return
+			}
+			or, _ := first.Lookup("q", "$or").ArrayOK()
+			n, _ := or.Values()
+			kind = "group"
+			g.mu.Lock()
+			g.groups = append(g.groups, len(n))
+			g.mu.Unlock()
+		}
+		if kind == "" {
+			return
+		}
+		g.mu.Lock()
+		if kind == "alone" {
+			g.alone++
+		}
+		hold := g.hold[kind] > 0
+		if hold {
+			g.hold[kind]--
+		}
+		g.mu.Unlock()
+		if hold {
+			g.held <- kind
+			<-g.release
+		}
+	}}
+}
+
+// setsApplied reports whether an update document sets state to applied.
+func setsApplied(u bson.RawValue) bool {
+	doc, ok := u.DocumentOK()
+	if !ok {
+		return false
+	}
+	s, _ := doc.Lookup("$set", "state").StringValueOK()
+	return s == string(twopc.StateApplied)
+}
+
+// gatedCoordinator returns a coordinator of b's database through a client
+// whose commit writes g sees, with hook counts of StepCommit per transfer
+// value, and a channel that receives each commit that starts waiting for
+// a group.
+func (b *bank) gatedCoordinator(g *commitGate, hook func(context.Context, twopc.Step, *twopc.Txn) error) (*twopc.Coordinator, *valueIndex, <-chan struct{}) {
+	b.t.Helper()
+	db := mongotest.ConnectURI(b.t, b.server.URI, options.Client().SetRetryWrites(false).SetMonitor(g.monitor())).Database(b.db.Name())
+	idx := &valueIndex{ids: map[int64]bson.ObjectID{}, commits: map[int64]int{}}
+	c, err := twopc.NewCoordinator(db, twopc.WithApplication("app"), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, tx *twopc.Txn) error {
+		if s == twopc.StepCommit {
+			idx.add(tx)
+		}
+		if hook != nil {
+			return hook(ctx, s, tx)
+		}
+		return nil
+	}))
+	require.NoError(b.t, err)
+	b.t.Cleanup(func() { _ = c.Close(context.Background()) })
+	waiting := make(chan struct{}, 16)
+	twopc.OnCommitWait(c, func() { waiting <- struct{}{} })
+	return c, idx, waiting
+}
+
+// valueIndex remembers, by transfer value, each transaction's id and how
+// many times its StepCommit hook ran.
+type valueIndex struct {
+	mu      sync.Mutex
+	ids     map[int64]bson.ObjectID
+	commits map[int64]int
+}
+
+func (v *valueIndex) add(tx *twopc.Txn) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.ids[tx.Value] = tx.ID
+	v.commits[tx.Value]++
+}
+
+func (v *valueIndex) id(value int64) bson.ObjectID {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.ids[value]
+}
+
+func (v *valueIndex) hookCalls(value int64) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.commits[value]
+}
+
+func transferAsync(ctx context.Context, c *twopc.Coordinator, value int64) <-chan transferResult {
+	res := make(chan transferResult, 1)
+	go func() {
+		txn, err := c.Transfer(ctx, "A", "B", value)
+		res <- transferResult{txn, err}
+	}()
+	return res
+}
+
+func waitFor(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: not within a minute", what)
+	}
+}
+
+func result(t *testing.T, ch <-chan transferResult, what string) transferResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: no result within a minute", what)
+		return transferResult{}
+	}
+}
+
+// TestGroupCommit holds one commit write in flight while three more
+// commits arrive: they go in one guarded write, which moves the two still
+// pending under their claims and not the one a canceler took meanwhile. A
+// commit whose step hook fails is not written.
+func TestGroupCommit(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	g := newCommitGate()
+	c, idx, waiting := b.gatedCoordinator(g, func(_ context.Context, s twopc.Step, tx *twopc.Txn) error {
+		if s == twopc.StepCommit && tx.Value == 5 {
+			return errCrash
+		}
+		return nil
+	})
+
+	g.holdNext("alone")
+	r1 := transferAsync(ctx, c, 1)
+	g.waitHeld(t, "alone")
+	r2 := transferAsync(ctx, c, 2)
+	r3 := transferAsync(ctx, c, 3)
+	r4 := transferAsync(ctx, c, 4)
+	for i := 0; i < 3; i++ {
+		waitFor(t, waiting, "a commit waits for the group")
+	}
+	_, err := c.Transfer(ctx, "A", "B", 5)
+	require.ErrorIs(t, err, errCrash, "a failing hook stops its own commit")
+
+	got, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, idx.id(4))
+	require.NoError(t, err)
+	require.Equal(t, twopc.StateCanceled, got.State)
+	g.release <- struct{}{}
+
+	for v, r := range map[int64]<-chan transferResult{1: r1, 2: r2, 3: r3} {
+		res := result(t, r, "transfer")
+		require.NoErrorf(t, res.err, "transfer of %d", v)
+		assert.Truef(t, res.txn.State.Committed(), "transfer of %d is %s", v, res.txn.State)
+	}
+	require.ErrorIs(t, result(t, r4, "transfer of 4").err, twopc.ErrCanceled)
+	alone, groups := g.counts()
+	assert.Equal(t, 1, alone, "commits written alone")
+	assert.Equal(t, []int{3}, groups, "one group write, for 2, 3 and 4")
+	assert.Equal(t, twopc.StatePending, b.txn(idx.id(5)).State, "the crashed commit was not written")
+
+	require.NoError(t, c.Settle(ctx))
+	b.recoverAll()
+	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
+	assert.Equal(t, int64(1+2+3+5), b.balance("B"))
+}
+
+// TestGroupCommitWaiterGivesUp ends the context of a commit waiting for
+// the next group: it returns at once, not written, and the others go on.
+func TestGroupCommitWaiterGivesUp(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	g := newCommitGate()
+	c, idx, waiting := b.gatedCoordinator(g, nil)
+
+	g.holdNext("alone")
+	r1 := transferAsync(ctx, c, 1)
+	g.waitHeld(t, "alone")
+	ctx2, cancel2 := context.WithCancel(ctx)
+	defer cancel2()
+	r2 := transferAsync(ctx2, c, 2)
+	waitFor(t, waiting, "2 waits for the group")
+	r3 := transferAsync(ctx, c, 3)
+	waitFor(t, waiting, "3 waits for the group")
+	cancel2()
+	res2 := result(t, r2, "the commit that gave up, while the write before it is still held")
+	require.ErrorIs(t, res2.err, context.Canceled)
+	assert.Equal(t, twopc.StatePending, b.txn(idx.id(2)).State, "never written")
+	g.release <- struct{}{}
+
+	for v, r := range map[int64]<-chan transferResult{1: r1, 3: r3} {
+		res := result(t, r, "transfer")
+		require.NoErrorf(t, res.err, "transfer of %d", v)
+		assert.Truef(t, res.txn.State.Committed(), "transfer of %d is %s", v, res.txn.State)
+	}
+	alone, groups := g.counts()
+	assert.Equal(t, 2, alone, "1 and then 3 written alone")
+	assert.Empty(t, groups)
+
+	require.NoError(t, c.Settle(ctx))
+	b.recoverAll()
+	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
+	assert.Equal(t, int64(1+2+3), b.balance("B"), "recovery rolled 2 forward")
+}
+
+// TestGroupCommitLeaderGivesUp ends the context of the commit that leads
+// a group while the group's write is in flight: the others do not fail
+// with it, they commit again under their own contexts.
+func TestGroupCommitLeaderGivesUp(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	g := newCommitGate()
+	c, idx, waiting := b.gatedCoordinator(g, nil)
+
+	g.holdNext("alone")
+	g.holdNext("group")
+	r1 := transferAsync(ctx, c, 1)
+	g.waitHeld(t, "alone")
+	ctx2, cancel2 := context.WithCancel(ctx)
+	defer cancel2()
+	r2 := transferAsync(ctx2, c, 2)
+	waitFor(t, waiting, "2 waits for the group")
+	r3 := transferAsync(ctx, c, 3)
+	r4 := transferAsync(ctx, c, 4)
+	waitFor(t, waiting, "3 or 4 waits for the group")
+	waitFor(t, waiting, "3 or 4 waits for the group")
+	g.release <- struct{}{} // 1's write goes; 2 leads the group of 2, 3 and 4
+	g.waitHeld(t, "group")
+	cancel2()
+	g.release <- struct{}{}
+
+	require.ErrorIs(t, result(t, r2, "the leader").err, context.Canceled)
+	for v, r := range map[int64]<-chan transferResult{1: r1, 3: r3, 4: r4} {
+		res := result(t, r, "transfer")
+		require.NoErrorf(t, res.err, "transfer of %d", v)
+		assert.Truef(t, res.txn.State.Committed(), "transfer of %d is %s", v, res.txn.State)
+	}
+	_, groups := g.counts()
+	assert.Equal(t, 3, groups[0], "the group of 2, 3 and 4")
+	assert.Equal(t, 2, idx.hookCalls(3), "3 committed again")
+	assert.Equal(t, 2, idx.hookCalls(4), "4 committed again")
+
+	require.NoError(t, c.Settle(ctx))
+	b.recoverAll()
+	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
+	assert.Equal(t, int64(1+2+3+4), b.balance("B"))
+}

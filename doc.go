@@ -26,6 +26,9 @@
 //     {pendingTransactions: id}}, and the credit likewise, except that it
 //     goes to pendingCredit, not yet to balance;
 //  3. pending → applied, guarded by state and claim: the commit point.
+//     Commits that arrive while another of the same coordinator is being
+//     written go together in one update, each still guarded by its own
+//     state and claim (see commit.go).
 //
 // Transfer returns there, after three round trips (the tutorial takes
 // eight). Settling follows, in the background and in batches: pull the id

@@ -2,13 +2,10 @@ package twopc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // maxCommitGroup bounds the transactions one group commit writes.
@@ -228,37 +225,7 @@ func commitMove(r *record) move {
 // one commits r alone: advance's find-and-modify, whose first attempt's
 // step hook commit has already called.
 func (g *committer) one(ctx context.Context, r *record) (*record, bool, error) {
-	c := g.c
-	m := commitMove(r)
-	var now record
-	first := true
-	err := c.retry(ctx, func(ctx context.Context) error {
-		if !first {
-			if err := c.at(ctx, StepCommit, r); err != nil {
-				return err
-			}
-		}
-		first = false
-		err := c.txns.FindOneAndUpdate(ctx, m.filter(r.ID), m.update(),
-			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&now)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			now = record{}
-			return nil
-		}
-		return err
-	})
-	if err != nil {
-		return r, false, err
-	}
-	if now.ID.IsZero() {
-		// Not moved by this attempt: re-read to learn what happened.
-		cur, err := c.read(ctx, r.ID)
-		if err != nil {
-			return r, false, err
-		}
-		return cur, cur.State == StateApplied && cur.Claim == r.Claim, nil
-	}
-	return &now, true, nil
+	return g.c.advanceHooked(ctx, r, commitMove(r), true)
 }
 
 // write commits group, led by leader, under the leader's context, and

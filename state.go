@@ -174,6 +174,12 @@ func (m move) update() bson.D {
 // document rather than assume: the move happened if the document is in To
 // under the claim the move leaves.
 func (c *Coordinator) advance(ctx context.Context, r *record, m move) (*record, bool, error) {
+	return c.advanceHooked(ctx, r, m, false)
+}
+
+// advanceHooked is advance for a caller that has already called the step
+// hook for the first attempt (hooked); retries call it again.
+func (c *Coordinator) advanceHooked(ctx context.Context, r *record, m move, hooked bool) (*record, bool, error) {
 	if !canMove(m.from, m.to) {
 		return r, false, fmt.Errorf("twopc: no move from %s to %s", m.from, m.to)
 	}
@@ -182,7 +188,13 @@ func (c *Coordinator) advance(ctx context.Context, r *record, m move) (*record, 
 		holder = m.newClaim
 	}
 	var now record
-	err := c.try(ctx, m.step, r, func(ctx context.Context) error {
+	err := c.retry(ctx, func(ctx context.Context) error {
+		if !hooked {
+			if err := c.at(ctx, m.step, r); err != nil {
+				return err
+			}
+		}
+		hooked = false
 		err := c.txns.FindOneAndUpdate(ctx, m.filter(r.ID), m.update(),
 			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&now)
 		if errors.Is(err, mongo.ErrNoDocuments) {

@@ -133,6 +133,16 @@
 // pass MaxInt64 can leave a committed transfer that cannot settle (each
 // recovery pass reports it). Keep balances well inside int64.
 //
+// Settling and unfencing many transactions at once update their accounts
+// in write commands of at most WithWriteBatch statements (48 by default).
+// FerretDB v1 holds one backend connection for each statement of an update
+// command until the command ends, and hangs for good when its pool runs
+// out: with SQLite (100 connections) an update command of 100 statements
+// never returns, nor does any request after it. With FerretDB's PostgreSQL
+// backend the pool (50 by default, in v1.24's source; not run here) is
+// shared by all commands in flight, so raise its pool_max_conns or lower
+// WithWriteBatch to fit the concurrency.
+//
 // # Durability and scale-out
 //
 // Every step is as durable as the write concern of the database or

@@ -172,10 +172,12 @@ func (b *bank) checkSettled(opening map[string]int64) {
 	}
 }
 
-// commandCounter counts the data commands a client sends.
+// commandCounter counts the data commands a client sends, and the most
+// statements one update command carried.
 type commandCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
+	mu         sync.Mutex
+	counts     map[string]int
+	maxUpdates int
 }
 
 var dataCommands = map[string]bool{
@@ -194,7 +196,18 @@ func (cc *commandCounter) monitor() *event.CommandMonitor {
 			cc.counts = map[string]int{}
 		}
 		cc.counts[e.CommandName]++
+		if e.CommandName == "update" {
+			values, _ := e.Command.Lookup("updates").Array().Values()
+			cc.maxUpdates = max(cc.maxUpdates, len(values))
+		}
 	}}
+}
+
+// mostUpdates returns the most statements one update command carried.
+func (cc *commandCounter) mostUpdates() int {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.maxUpdates
 }
 
 func (cc *commandCounter) total() int {

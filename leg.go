@@ -333,9 +333,11 @@ func (c *Coordinator) renew(ctx context.Context, o *owned) error {
 
 // settle closes the legs of committed transactions on their accounts (pull
 // the id from pendingTransactions and fence it, and move a credit from
-// pendingCredit to the balance; one bulk write for the batch) and then moves them to done (one write for the batch). Both writes
-// are guarded and idempotent, so anyone may settle an applied transaction,
-// any number of times. It returns the transactions it moved to done.
+// pendingCredit to the balance; bulk writes of up to writeBatch legs) and
+// then moves those whose legs all closed to done (one write for the
+// batch). Both writes are guarded and idempotent, so anyone may settle an
+// applied transaction, any number of times. It returns the transactions it
+// moved to done.
 func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, error) {
 	var batch []*record
 	var firstErr error
@@ -366,20 +368,11 @@ func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, er
 			owner = append(owner, i)
 		}
 	}
-	err := c.retry(ctx, func(ctx context.Context) error {
-		_, err := c.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-		return err
-	})
+	failedModels, err := c.writeAccounts(ctx, models)
+	firstErr = cmpErr(firstErr, err)
 	failed := map[int]bool{}
-	var bwe mongo.BulkWriteException
-	switch {
-	case errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 && bwe.WriteConcernError == nil:
-		for _, we := range bwe.WriteErrors {
-			failed[owner[we.Index]] = true
-		}
-		firstErr = cmpErr(firstErr, err)
-	case err != nil:
-		return nil, cmpErr(firstErr, err)
+	for i := range failedModels {
+		failed[owner[i]] = true
 	}
 	var ready []*record
 	for i, r := range batch {
@@ -513,15 +506,11 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) 
 	if len(ids) == 0 {
 		return 0, firstErr
 	}
-	err := c.retry(ctx, func(ctx context.Context) error {
-		_, err := c.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-		return err
-	})
-	if err != nil {
+	if _, err := c.writeAccounts(ctx, models); err != nil {
 		return 0, cmpErr(firstErr, err)
 	}
 	// Tombstones whose last fence went are no longer needed.
-	err = c.retry(ctx, func(ctx context.Context) error {
+	err := c.retry(ctx, func(ctx context.Context) error {
 		_, err := c.accounts.DeleteMany(ctx, bson.D{
 			{Key: "_id", Value: bson.D{{Key: "$in", Value: accounts}}},
 			{Key: fieldTombstone, Value: true},
@@ -543,6 +532,58 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) 
 		return err
 	})
 	return int(n), cmpErr(firstErr, err)
+}
+
+// writeAccounts sends models, idempotent updates of accounts, as unordered
+// bulk writes of at most writeBatch statements each, every one retried on
+// its own. It returns the indexes of the models that may not have been
+// applied and the first error. The commands are small because FerretDB v1
+// holds a backend connection for each statement of a command until it
+// ends, and hangs for good once its pool is exhausted (an update command
+// of 100 statements on SQLite).
+//
+// A command that fails with write errors is sent again one statement at a
+// time, and only the statements that fail then are returned: the indexes
+// of write errors are not to be trusted (FerretDB v1 stops an unordered
+// command at its first error and reports it at index 0), and sending an
+// applied statement again changes nothing.
+func (c *Coordinator) writeAccounts(ctx context.Context, models []mongo.WriteModel) (map[int]bool, error) {
+	failed := map[int]bool{}
+	var firstErr error
+	send := func(start, end int) error {
+		return c.retry(ctx, func(ctx context.Context) error {
+			_, err := c.accounts.BulkWrite(ctx, models[start:end], options.BulkWrite().SetOrdered(false))
+			return err
+		})
+	}
+	for start := 0; start < len(models); start += c.writeBatch {
+		end := min(start+c.writeBatch, len(models))
+		err := send(start, end)
+		var bwe mongo.BulkWriteException
+		switch {
+		case err == nil:
+			continue
+		case errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 && bwe.WriteConcernError == nil && end-start > 1:
+			for i := start; i < end; i++ {
+				if err := send(i, i+1); err != nil {
+					failed[i] = true
+					firstErr = cmpErr(firstErr, err)
+				}
+			}
+			continue
+		}
+		firstErr = cmpErr(firstErr, err)
+		for i := start; i < end; i++ {
+			failed[i] = true
+		}
+		if ctx.Err() != nil {
+			for i := end; i < len(models); i++ {
+				failed[i] = true
+			}
+			break
+		}
+	}
+	return failed, firstErr
 }
 
 // cmpErr keeps the first error.

@@ -18,6 +18,7 @@ const (
 	DefaultRetries       = 3
 	DefaultInterval      = 30 * time.Second
 	DefaultRecoveryBatch = 100
+	DefaultWriteBatch    = 48
 )
 
 // Option configures a Coordinator.
@@ -33,6 +34,7 @@ type config struct {
 	allowNegative  bool
 	syncSettle     bool
 	retries        int
+	writeBatch     int
 	logger         *slog.Logger
 	now            func() time.Time // the claim clock; tests replace it
 }
@@ -45,6 +47,7 @@ func defaultConfig() config {
 		accounts:     DefaultAccounts,
 		transactions: DefaultTransactions,
 		retries:      DefaultRetries,
+		writeBatch:   DefaultWriteBatch,
 		logger:       slog.New(slog.DiscardHandler),
 		now:          time.Now,
 	}
@@ -150,6 +153,25 @@ func WithRetries(n int) Option {
 			return fmt.Errorf("WithRetries: %d < 1", n)
 		}
 		c.retries = n
+		return nil
+	}
+}
+
+// WithWriteBatch sets the most update statements the Coordinator puts in
+// one write command when it settles or unfences many transactions at once
+// (default 48, [DefaultWriteBatch]); a larger batch goes as several
+// commands. MongoDB takes 100,000 per command, so raising it saves round
+// trips there under heavy load. FerretDB v1 needs it low: it holds one
+// backend connection per statement until the command ends, and deadlocks
+// when its pool runs out (100 connections with SQLite, 50 by default with
+// PostgreSQL, shared by all commands in flight); see the package
+// documentation.
+func WithWriteBatch(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("WithWriteBatch: %d < 1", n)
+		}
+		c.writeBatch = n
 		return nil
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -175,6 +176,100 @@ func TestRecoverSettlesFreshApplied(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, rep.Settled)
 	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+}
+
+// TestRecoverLargeBatches settles and then unfences more transactions in
+// one pass than fit in one write command. Every update command stays within
+// the write batch (FerretDB v1 hangs for good on one of 100 statements: it
+// did, in the soak run), and everything is finished.
+func TestRecoverLargeBatches(t *testing.T) {
+	const n = 130 // more than a recovery batch, 260 legs
+	ctx := testCtx(t)
+	failSettle := func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepSettle {
+			return errCrash
+		}
+		return nil
+	}
+	b := newBank(t, twopc.WithStepHook(failSettle), twopc.WithSyncSettle())
+	opening := map[string]int64{"A": n * 10}
+	for i := range 8 {
+		opening[fmt.Sprint("B", i)] = 0
+	}
+	b.open(opening)
+	for i := range n {
+		txn, err := b.c.Transfer(ctx, "A", fmt.Sprint("B", i%8), 10)
+		require.ErrorIs(t, err, errCrash)
+		require.Equal(t, twopc.StateApplied, txn.State)
+	}
+
+	var cc commandCounter
+	c, err := twopc.NewCoordinator(b.countedDatabase(&cc), twopc.WithApplication("recoverer"))
+	require.NoError(t, err)
+	r := twopc.NewRecoverer(c)
+	rep, err := r.RecoverOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, n, rep.Settled)
+	for _, d := range b.txns() {
+		b.backdate(d.ID, time.Hour)
+	}
+	rep, err = r.RecoverOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, n, rep.Unfenced)
+	assert.Equal(t, twopc.DefaultWriteBatch, cc.mostUpdates(), "legs go in full write batches, never more")
+	b.checkSettled(opening)
+	for id := range opening {
+		assert.Emptyf(t, b.account(id).Fenced, "fences on %s", id)
+	}
+}
+
+// TestSettleWriteErrorInABatch: when one leg of a settle fails with a
+// write error, in a later write command than the first, at its start or at
+// its end, exactly its transaction stays applied and the others are done.
+// FerretDB v1 reports such an error at index 0 and skips the rest of the
+// command: trusting the index marked the wrong transaction done.
+func TestSettleWriteErrorInABatch(t *testing.T) {
+	failSettle := func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepSettle {
+			return errCrash
+		}
+		return nil
+	}
+	// Legs go in commands of 3: [A, B0, A], [B1, A, B2].
+	for full, stuck := range map[string]int{"B1": 1, "B2": 2} {
+		t.Run(full, func(t *testing.T) {
+			ctx := testCtx(t)
+			b := newBank(t, twopc.WithStepHook(failSettle), twopc.WithSyncSettle())
+			b.open(map[string]int64{"A": 100, "B0": 0, "B1": 0, "B2": 0})
+			var ids []bson.ObjectID
+			for i := range 3 {
+				txn, err := b.c.Transfer(ctx, "A", fmt.Sprint("B", i), 10)
+				require.ErrorIs(t, err, errCrash)
+				ids = append(ids, txn.ID)
+			}
+			// By hand, the account is put where its held credit cannot land.
+			_, err := b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: full}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "balance", Value: int64(math.MaxInt64)}}}})
+			require.NoError(t, err)
+
+			r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithWriteBatch(3)))
+			rep, err := r.RecoverOnce(ctx)
+			require.Error(t, err, "the overflow is reported")
+			assert.Equal(t, 2, rep.Settled)
+			assert.Equal(t, int64(70), b.balance("A"))
+			for i, id := range ids {
+				acct := fmt.Sprint("B", i)
+				if i == stuck {
+					assert.Equal(t, twopc.StateApplied, b.txn(id).State)
+					assert.Equal(t, []bson.ObjectID{id}, b.account(acct).Pending, "its leg is still open")
+					continue
+				}
+				assert.Equal(t, twopc.StateDone, b.txn(id).State)
+				assert.Equal(t, int64(10), b.balance(acct))
+				assert.Empty(t, b.account(acct).Pending)
+			}
+		})
+	}
 }
 
 // TestKeyedRetryAfterCrash: the first call with a key dies half way; a

@@ -17,10 +17,10 @@ test:
 
 # soak runs the randomized simulation longer: more transfers, applications,
 # workers and accounts (SEED=n repeats a run); it prints a summary per seed.
-SOAK_TRANSFERS ?= 3000
+SOAK_TRANSFERS ?= 1500
 soak:
 	$(GO) test -count=1 -timeout 120m -run '^TestSimulation$$' -v . -sim.timeout 60m \
-		-sim.transfers=$(SOAK_TRANSFERS) -sim.apps=4 -sim.workers=6 -sim.accounts=40 $(if $(SEED),-sim.seed=$(SEED))
+		-sim.transfers=$(SOAK_TRANSFERS) -sim.apps=4 -sim.workers=6 -sim.accounts=40 -sim.staleafter=5s $(if $(SEED),-sim.seed=$(SEED))
 
 # demo seeds two accounts and runs transfers, printing each state change.
 demo:

@@ -28,6 +28,7 @@ var (
 	simWorkers   = flag.Int("sim.workers", 4, "workers per coordinator")
 	simAccounts  = flag.Int("sim.accounts", 12, "accounts")
 	simTimeout   = flag.Duration("sim.timeout", 10*time.Minute, "how long one simulation run may take")
+	simStale     = flag.Duration("sim.staleafter", 2*time.Second, "the coordinators' StaleAfter (stalls last 1 to 2 times as long)")
 )
 
 // simFixedSeeds are run on every `go test`, with one random seed besides.
@@ -51,7 +52,7 @@ func defaultSimConfig(seed uint64) simConfig {
 		seed: seed, apps: *simApps, workers: *simWorkers,
 		accounts: *simAccounts, hot: 3, transfers: *simTransfers,
 		crash: 0.01, stall: 0.004,
-		staleAfter: 2 * time.Second, // well above a write's latency on a loaded dev server
+		staleAfter: *simStale, // well above a write's latency on a loaded dev server
 	}
 }
 

@@ -19,9 +19,21 @@ type FrontOptions struct {
 	Seed uint64
 
 	// Logger receives the front's diagnostics (refused messages, backend
-	// dial failures) at debug and warn level. Nil discards them.
+	// dial failures, a backend that stops answering) at debug and warn
+	// level. Nil discards them.
 	Logger *slog.Logger
+
+	// StallWarning is how long a request may be at the backend before the
+	// front warns that it (and so every client) is waiting on it. Zero
+	// means [DefaultStallWarning].
+	StallWarning time.Duration
 }
+
+// DefaultStallWarning is the default [FrontOptions.StallWarning]. A request
+// that long at FerretDB is most likely never coming back: FerretDB v1
+// deadlocks, for example, on an update command of as many statements as its
+// connection pool holds (100 with SQLite).
+const DefaultStallWarning = 10 * time.Second
 
 // Stats counts what a [Front] has done since it started.
 type Stats struct {
@@ -58,6 +70,7 @@ type Front struct {
 	ln      net.Listener
 	log     *slog.Logger
 	faults  *faultSet
+	stall   time.Duration
 
 	serial sync.Mutex // held while a request is at the backend
 
@@ -86,8 +99,13 @@ func NewFront(addr, backend string, opts FrontOptions) (*Front, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	stall := opts.StallWarning
+	if stall <= 0 {
+		stall = DefaultStallWarning
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Front{
+		stall:   stall,
 		backend: backend,
 		ln:      ln,
 		log:     logger,
@@ -233,7 +251,7 @@ func (f *Front) serve(client net.Conn) error {
 			return fmt.Errorf("fault %s on %q", fault.Kind, req.command)
 		}
 
-		replies, err := f.roundTrip(backend, msg, req.expectsReply)
+		replies, err := f.roundTrip(backend, msg, req)
 		if err != nil {
 			return err
 		}
@@ -259,17 +277,25 @@ func (f *Front) serve(client net.Conn) error {
 	}
 }
 
-// roundTrip sends msg to the backend and reads its replies while holding the
-// front's lock, so no other request reaches the backend in between.
-func (f *Front) roundTrip(backend net.Conn, msg []byte, expectsReply bool) ([][]byte, error) {
+// roundTrip sends msg, whose parsed form is req, to the backend and reads
+// its replies while holding the front's lock, so no other request reaches
+// the backend in between. If the backend takes longer than the stall
+// warning, it says so in the log: every client is waiting.
+func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, error) {
 	f.serial.Lock()
 	defer f.serial.Unlock()
+	start := time.Now()
+	warning := time.AfterFunc(f.stall, func() {
+		f.log.Warn("front: the backend has not answered a request; every client waits for it",
+			slog.String("command", req.command), slog.Duration("waiting", time.Since(start)))
+	})
+	defer warning.Stop()
 
 	if _, err := backend.Write(msg); err != nil {
 		return nil, fmt.Errorf("forwarding request: %w", err)
 	}
 	f.forwarded.Add(1)
-	if !expectsReply {
+	if !req.expectsReply {
 		return nil, nil
 	}
 	var replies [][]byte

@@ -2,6 +2,9 @@ package devserver_test
 
 import (
 	"context"
+	"log/slog"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +131,72 @@ func TestFaultValidation(t *testing.T) {
 		assert.Error(t, err, name)
 	}
 	assert.Empty(t, front.Faults())
+}
+
+// frontWarnings is a slog handler that hands the front's warnings to a
+// channel and drops everything else (FerretDB's logs among it).
+type frontWarnings chan slog.Record
+
+func (r frontWarnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (r frontWarnings) Handle(_ context.Context, rec slog.Record) error {
+	if !strings.HasPrefix(rec.Message, "front:") {
+		return nil
+	}
+	select {
+	case r <- rec:
+	default: // the test has what it waits for
+	}
+	return nil
+}
+
+// awaitWarning waits for a warning from the front that contains want.
+func awaitWarning(ctx context.Context, t *testing.T, logs frontWarnings, want string) {
+	t.Helper()
+	for {
+		select {
+		case rec := <-logs:
+			if strings.Contains(rec.Message, want) {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("no warning %q from the front", want)
+		}
+	}
+}
+
+func (r frontWarnings) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r frontWarnings) WithGroup(string) slog.Handler      { return r }
+
+// TestStallWarning: a backend that takes a request and never answers (as
+// FerretDB v1 does when an update command exhausts its connection pool)
+// holds every client; the front says so in its log.
+func TestStallWarning(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = silent.Close() })
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+
+	logs := make(frontWarnings, 16)
+	f, err := devserver.NewFront("127.0.0.1:0", silent.Addr().String(), devserver.FrontOptions{
+		Logger:       slog.New(logs),
+		StallWarning: 50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, f.Close()) })
+
+	// The driver's first hello goes to the silent backend.
+	c := connect(t, f.URI())
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	go func() { _ = c.Ping(ctx, nil) }()
+	awaitWarning(ctx, t, logs, "has not answered")
 }

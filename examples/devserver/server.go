@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/FerretDB/FerretDB/ferretdb"
 )
@@ -35,6 +36,10 @@ type Config struct {
 
 	// Seed seeds the front's fault random source; see [FrontOptions.Seed].
 	Seed uint64
+
+	// StallWarning is how long a request may be at FerretDB before the
+	// front warns; see [FrontOptions.StallWarning].
+	StallWarning time.Duration
 
 	// Fsync makes SQLite flush every commit to disk (FerretDB's default).
 	// Without it (synchronous=OFF) writes are about 1.5 times as fast and
@@ -122,8 +127,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 
 	s.front, err = NewFront(addr, backendURI.Host, FrontOptions{
-		Seed:   cfg.Seed,
-		Logger: frontLogger.With(slog.String("component", "front")),
+		Seed:         cfg.Seed,
+		Logger:       frontLogger.With(slog.String("component", "front")),
+		StallWarning: cfg.StallWarning,
 	})
 	if err != nil {
 		return nil, err

@@ -193,3 +193,51 @@ func TestConcurrentServers(t *testing.T) {
 		assert.NoError(t, connect(t, s.URI()).Ping(t.Context(), nil))
 	}
 }
+
+// incModels returns n updateOne statements, each incrementing a different
+// one of the documents it also returns.
+func incModels(n int) (docs []any, models []mongo.WriteModel) {
+	for i := range n {
+		docs = append(docs, bson.D{{Key: "_id", Value: i}, {Key: "n", Value: 0}})
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: i}}).SetUpdate(inc))
+	}
+	return docs, models
+}
+
+// TestUpdateCommandLimit pins down the FerretDB v1 bug the library's write
+// batches (twopc.WithWriteBatch) work around: an update command holds a
+// backend connection per statement until it ends, so 99 statements go
+// through and 100 exhaust the SQLite pool of 100 and never return, and the
+// front warns that everyone is waiting. If a FerretDB upgrade fixes it, this
+// test fails: then the limit in the twopc docs can go.
+func TestUpdateCommandLimit(t *testing.T) {
+	logs := make(frontWarnings, 16)
+	s := startServer(t, devserver.Config{Logger: slog.New(logs), StallWarning: time.Second})
+	c := connect(t, s.URI())
+
+	docs, models := incModels(99)
+	coll := collection(t, c, docs...)
+	_, err := coll.BulkWrite(t.Context(), models, options.BulkWrite().SetOrdered(false))
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), field(t, coll, 98, "n"))
+
+	for len(logs) > 0 {
+		<-logs // a slow 99 is not what this test is after
+	}
+	docs, models = incModels(100)
+	coll = c.Database("devserver").Collection(t.Name() + "-100")
+	_, err = coll.InsertMany(t.Context(), docs)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	hung := make(chan error, 1)
+	go func() {
+		_, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		hung <- err
+	}()
+	awaitWarning(ctx, t, logs, "has not answered")
+	cancel()
+	err = <-hung
+	require.Error(t, err, "FerretDB answered an update command of 100 statements")
+	assert.ErrorIs(t, err, context.Canceled)
+}

@@ -136,12 +136,15 @@
 // Settling and unfencing many transactions at once update their accounts
 // in write commands of at most WithWriteBatch statements (48 by default).
 // FerretDB v1 holds one backend connection for each statement of an update
-// command until the command ends, and hangs for good when its pool runs
-// out: with SQLite (100 connections) an update command of 100 statements
-// never returns, nor does any request after it. With FerretDB's PostgreSQL
-// backend the pool (50 by default, in v1.24's source; not run here) is
-// shared by all commands in flight, so raise its pool_max_conns or lower
-// WithWriteBatch to fit the concurrency.
+// command until the command ends, from a pool shared by every command in
+// flight (100 connections with SQLite; 50 by default with PostgreSQL, in
+// v1.24's source), and hangs for good when the pool runs out: on SQLite an
+// update command of 100 statements never returns. 48 keeps one command
+// well inside either pool, not several at once: with several coordinators
+// or recoverers on one FerretDB, lower WithWriteBatch to fit (or raise
+// PostgreSQL's pool_max_conns). The development server's front forwards
+// one request at a time, so there one command is all that is ever in
+// flight (and a hung one holds up every client).
 //
 // # Durability and scale-out
 //

@@ -158,3 +158,35 @@ func TestRoundTripsAndCommands(t *testing.T) {
 	assert.LessOrEqual(t, perTransfer, 5.0)
 	b.checkSettled(map[string]int64{"A": 1_000_000, "B": 0})
 }
+
+// TestLostCommandInASettleBatch: the front loses the first of a settle
+// pass's write commands, before or after the server applied it. That pass
+// moves nothing to done (no transaction is done with a leg still open),
+// and the next pass finishes all of them.
+func TestLostCommandInASettleBatch(t *testing.T) {
+	for _, kind := range []string{mongotest.DropBeforeForward, mongotest.DropAfterForward} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := testCtx(t)
+			b := newFaultBank(t, twopc.WithStepHook(failSettle), twopc.WithSyncSettle())
+			opening, ids := appliedTransfers(t, b, 3)
+			// Legs go in commands of 2: [A, B0], [A, B1], [A, B2].
+			r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithWriteBatch(2), twopc.WithRetries(1)))
+			require.NoError(t, b.server.Faults.Add(ctx, mongotest.Fault{Command: "update", Kind: kind, Count: 1}))
+
+			rep, err := r.RecoverOnce(ctx)
+			require.Error(t, err)
+			assert.Zero(t, rep.Settled)
+			for _, id := range ids {
+				assert.Equal(t, twopc.StateApplied, b.txn(id).State)
+			}
+			for i := 1; i < 3; i++ {
+				assert.Len(t, b.account(fmt.Sprint("B", i)).Pending, 1, "the commands after the lost one were not sent")
+			}
+
+			rep, err = r.RecoverOnce(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, 3, rep.Settled)
+			b.checkSettled(opening)
+		})
+	}
+}

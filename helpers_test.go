@@ -175,9 +175,9 @@ func (b *bank) checkSettled(opening map[string]int64) {
 // commandCounter counts the data commands a client sends, and the most
 // statements one update command carried.
 type commandCounter struct {
-	mu         sync.Mutex
-	counts     map[string]int
-	maxUpdates int
+	mu          sync.Mutex
+	counts      map[string]int
+	mostUpdates int
 }
 
 var dataCommands = map[string]bool{
@@ -197,17 +197,18 @@ func (cc *commandCounter) monitor() *event.CommandMonitor {
 		}
 		cc.counts[e.CommandName]++
 		if e.CommandName == "update" {
-			values, _ := e.Command.Lookup("updates").Array().Values()
-			cc.maxUpdates = max(cc.maxUpdates, len(values))
+			updates, _ := e.Command.Lookup("updates").ArrayOK()
+			values, _ := updates.Values()
+			cc.mostUpdates = max(cc.mostUpdates, len(values))
 		}
 	}}
 }
 
-// mostUpdates returns the most statements one update command carried.
-func (cc *commandCounter) mostUpdates() int {
+// largestUpdate returns the most statements one update command carried.
+func (cc *commandCounter) largestUpdate() int {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	return cc.maxUpdates
+	return cc.mostUpdates
 }
 
 func (cc *commandCounter) total() int {

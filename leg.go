@@ -244,7 +244,11 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err e
 			// judge by reading the primary. Recovery will apply again.
 			return nil, err
 		}
-		refused := map[int]string{} // leg index → the server's reason
+		// The server's reason, by leg index. FerretDB v1 reports every
+		// write error at index 0 and skips the legs after it; the accounts
+		// are read below whatever it says, and a leg it skipped is tried
+		// again in the next round, alone, where index 0 is right.
+		refused := map[int]string{}
 		for _, we := range bwe.WriteErrors {
 			refused[we.Index] = we.Message
 		}
@@ -546,7 +550,8 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) 
 // time, and only the statements that fail then are returned: the indexes
 // of write errors are not to be trusted (FerretDB v1 stops an unordered
 // command at its first error and reports it at index 0), and sending an
-// applied statement again changes nothing.
+// applied statement again changes nothing. Any other failure returns that
+// command's statements and all after it, unsent, for the next pass.
 func (c *Coordinator) writeAccounts(ctx context.Context, models []mongo.WriteModel) (map[int]bool, error) {
 	failed := map[int]bool{}
 	var firstErr error
@@ -563,7 +568,12 @@ func (c *Coordinator) writeAccounts(ctx context.Context, models []mongo.WriteMod
 		switch {
 		case err == nil:
 			continue
-		case errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 && bwe.WriteConcernError == nil && end-start > 1:
+		case errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 && bwe.WriteConcernError == nil:
+			if end-start == 1 {
+				failed[start] = true
+				firstErr = cmpErr(firstErr, err)
+				continue
+			}
 			for i := start; i < end; i++ {
 				if err := send(i, i+1); err != nil {
 					failed[i] = true
@@ -572,16 +582,12 @@ func (c *Coordinator) writeAccounts(ctx context.Context, models []mongo.WriteMod
 			}
 			continue
 		}
-		firstErr = cmpErr(firstErr, err)
-		for i := start; i < end; i++ {
+		// The server did not answer, or refused the command: this
+		// chunk and the rest wait for the next pass.
+		for i := start; i < len(models); i++ {
 			failed[i] = true
 		}
-		if ctx.Err() != nil {
-			for i := end; i < len(models); i++ {
-				failed[i] = true
-			}
-			break
-		}
+		return failed, err
 	}
 	return failed, firstErr
 }

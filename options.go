@@ -162,9 +162,9 @@ func WithRetries(n int) Option {
 // (default 48, [DefaultWriteBatch]); a larger batch goes as several
 // commands. MongoDB takes 100,000 per command, so raising it saves round
 // trips there under heavy load. FerretDB v1 needs it low: it holds one
-// backend connection per statement until the command ends, and deadlocks
-// when its pool runs out (100 connections with SQLite, 50 by default with
-// PostgreSQL, shared by all commands in flight); see the package
+// backend connection per statement until the command ends, and hangs when
+// its pool runs out (100 connections with SQLite, 50 by default with
+// PostgreSQL, shared by all commands in flight); see Limits in the package
 // documentation.
 func WithWriteBatch(n int) Option {
 	return func(c *config) error {

@@ -178,30 +178,48 @@ func TestRecoverSettlesFreshApplied(t *testing.T) {
 	b.checkSettled(map[string]int64{"A": 100, "B": 0})
 }
 
-// TestRecoverLargeBatches settles and then unfences more transactions in
-// one pass than fit in one write command. Every update command stays within
+// failSettle is a step hook that fails every settle: a transfer commits
+// and stays applied.
+func failSettle(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+	if s == twopc.StepSettle {
+		return errCrash
+	}
+	return nil
+}
+
+// appliedTransfers opens A with 10·n and B0…Bn-1 empty, and has b's
+// coordinator (hooked with failSettle) move 10 from A to each Bi; they
+// stay applied, in the order of their ids' lastModified (transfer i is
+// the i-th oldest). It returns the opening balances and the ids.
+func appliedTransfers(t *testing.T, b *bank, n int) (map[string]int64, []bson.ObjectID) {
+	t.Helper()
+	opening := map[string]int64{"A": int64(10 * n)}
+	for i := range n {
+		opening[fmt.Sprint("B", i)] = 0
+	}
+	b.open(opening)
+	var ids []bson.ObjectID
+	for i := range n {
+		txn, err := b.c.Transfer(testCtx(t), "A", fmt.Sprint("B", i), 10)
+		require.ErrorIs(t, err, errCrash)
+		require.Equal(t, twopc.StateApplied, txn.State)
+		ids = append(ids, txn.ID)
+	}
+	for i, id := range ids {
+		b.backdate(id, time.Duration(n-i)*time.Second)
+	}
+	return opening, ids
+}
+
+// TestRecoverLargeBatches settles more transactions in one pass, and
+// unfences them in the next, than fit in one write command. Every update command stays within
 // the write batch (FerretDB v1 hangs for good on one of 100 statements: it
 // did, in the soak run), and everything is finished.
 func TestRecoverLargeBatches(t *testing.T) {
 	const n = 130 // more than a recovery batch, 260 legs
 	ctx := testCtx(t)
-	failSettle := func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
-		if s == twopc.StepSettle {
-			return errCrash
-		}
-		return nil
-	}
 	b := newBank(t, twopc.WithStepHook(failSettle), twopc.WithSyncSettle())
-	opening := map[string]int64{"A": n * 10}
-	for i := range 8 {
-		opening[fmt.Sprint("B", i)] = 0
-	}
-	b.open(opening)
-	for i := range n {
-		txn, err := b.c.Transfer(ctx, "A", fmt.Sprint("B", i%8), 10)
-		require.ErrorIs(t, err, errCrash)
-		require.Equal(t, twopc.StateApplied, txn.State)
-	}
+	opening, _ := appliedTransfers(t, b, n)
 
 	var cc commandCounter
 	c, err := twopc.NewCoordinator(b.countedDatabase(&cc), twopc.WithApplication("recoverer"))
@@ -216,7 +234,7 @@ func TestRecoverLargeBatches(t *testing.T) {
 	rep, err = r.RecoverOnce(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, n, rep.Unfenced)
-	assert.Equal(t, twopc.DefaultWriteBatch, cc.mostUpdates(), "legs go in full write batches, never more")
+	assert.Equal(t, twopc.DefaultWriteBatch, cc.largestUpdate(), "legs go in full write batches, never more")
 	b.checkSettled(opening)
 	for id := range opening {
 		assert.Emptyf(t, b.account(id).Fenced, "fences on %s", id)
@@ -229,24 +247,12 @@ func TestRecoverLargeBatches(t *testing.T) {
 // FerretDB v1 reports such an error at index 0 and skips the rest of the
 // command: trusting the index marked the wrong transaction done.
 func TestSettleWriteErrorInABatch(t *testing.T) {
-	failSettle := func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
-		if s == twopc.StepSettle {
-			return errCrash
-		}
-		return nil
-	}
 	// Legs go in commands of 3: [A, B0, A], [B1, A, B2].
 	for full, stuck := range map[string]int{"B1": 1, "B2": 2} {
 		t.Run(full, func(t *testing.T) {
 			ctx := testCtx(t)
 			b := newBank(t, twopc.WithStepHook(failSettle), twopc.WithSyncSettle())
-			b.open(map[string]int64{"A": 100, "B0": 0, "B1": 0, "B2": 0})
-			var ids []bson.ObjectID
-			for i := range 3 {
-				txn, err := b.c.Transfer(ctx, "A", fmt.Sprint("B", i), 10)
-				require.ErrorIs(t, err, errCrash)
-				ids = append(ids, txn.ID)
-			}
+			_, ids := appliedTransfers(t, b, 3)
 			// By hand, the account is put where its held credit cannot land.
 			_, err := b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: full}},
 				bson.D{{Key: "$set", Value: bson.D{{Key: "balance", Value: int64(math.MaxInt64)}}}})
@@ -256,7 +262,7 @@ func TestSettleWriteErrorInABatch(t *testing.T) {
 			rep, err := r.RecoverOnce(ctx)
 			require.Error(t, err, "the overflow is reported")
 			assert.Equal(t, 2, rep.Settled)
-			assert.Equal(t, int64(70), b.balance("A"))
+			assert.Equal(t, int64(0), b.balance("A"))
 			for i, id := range ids {
 				acct := fmt.Sprint("B", i)
 				if i == stuck {

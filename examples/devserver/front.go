@@ -286,10 +286,15 @@ func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, 
 	defer f.serial.Unlock()
 	start := time.Now()
 	warning := time.AfterFunc(f.stall, func() {
-		f.log.Warn("front: the backend has not answered a request; every client waits for it",
+		f.log.Warn("front waits for a backend that has not answered; every client waits with it",
 			slog.String("command", req.command), slog.Duration("waiting", time.Since(start)))
 	})
-	defer warning.Stop()
+	defer func() {
+		if !warning.Stop() { // it fired: say when the wait ended
+			f.log.Warn("front's wait for the backend ended",
+				slog.String("command", req.command), slog.Duration("waited", time.Since(start)))
+		}
+	}()
 
 	if _, err := backend.Write(msg); err != nil {
 		return nil, fmt.Errorf("forwarding request: %w", err)

@@ -140,7 +140,7 @@ type frontWarnings chan slog.Record
 func (r frontWarnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 
 func (r frontWarnings) Handle(_ context.Context, rec slog.Record) error {
-	if !strings.HasPrefix(rec.Message, "front:") {
+	if !strings.HasPrefix(rec.Message, "front ") {
 		return nil
 	}
 	select {
@@ -150,17 +150,28 @@ func (r frontWarnings) Handle(_ context.Context, rec slog.Record) error {
 	return nil
 }
 
-// awaitWarning waits for a warning from the front that contains want.
-func awaitWarning(ctx context.Context, t *testing.T, logs frontWarnings, want string) {
+// awaitStall waits for the front's warning that the backend has not
+// answered a request of command ("": any).
+func awaitStall(ctx context.Context, t *testing.T, logs frontWarnings, command string) {
 	t.Helper()
 	for {
 		select {
 		case rec := <-logs:
-			if strings.Contains(rec.Message, want) {
+			if !strings.Contains(rec.Message, "has not answered") {
+				continue
+			}
+			var got string
+			rec.Attrs(func(a slog.Attr) bool {
+				if a.Key == "command" {
+					got = a.Value.String()
+				}
+				return true
+			})
+			if command == "" || got == command {
 				return
 			}
 		case <-ctx.Done():
-			t.Fatalf("no warning %q from the front", want)
+			t.Fatalf("no warning from the front about a %s the backend did not answer", command)
 		}
 	}
 }
@@ -175,15 +186,23 @@ func TestStallWarning(t *testing.T) {
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = silent.Close() })
+	accepted := make(chan net.Conn, 16)
 	go func() {
+		defer close(accepted)
 		for {
 			c, err := silent.Accept()
 			if err != nil {
 				return
 			}
-			t.Cleanup(func() { _ = c.Close() })
+			accepted <- c
 		}
 	}()
+	t.Cleanup(func() {
+		_ = silent.Close()
+		for c := range accepted {
+			_ = c.Close()
+		}
+	})
 
 	logs := make(frontWarnings, 16)
 	f, err := devserver.NewFront("127.0.0.1:0", silent.Addr().String(), devserver.FrontOptions{
@@ -193,10 +212,10 @@ func TestStallWarning(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, f.Close()) })
 
-	// The driver's first hello goes to the silent backend.
+	// The driver's handshake goes to the silent backend.
 	c := connect(t, f.URI())
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	go func() { _ = c.Ping(ctx, nil) }()
-	awaitWarning(ctx, t, logs, "has not answered")
+	awaitStall(ctx, t, logs, "")
 }

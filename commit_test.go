@@ -194,6 +194,27 @@ func result(t *testing.T, ch <-chan transferResult, what string) transferResult 
 	}
 }
 
+// requireCommitted takes the results of transfers, by value, and requires
+// each to have returned committed.
+func requireCommitted(t *testing.T, results map[int64]<-chan transferResult) {
+	t.Helper()
+	for v, r := range results {
+		res := result(t, r, "transfer")
+		require.NoErrorf(t, res.err, "transfer of %d", v)
+		assert.Truef(t, res.txn.State.Committed(), "transfer of %d is %s", v, res.txn.State)
+	}
+}
+
+// settleAll settles c's transfers, has recovery finish the rest, checks
+// the bank (A opened with 1000, B empty) and that B holds wantB.
+func settleAll(t *testing.T, b *bank, c *twopc.Coordinator, wantB int64, msgAndArgs ...any) {
+	t.Helper()
+	require.NoError(t, c.Settle(testCtx(t)))
+	b.recoverAll()
+	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
+	assert.Equal(t, wantB, b.balance("B"), msgAndArgs...)
+}
+
 // TestGroupCommit holds one commit write in flight while three more
 // commits arrive: they go in one guarded write, which moves the two still
 // pending under their claims and not the one a canceler took meanwhile. A
@@ -227,21 +248,14 @@ func TestGroupCommit(t *testing.T) {
 	require.Equal(t, twopc.StateCanceled, got.State)
 	g.release <- struct{}{}
 
-	for v, r := range map[int64]<-chan transferResult{1: r1, 2: r2, 3: r3} {
-		res := result(t, r, "transfer")
-		require.NoErrorf(t, res.err, "transfer of %d", v)
-		assert.Truef(t, res.txn.State.Committed(), "transfer of %d is %s", v, res.txn.State)
-	}
+	requireCommitted(t, map[int64]<-chan transferResult{1: r1, 2: r2, 3: r3})
 	require.ErrorIs(t, result(t, r4, "transfer of 4").err, twopc.ErrCanceled)
 	alone, groups := g.counts()
 	assert.Equal(t, 1, alone, "commits written alone")
 	assert.Equal(t, []int{3}, groups, "one group write, for 2, 3 and 4")
 	assert.Equal(t, twopc.StatePending, b.txn(idx.id(5)).State, "the crashed commit was not written")
 
-	require.NoError(t, c.Settle(ctx))
-	b.recoverAll()
-	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
-	assert.Equal(t, int64(1+2+3+5), b.balance("B"))
+	settleAll(t, b, c, int64(1+2+3+5))
 }
 
 // TestGroupCommitWaiterGivesUp ends the context of a commit waiting for
@@ -268,19 +282,12 @@ func TestGroupCommitWaiterGivesUp(t *testing.T) {
 	assert.Equal(t, twopc.StatePending, b.txn(idx.id(2)).State, "never written")
 	g.release <- struct{}{}
 
-	for v, r := range map[int64]<-chan transferResult{1: r1, 3: r3} {
-		res := result(t, r, "transfer")
-		require.NoErrorf(t, res.err, "transfer of %d", v)
-		assert.Truef(t, res.txn.State.Committed(), "transfer of %d is %s", v, res.txn.State)
-	}
+	requireCommitted(t, map[int64]<-chan transferResult{1: r1, 3: r3})
 	alone, groups := g.counts()
 	assert.Equal(t, 2, alone, "1 and then 3 written alone")
 	assert.Empty(t, groups)
 
-	require.NoError(t, c.Settle(ctx))
-	b.recoverAll()
-	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
-	assert.Equal(t, int64(1+2+3), b.balance("B"), "recovery rolled 2 forward")
+	settleAll(t, b, c, int64(1+2+3), "recovery rolled 2 forward")
 }
 
 // TestGroupCommitLeaderGivesUp ends the context of the commit that leads
@@ -311,18 +318,11 @@ func TestGroupCommitLeaderGivesUp(t *testing.T) {
 	g.release <- struct{}{}
 
 	require.ErrorIs(t, result(t, r2, "the leader").err, context.Canceled)
-	for v, r := range map[int64]<-chan transferResult{1: r1, 3: r3, 4: r4} {
-		res := result(t, r, "transfer")
-		require.NoErrorf(t, res.err, "transfer of %d", v)
-		assert.Truef(t, res.txn.State.Committed(), "transfer of %d is %s", v, res.txn.State)
-	}
+	requireCommitted(t, map[int64]<-chan transferResult{1: r1, 3: r3, 4: r4})
 	_, groups := g.counts()
 	assert.Equal(t, 3, groups[0], "the group of 2, 3 and 4")
 	assert.Equal(t, 2, idx.hookCalls(3), "3 committed again")
 	assert.Equal(t, 2, idx.hookCalls(4), "4 committed again")
 
-	require.NoError(t, c.Settle(ctx))
-	b.recoverAll()
-	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
-	assert.Equal(t, int64(1+2+3+4), b.balance("B"))
+	settleAll(t, b, c, int64(1+2+3+4))
 }

@@ -167,7 +167,7 @@ func TestLostCommandInASettleBatch(t *testing.T) {
 	for _, kind := range []string{mongotest.DropBeforeForward, mongotest.DropAfterForward} {
 		t.Run(kind, func(t *testing.T) {
 			ctx := testCtx(t)
-			b := newFaultBank(t, twopc.WithStepHook(failSettle), twopc.WithSyncSettle())
+			b := newFaultBank(t, twopc.WithStepHook(failAt(twopc.StepSettle)), twopc.WithSyncSettle())
 			opening, ids := appliedTransfers(t, b, 3)
 			// Legs go in commands of 2: [A, B0], [A, B1], [A, B2].
 			r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithWriteBatch(2), twopc.WithRetries(1)))

@@ -32,6 +32,17 @@ func crashAt(step twopc.Step) func(context.Context, twopc.Step, *twopc.Txn) erro
 	}
 }
 
+// failAt returns a step hook that fails every time step is reached; at
+// StepSettle, a transfer commits and stays applied.
+func failAt(step twopc.Step) func(context.Context, twopc.Step, *twopc.Txn) error {
+	return func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == step {
+			return errCrash
+		}
+		return nil
+	}
+}
+
 // stall is a step hook that blocks at one step until released, like a
 // process paused by GC or cut off by a partition.
 type stall struct {
@@ -178,17 +189,8 @@ func TestRecoverSettlesFreshApplied(t *testing.T) {
 	b.checkSettled(map[string]int64{"A": 100, "B": 0})
 }
 
-// failSettle is a step hook that fails every settle: a transfer commits
-// and stays applied.
-func failSettle(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
-	if s == twopc.StepSettle {
-		return errCrash
-	}
-	return nil
-}
-
 // appliedTransfers opens A with 10·n and B0…Bn-1 empty, and has b's
-// coordinator (hooked with failSettle) move 10 from A to each Bi; they
+// coordinator (hooked with failAt(StepSettle)) move 10 from A to each Bi; they
 // stay applied, in the order of their ids' lastModified (transfer i is
 // the i-th oldest). It returns the opening balances and the ids.
 func appliedTransfers(t *testing.T, b *bank, n int) (map[string]int64, []bson.ObjectID) {
@@ -218,7 +220,7 @@ func appliedTransfers(t *testing.T, b *bank, n int) (map[string]int64, []bson.Ob
 func TestRecoverLargeBatches(t *testing.T) {
 	const n = 130 // more than a recovery batch, 260 legs
 	ctx := testCtx(t)
-	b := newBank(t, twopc.WithStepHook(failSettle), twopc.WithSyncSettle())
+	b := newBank(t, twopc.WithStepHook(failAt(twopc.StepSettle)), twopc.WithSyncSettle())
 	opening, _ := appliedTransfers(t, b, n)
 
 	var cc commandCounter
@@ -251,7 +253,7 @@ func TestSettleWriteErrorInABatch(t *testing.T) {
 	for full, stuck := range map[string]int{"B1": 1, "B2": 2} {
 		t.Run(full, func(t *testing.T) {
 			ctx := testCtx(t)
-			b := newBank(t, twopc.WithStepHook(failSettle), twopc.WithSyncSettle())
+			b := newBank(t, twopc.WithStepHook(failAt(twopc.StepSettle)), twopc.WithSyncSettle())
 			_, ids := appliedTransfers(t, b, 3)
 			// By hand, the account is put where its held credit cannot land.
 			_, err := b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: full}},
@@ -453,12 +455,7 @@ func TestStalledOwnerResumesAfterCancel(t *testing.T) {
 // transaction is finished exactly once.
 func TestTwoRecoverersRace(t *testing.T) {
 	ctx := testCtx(t)
-	b := newBank(t, twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
-		if s == twopc.StepCommit {
-			return errCrash
-		}
-		return nil
-	}))
+	b := newBank(t, twopc.WithStepHook(failAt(twopc.StepCommit)))
 	opening := map[string]int64{"A": 1000, "B": 1000, "C": 1000}
 	b.open(opening)
 	pairs := [][2]string{{"A", "B"}, {"B", "C"}, {"C", "A"}, {"A", "C"}}

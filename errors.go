@@ -26,6 +26,16 @@ var (
 	// or not an integer. The transaction ends canceled; no balance changes.
 	ErrInvalidAccount = errors.New("twopc: account balance is missing or not an integer")
 
+	// ErrTooLate reports a leg refused by an account's fence line: the
+	// account has already closed the legs of every transaction created at
+	// or before a time at or after this one's (see the package
+	// documentation). It is what a leg write delivered after its
+	// transaction finished meets; a new transfer meets it only if the
+	// clock of the host that created it is behind the others' by more than
+	// the fence retention. The transaction ends canceled; no balance
+	// changes.
+	ErrTooLate = errors.New("twopc: transaction older than the account's fence line")
+
 	// ErrCanceled reports that a Canceler canceled the transaction before it
 	// reached its commit point. Its applied legs are (or will be) undone.
 	ErrCanceled = errors.New("twopc: transaction canceled")
@@ -69,8 +79,10 @@ const (
 	reasonAccountNotFound   = "account_not_found"
 	reasonBalanceOverflow   = "balance_overflow"
 	reasonInvalidAccount    = "invalid_account"
+	reasonTooLate           = "too_late"
 	reasonCanceled          = "canceled"
 	reasonStaleInitial      = "stale_initial"
+	reasonStalePending      = "stale_pending"
 )
 
 // reasonErrors pairs reason codes with their errors; a reason that maps to
@@ -83,12 +95,17 @@ var reasonErrors = []struct {
 	{reasonAccountNotFound, ErrAccountNotFound},
 	{reasonBalanceOverflow, ErrBalanceOverflow},
 	{reasonInvalidAccount, ErrInvalidAccount},
+	{reasonTooLate, ErrTooLate},
 	{reasonCanceled, ErrCanceled},
 	{reasonStaleInitial, ErrCanceled},
+	{reasonStalePending, ErrCanceled},
 }
 
 // reasonOf is the reason code for err.
 func reasonOf(err error) string {
+	if errors.Is(err, errStalePending) {
+		return reasonStalePending
+	}
 	for _, re := range reasonErrors {
 		if errors.Is(err, re.err) {
 			return re.reason

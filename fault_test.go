@@ -82,7 +82,8 @@ func TestLostRepliesInCancelAndRecovery(t *testing.T) {
 	for _, step := range []twopc.Step{twopc.StepScan, twopc.StepTakeover, twopc.StepApply, twopc.StepCommit, twopc.StepSettle, twopc.StepDone} {
 		t.Run("recover/"+step.String(), func(t *testing.T) {
 			ctx := testCtx(t)
-			b := newFaultBank(t, twopc.WithStepHook(crashAt(twopc.StepApply)))
+			// Legs applied, then the owner died: recovery rolls forward.
+			b := newFaultBank(t, twopc.WithStepHook(crashAt(twopc.StepCommit)))
 			b.open(map[string]int64{"A": 100, "B": 0})
 			_, err := b.c.Transfer(ctx, "A", "B", 60)
 			require.ErrorIs(t, err, errCrash)

@@ -85,21 +85,28 @@ func TestHazardAccountOpenedAfterRollback(t *testing.T) {
 	}
 }
 
-// A tombstone whose last fence is removed is deleted.
-func TestHazardTombstoneRemoved(t *testing.T) {
+// A tombstone whose last fence is removed stays, holding the fence line
+// that refuses the canceled transfer's legs (deleting it raced OpenAccount
+// and forgot the line).
+func TestHazardTombstoneKept(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithSyncSettle())
 	b.open(map[string]int64{"A": 100})
 	txn, err := b.c.Transfer(ctx, "A", "ghost", 10)
 	require.ErrorIs(t, err, twopc.ErrAccountNotFound)
-	n, err := b.db.Collection("accounts").CountDocuments(ctx, bson.D{{Key: "_id", Value: "ghost"}})
-	require.NoError(t, err)
-	assert.Equal(t, int64(1), n, "the rollback fenced the missing account")
 	b.backdate(txn.ID, time.Hour)
-	b.recoverAll()
-	n, err = b.db.Collection("accounts").CountDocuments(ctx, bson.D{{Key: "_id", Value: "ghost"}})
-	require.NoError(t, err)
-	assert.Zero(t, n, "the tombstone is gone with its last fence")
+	assert.Equal(t, 1, b.recoverAll().Unfenced)
+	var ghost struct {
+		Tombstone    bool            `bson:"tombstone"`
+		Fenced       []bson.ObjectID `bson:"fencedTransactions"`
+		FencedBefore time.Time       `bson:"fencedBefore"`
+	}
+	require.NoError(t, b.db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: "ghost"}}).Decode(&ghost))
+	assert.True(t, ghost.Tombstone)
+	assert.Empty(t, ghost.Fenced)
+	assert.Equal(t, txn.Created, ghost.FencedBefore, "the fence line passed the canceled transfer")
+	_, err = b.c.Balance(ctx, "ghost")
+	require.ErrorIs(t, err, twopc.ErrAccountNotFound, "a tombstone is not an account")
 }
 
 // A retry of a leg write re-checks the claim: after a network error, time
@@ -217,11 +224,11 @@ func TestHazardMalformedDocumentsDoNotStopRecovery(t *testing.T) {
 	old := time.Now().Add(-2 * time.Hour)
 	_, err = b.db.Collection("transactions").InsertMany(ctx, []any{
 		bson.D{{Key: "_id", Value: 1}, {Key: "source", Value: "A"}, {Key: "destination", Value: "B"},
-			{Key: "value", Value: 100.5}, {Key: "state", Value: "pending"}, {Key: "lastModified", Value: old}},
+			{Key: "value", Value: 100.5}, {Key: "state", Value: "pending"}, {Key: "lastModified", Value: old}, {Key: "created", Value: old}},
 		bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "source", Value: "A"}, {Key: "destination", Value: "B"},
-			{Key: "value", Value: int64(math.MinInt64)}, {Key: "state", Value: "pending"}, {Key: "lastModified", Value: old}},
+			{Key: "value", Value: int64(math.MinInt64)}, {Key: "state", Value: "pending"}, {Key: "lastModified", Value: old}, {Key: "created", Value: old}},
 		bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "source", Value: "A"}, {Key: "destination", Value: "B"},
-			{Key: "value", Value: "ten"}, {Key: "state", Value: "pending"}, {Key: "lastModified", Value: old}},
+			{Key: "value", Value: "ten"}, {Key: "state", Value: "pending"}, {Key: "lastModified", Value: old}, {Key: "created", Value: old}},
 	})
 	require.NoError(t, err)
 	b.backdate(txn.ID, time.Hour)

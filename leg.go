@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -28,10 +29,31 @@ const (
 	// transaction settles, after the commit point, so it cannot be spent
 	// before then: undoing a credit never takes a balance below zero.
 	fieldPendingCredit = "pendingCredit"
+	// fieldPendingDebit holds the sum of the debits applied to the account
+	// and not yet settled (already taken off balance): with balance and
+	// pendingCredit it bounds what the balance can become when every leg
+	// in flight settles or is undone, which the credit guard keeps inside
+	// int64 (see creditGuard).
+	fieldPendingDebit = "pendingDebit"
+	// fieldFencedBefore is the account's fence line, a transaction time:
+	// no leg of a transaction created at or before it applies here. Fence
+	// removal moves it forward, past the transactions whose fences it
+	// removes, so that a leg write delivered however late after its fence
+	// is gone is still refused by the server (see unfence).
+	fieldFencedBefore = "fencedBefore"
 	// fieldTombstone marks a document that holds only fences, written by a
-	// rollback on an account that did not exist.
+	// rollback on an account that did not exist. It is never deleted: its
+	// fence line keeps refusing late legs, and OpenAccount adopts it.
 	fieldTombstone = "tombstone"
 )
+
+// creditQuarter is a quarter of int64's range. A credit applies when
+// nothing is in flight on the account and balance+value fits in int64, or
+// when balance and pendingDebit are each at most creditQuarter and
+// pendingCredit+value at most twice it: either way, whatever in-flight legs
+// then settle or are undone, the balance stays within int64, so a
+// committed transfer always settles.
+const creditQuarter = math.MaxInt64 >> 2
 
 // maxApplyRounds bounds the apply-inspect rounds of one drive: a round
 // repeats only when an account changed between the write and the read.
@@ -53,7 +75,7 @@ func (l leg) debit() bool { return l.delta < 0 }
 // (the funds are held), a credit waits in pendingCredit.
 func (l leg) applyInc() bson.D {
 	if l.debit() {
-		return bson.D{{Key: fieldBalance, Value: l.delta}}
+		return bson.D{{Key: fieldBalance, Value: l.delta}, {Key: fieldPendingDebit, Value: -l.delta}}
 	}
 	return bson.D{{Key: fieldPendingCredit, Value: l.delta}}
 }
@@ -62,7 +84,7 @@ func (l leg) applyInc() bson.D {
 // the balance; a debit is already there.
 func (l leg) settleInc() bson.D {
 	if l.debit() {
-		return nil
+		return bson.D{{Key: fieldPendingDebit, Value: l.delta}}
 	}
 	return bson.D{{Key: fieldBalance, Value: l.delta}, {Key: fieldPendingCredit, Value: -l.delta}}
 }
@@ -71,7 +93,7 @@ func (l leg) settleInc() bson.D {
 // balance, the credit out of pendingCredit.
 func (l leg) undoInc() bson.D {
 	if l.debit() {
-		return bson.D{{Key: fieldBalance, Value: -l.delta}}
+		return bson.D{{Key: fieldBalance, Value: -l.delta}, {Key: fieldPendingDebit, Value: l.delta}}
 	}
 	return bson.D{{Key: fieldPendingCredit, Value: -l.delta}}
 }
@@ -89,7 +111,22 @@ type account struct {
 	PendingIDs    bson.RawValue `bson:"pendingTransactions"`
 	FencedIDs     bson.RawValue `bson:"fencedTransactions"`
 	PendingCredit bson.RawValue `bson:"pendingCredit"`
+	PendingDebit  bson.RawValue `bson:"pendingDebit"`
+	FencedBefore  time.Time     `bson:"fencedBefore"`
 	Tombstone     bool          `bson:"tombstone"`
+}
+
+// accountProjection is what the protocol reads of an account.
+var accountProjection = bson.D{
+	{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFenced, Value: 1},
+	{Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1},
+	{Key: fieldFencedBefore, Value: 1}, {Key: fieldTombstone, Value: 1},
+}
+
+// closedTo reports whether the account's fence line refuses every leg of a
+// transaction created at created.
+func (a *account) closedTo(created time.Time) bool {
+	return !a.FencedBefore.IsZero() && !a.FencedBefore.Before(created)
 }
 
 // objectIDs returns the ObjectIDs in an array value, ignoring the rest.
@@ -119,6 +156,41 @@ func (a *account) credit() int64 {
 	return 0
 }
 
+// heldDebit returns pendingDebit, 0 when absent.
+func (a *account) heldDebit() int64 {
+	if n, ok := a.PendingDebit.AsInt64OK(); ok {
+		return n
+	}
+	return 0
+}
+
+// creditFits mirrors creditGuard: whether a credit of value may apply.
+func (a *account) creditFits(b, value int64) bool {
+	if len(a.pending()) == 0 && b <= math.MaxInt64-value {
+		return true
+	}
+	return value <= 2*creditQuarter && b <= creditQuarter && a.heldDebit() <= creditQuarter &&
+		a.credit() <= 2*creditQuarter-value
+}
+
+// creditGuard is the filter that keeps a credit of value settleable (see
+// creditQuarter).
+func creditGuard(value int64) bson.E {
+	alone := bson.D{
+		{Key: fieldPending, Value: bson.D{{Key: "$size", Value: 0}}},
+		{Key: fieldBalance, Value: bson.D{{Key: "$lte", Value: math.MaxInt64 - value}}},
+	}
+	if value > 2*creditQuarter {
+		return bson.E{Key: "$or", Value: bson.A{alone}}
+	}
+	busy := bson.D{
+		{Key: fieldBalance, Value: bson.D{{Key: "$lte", Value: int64(creditQuarter)}}},
+		{Key: fieldPendingDebit, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: int64(creditQuarter)}}}}},
+		{Key: fieldPendingCredit, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: 2*creditQuarter - value}}}}},
+	}
+	return bson.E{Key: "$or", Value: bson.A{alone, busy}}
+}
+
 // balance returns the account's balance if it is an integer.
 func (a *account) balance() (int64, bool) {
 	switch a.Balance.Type {
@@ -139,32 +211,36 @@ func has(ids []bson.ObjectID, id bson.ObjectID) bool {
 	return false
 }
 
-// applyModel is the guarded write that applies l for transaction id: it
+// applyModel is the guarded write that applies l for transaction r: it
 // matches only if the leg is neither applied (pendingTransactions) nor
-// closed (fencedTransactions), the balance is an integer, and the result
-// stays in range (and, for a debit, at or above zero unless negative
-// balances are allowed). It pushes id to pendingTransactions with the
-// change (see applyInc), atomically, so it is safe to repeat.
-func (c *Coordinator) applyModel(id bson.ObjectID, l leg) mongo.WriteModel {
-	var bound bson.E
+// closed (fencedTransactions, or a fence line at or after r's transaction
+// time), the balance is an integer, and the result stays in range (for a
+// debit, at or above zero unless r's recorded policy allows negative
+// balances; for a credit, see creditGuard). It pushes id to
+// pendingTransactions with the change (see applyInc), atomically, so it is
+// safe to repeat, and refused however late it arrives once the leg is
+// closed.
+func applyModel(r *record, l leg) mongo.WriteModel {
+	filter := bson.D{
+		{Key: "_id", Value: l.account},
+		{Key: fieldPending, Value: bson.D{{Key: "$ne", Value: r.ID}}},
+		{Key: fieldFenced, Value: bson.D{{Key: "$ne", Value: r.ID}}},
+		{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
+	}
+	integer := bson.E{Key: "$type", Value: bson.A{"int", "long"}}
 	switch {
-	case l.debit() && !c.allowNegative:
-		bound = bson.E{Key: "$gte", Value: -l.delta}
+	case l.debit() && !r.AllowNegative:
+		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{{Key: "$gte", Value: -l.delta}, integer}})
 	case l.debit():
-		bound = bson.E{Key: "$gte", Value: math.MinInt64 - l.delta}
+		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{{Key: "$gte", Value: math.MinInt64 - l.delta}, integer}})
 	default:
-		bound = bson.E{Key: "$lte", Value: math.MaxInt64 - l.delta}
+		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{integer}}, creditGuard(l.delta))
 	}
 	return mongo.NewUpdateOneModel().
-		SetFilter(bson.D{
-			{Key: "_id", Value: l.account},
-			{Key: fieldPending, Value: bson.D{{Key: "$ne", Value: id}}},
-			{Key: fieldFenced, Value: bson.D{{Key: "$ne", Value: id}}},
-			{Key: fieldBalance, Value: bson.D{bound, {Key: "$type", Value: bson.A{"int", "long"}}}},
-		}).
+		SetFilter(filter).
 		SetUpdate(bson.D{
 			{Key: "$inc", Value: l.applyInc()},
-			{Key: "$push", Value: bson.D{{Key: fieldPending, Value: id}}},
+			{Key: "$push", Value: bson.D{{Key: fieldPending, Value: r.ID}}},
 		})
 }
 
@@ -178,26 +254,34 @@ const (
 	legBlocked                   // cannot apply: see the error
 )
 
-// judge reads account a (nil if missing) for leg l of transaction id.
-func (c *Coordinator) judge(a *account, id bson.ObjectID, l leg) (legVerdict, error) {
+// judge reads account a (nil if missing) for leg l of transaction r.
+func judge(a *account, r *record, l leg) (legVerdict, error) {
 	switch {
-	case a != nil && has(a.fenced(), id): // a may be a tombstone
+	case a != nil && has(a.fenced(), r.ID): // a may be a tombstone
 		return legFenced, nil
+	case a != nil && has(a.pending(), r.ID):
+		return legApplied, nil
+	case a != nil && a.closedTo(r.Created):
+		// Past the account's fence line: the transaction was finished by
+		// someone else, or its time is older than transactions already
+		// finished here (a slow clock, a very late insert). It cannot
+		// apply; the caller's guarded move to canceling tells which.
+		return legBlocked, fmt.Errorf("%w: account %v is closed to transactions created at or before %v",
+			ErrTooLate, l.account, a.FencedBefore.UTC().Format(time.RFC3339Nano))
 	case a == nil || a.Tombstone:
 		return legBlocked, fmt.Errorf("%w: %v", ErrAccountNotFound, l.account)
-	case has(a.pending(), id):
-		return legApplied, nil
 	}
 	b, ok := a.balance()
 	switch {
 	case !ok:
 		return legBlocked, fmt.Errorf("%w: account %v has balance of BSON type %s", ErrInvalidAccount, l.account, a.Balance.Type)
-	case l.debit() && !c.allowNegative && b < -l.delta:
+	case l.debit() && !r.AllowNegative && b < -l.delta:
 		return legBlocked, fmt.Errorf("%w: account %v has %d, needs %d", ErrInsufficientFunds, l.account, b, -l.delta)
 	case l.debit() && b < math.MinInt64-l.delta:
 		return legBlocked, fmt.Errorf("%w: account %v has %d, debit %d", ErrBalanceOverflow, l.account, b, -l.delta)
-	case !l.debit() && b > math.MaxInt64-l.delta:
-		return legBlocked, fmt.Errorf("%w: account %v has %d, credit %d", ErrBalanceOverflow, l.account, b, l.delta)
+	case !l.debit() && !a.creditFits(b, l.delta):
+		return legBlocked, fmt.Errorf("%w: account %v has %d with %d in flight in and %d out, credit %d",
+			ErrBalanceOverflow, l.account, b, a.credit(), a.heldDebit(), l.delta)
 	}
 	return legRetry, nil
 }
@@ -214,7 +298,7 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err e
 	for round := 0; round < maxApplyRounds; round++ {
 		models := make([]mongo.WriteModel, len(todo))
 		for i, l := range todo {
-			models[i] = c.applyModel(id, l)
+			models[i] = applyModel(o.rec, l)
 		}
 		var modified int64
 		err := c.try(ctx, StepApply, o.rec, func(ctx context.Context) error {
@@ -258,7 +342,7 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err e
 		}
 		var next []leg
 		for i, l := range todo {
-			verdict, why := c.judge(accts[i], id, l)
+			verdict, why := judge(accts[i], o.rec, l)
 			if msg, ok := refused[i]; ok && verdict == legRetry {
 				// The server refused the write for a reason the
 				// account's fields do not show: a schema validator, a
@@ -292,7 +376,7 @@ func (c *Coordinator) inspect(ctx context.Context, r *record, legs []leg) ([]*ac
 	var found []account
 	err := c.try(ctx, StepInspect, r, func(ctx context.Context) error {
 		cur, err := c.accounts.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-			options.Find().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFenced, Value: 1}, {Key: fieldTombstone, Value: 1}}))
+			options.Find().SetProjection(accountProjection))
 		if err != nil {
 			return err
 		}
@@ -304,8 +388,9 @@ func (c *Coordinator) inspect(ctx context.Context, r *record, legs []leg) ([]*ac
 	}
 	out := make([]*account, len(legs))
 	for i, l := range legs {
+		key, _ := idKey(l.account)
 		for j := range found {
-			if sameID(found[j].ID, l.account) {
+			if canonicalID(found[j].ID) == key {
 				out[i] = &found[j]
 			}
 		}
@@ -399,7 +484,7 @@ func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, er
 // stored document back.
 func (c *Coordinator) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
 	m.set = append(m.set, bson.E{Key: fieldFences, Value: true})
-	m.lease = c.fenceRetention
+	m.retain = c.fenceRetention
 	switch len(recs) {
 	case 0:
 		return nil, nil
@@ -458,9 +543,15 @@ func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
 	for i, l := range legs {
 		// An upsert: if the account does not exist yet, the fence is a
 		// tombstone that OpenAccount adopts, so that an account opened
-		// later cannot take a stalled applier's leg.
+		// later cannot take a stalled applier's leg. The fence is only
+		// added below the account's fence line: above it the line already
+		// refuses every leg of r, and a fence added there (a rollback
+		// delivered after the fences were removed) would never be removed.
 		fences[i] = mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: l.account}}).
+			SetFilter(bson.D{
+				{Key: "_id", Value: l.account},
+				{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
+			}).
 			SetUpdate(bson.D{
 				{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: r.ID}}},
 				{Key: "$setOnInsert", Value: bson.D{{Key: fieldTombstone, Value: true}}},
@@ -473,57 +564,109 @@ func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
 				{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: r.ID}}},
 			})
 	}
-	for _, w := range []struct {
-		step   Step
-		models []mongo.WriteModel
-	}{{StepFence, fences}, {StepUndo, undos}} {
-		err := c.try(ctx, w.step, r, func(ctx context.Context) error {
-			_, err := c.accounts.BulkWrite(ctx, w.models, options.BulkWrite().SetOrdered(false))
+	if err := c.fence(ctx, r, fences); err != nil {
+		return err
+	}
+	return c.try(ctx, StepUndo, r, func(ctx context.Context) error {
+		_, err := c.accounts.BulkWrite(ctx, undos, options.BulkWrite().SetOrdered(false))
+		return err
+	})
+}
+
+// fence sends r's fence upserts. An upsert that finds the account past its
+// fence line fails on the _id's uniqueness: the account is closed to r
+// already, which is what the fence is for. Since a write error may hide
+// the statements after it (FerretDB v1 stops a command at its first), a
+// command with write errors is sent again a statement at a time, and a
+// duplicate key is tried once more (two rollbacks may race to insert one
+// tombstone) before it is taken as the fence line's answer.
+func (c *Coordinator) fence(ctx context.Context, r *record, models []mongo.WriteModel) error {
+	send := func(models []mongo.WriteModel) error {
+		return c.try(ctx, StepFence, r, func(ctx context.Context) error {
+			_, err := c.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 			return err
 		})
-		if err != nil {
+	}
+	err := send(models)
+	var bwe mongo.BulkWriteException
+	if err == nil || !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return err
+	}
+	for _, m := range models {
+		err := send([]mongo.WriteModel{m})
+		if mongo.IsDuplicateKeyError(err) {
+			err = send([]mongo.WriteModel{m})
+		}
+		if err != nil && !mongo.IsDuplicateKeyError(err) {
 			return err
 		}
 	}
 	return nil
 }
 
-// unfence removes the fences of settled or canceled transactions whose
-// retention has passed, from their accounts and then from the transaction.
+// unfence removes the fences of final transactions from their accounts and
+// moves each account's fence line forward past them, in one atomic update
+// per account, and then clears the transactions' fences flag. The fence
+// line then refuses their legs however late they arrive, so removing a
+// fence never depends on time.
+//
+// A fence line is moved past a transaction only if no transaction still
+// unfinished (initial, pending, canceling) that touches the same account
+// was created at or before it: the line would refuse that transaction's
+// remaining legs (which is safe, it rolls back, but needless). Time and
+// retention only decide when fences go, never whether a leg applies.
 func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) {
-	var models []mongo.WriteModel
-	var ids, accounts bson.A
 	var firstErr error
+	var due []*record
 	for _, r := range recs {
+		if r.foreign() || r.Placeholder {
+			continue
+		}
 		if err := c.at(ctx, StepUnfence, r); err != nil {
 			firstErr = cmpErr(firstErr, err)
 			continue
 		}
-		ids = append(ids, r.ID)
+		due = append(due, r)
+	}
+	if len(due) == 0 {
+		return 0, firstErr
+	}
+	open, err := c.openBefore(ctx, due)
+	if err != nil {
+		return 0, cmpErr(firstErr, err)
+	}
+	var models []mongo.WriteModel
+	var owner []int
+	var ready []*record
+	for _, r := range due {
+		if !open.clear(r) {
+			continue // an older unfinished transaction shares an account
+		}
 		for _, l := range r.legs() {
-			accounts = append(accounts, l.account)
 			models = append(models, mongo.NewUpdateOneModel().
-				SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldFenced, Value: r.ID}}).
-				SetUpdate(bson.D{{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: r.ID}}}}))
+				SetFilter(bson.D{{Key: "_id", Value: l.account}}).
+				SetUpdate(bson.D{
+					{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: r.ID}}},
+					{Key: "$max", Value: bson.D{{Key: fieldFencedBefore, Value: r.Created}}},
+				}))
+			owner = append(owner, len(ready))
+		}
+		ready = append(ready, r)
+	}
+	failedModels, err := c.writeAccounts(ctx, models)
+	firstErr = cmpErr(firstErr, err)
+	failed := map[int]bool{}
+	for i := range failedModels {
+		failed[owner[i]] = true
+	}
+	var ids bson.A
+	for i, r := range ready {
+		if !failed[i] {
+			ids = append(ids, r.ID)
 		}
 	}
 	if len(ids) == 0 {
 		return 0, firstErr
-	}
-	if _, err := c.writeAccounts(ctx, models); err != nil {
-		return 0, cmpErr(firstErr, err)
-	}
-	// Tombstones whose last fence went are no longer needed.
-	err := c.retry(ctx, func(ctx context.Context) error {
-		_, err := c.accounts.DeleteMany(ctx, bson.D{
-			{Key: "_id", Value: bson.D{{Key: "$in", Value: accounts}}},
-			{Key: fieldTombstone, Value: true},
-			{Key: fieldFenced, Value: bson.D{{Key: "$size", Value: 0}}},
-		})
-		return err
-	})
-	if err != nil {
-		return 0, cmpErr(firstErr, err)
 	}
 	var n int64
 	err = c.retry(ctx, func(ctx context.Context) error {
@@ -536,6 +679,78 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) 
 		return err
 	})
 	return int(n), cmpErr(firstErr, err)
+}
+
+// maxOpenScan bounds the unfinished transactions one unfence reads.
+const maxOpenScan = 1000
+
+// openTxns is what unfence knows of the unfinished transactions: the
+// earliest transaction time of those touching each account, and, if it
+// could not read them all, a time before which it saw every one.
+type openTxns struct {
+	earliest map[string]time.Time
+	cut      time.Time // zero: all were read
+}
+
+// clear reports whether r's fences may go: no unfinished transaction on
+// its accounts was created at or before it.
+func (o openTxns) clear(r *record) bool {
+	if !o.cut.IsZero() && !r.Created.Before(o.cut) {
+		return false
+	}
+	for _, l := range r.legs() {
+		key, _ := idKey(l.account)
+		if t, ok := o.earliest[key]; ok && !r.Created.Before(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// openBefore reads the unfinished transactions created no later than the
+// latest of recs, oldest first, at most maxOpenScan of them.
+func (c *Coordinator) openBefore(ctx context.Context, recs []*record) (openTxns, error) {
+	latest := recs[0].Created
+	for _, r := range recs[1:] {
+		if r.Created.After(latest) {
+			latest = r.Created
+		}
+	}
+	o := openTxns{earliest: map[string]time.Time{}}
+	var open []struct {
+		Source      bson.RawValue `bson:"source"`
+		Destination bson.RawValue `bson:"destination"`
+		Created     time.Time     `bson:"created"`
+	}
+	err := c.retry(ctx, func(ctx context.Context) error {
+		cur, err := c.txns.Find(ctx, bson.D{
+			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateCanceling}}}},
+			{Key: fieldCreated, Value: bson.D{{Key: "$lte", Value: latest}}},
+		}, options.Find().
+			SetProjection(bson.D{{Key: "source", Value: 1}, {Key: "destination", Value: 1}, {Key: fieldCreated, Value: 1}}).
+			SetSort(bson.D{{Key: fieldCreated, Value: 1}}).
+			SetLimit(maxOpenScan))
+		if err != nil {
+			return err
+		}
+		open = open[:0]
+		return cur.All(ctx, &open)
+	})
+	if err != nil {
+		return o, err
+	}
+	for _, t := range open {
+		for _, id := range []bson.RawValue{t.Source, t.Destination} {
+			key := canonicalID(id)
+			if e, ok := o.earliest[key]; !ok || t.Created.Before(e) {
+				o.earliest[key] = t.Created
+			}
+		}
+	}
+	if len(open) == maxOpenScan {
+		o.cut = open[len(open)-1].Created
+	}
+	return o, nil
 }
 
 // writeAccounts sends models, idempotent updates of accounts, as unordered

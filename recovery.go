@@ -139,7 +139,14 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 // them to fn in batches. A document that does not decode, or is not a
 // transaction the protocol could have written, goes to bad instead.
 func (r *Recoverer) each(ctx context.Context, filter bson.D, bad func(error), fn func([]*record)) error {
-	filter = append(bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}}, filter...)
+	// Only documents this library wrote: a transaction of the tutorial's
+	// protocol or of another program has no transaction time, and its
+	// legs are not shaped as ours (a tutorial credit is already in the
+	// balance): settling or rolling it back would move money.
+	filter = append(bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}},
+		{Key: fieldCreated, Value: bson.D{{Key: "$exists", Value: true}}},
+	}, filter...)
 	var cur *mongo.Cursor
 	err := r.c.try(ctx, StepScan, nil, func(ctx context.Context) error {
 		var err error
@@ -180,7 +187,7 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 	cur, moved, err := c.advance(ctx, t, move{
 		step: StepTakeover, from: t.State, to: t.State,
 		claim: t.Claim, lastModified: t.LastModified,
-		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
+		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
 	})
 	if err != nil {
 		return err
@@ -192,7 +199,26 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 	r.logger.DebugContext(ctx, "twopc: took over", "txn", cur.ID.Hex(), "state", cur.State, "from", t.Application)
 	switch cur.State {
 	case StatePending:
-		_, err := c.drive(ctx, &owned{rec: cur, claimedAt: sent}, true)
+		begun, err := c.begun(ctx, cur)
+		if err != nil {
+			return err
+		}
+		if !begun {
+			// No leg was applied: presume abort. Its owner stopped (or
+			// its insert arrived after the caller gave up on it), and no
+			// one has been told it will happen.
+			if _, err := c.abort(ctx, cur, errStalePending); err != nil && !errors.Is(err, errStalePending) {
+				switch {
+				case errors.Is(err, ErrInProgress), errors.Is(err, ErrCanceled), isLegReason(err):
+					rep.Skipped++
+					return nil
+				}
+				return err
+			}
+			rep.RolledBack++
+			return nil
+		}
+		_, err = c.drive(ctx, &owned{rec: cur, claimedAt: sent}, true)
 		switch {
 		case err == nil:
 			rep.RolledForward++
@@ -228,15 +254,39 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 	return nil
 }
 
+// errStalePending is why recovery rolls back a stale pending transaction
+// none of whose legs was applied.
+var errStalePending = fmt.Errorf("%w: no leg was applied before its owner went stale", ErrCanceled)
+
+// begun reports whether a leg of pending transaction r was applied (or
+// closed by someone else, which only a transaction past its legs can
+// have): read from the accounts at majority read concern.
+func (c *Coordinator) begun(ctx context.Context, r *record) (bool, error) {
+	legs := r.legs()
+	accts, err := c.inspect(ctx, r, legs)
+	if err != nil {
+		return false, err
+	}
+	for i, l := range legs {
+		if v, _ := judge(accts[i], r, l); v == legApplied || v == legFenced {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // isLegReason reports whether err says a leg could not apply.
 func isLegReason(err error) bool {
 	return errors.Is(err, ErrInsufficientFunds) || errors.Is(err, ErrAccountNotFound) ||
-		errors.Is(err, ErrBalanceOverflow) || errors.Is(err, ErrInvalidAccount)
+		errors.Is(err, ErrBalanceOverflow) || errors.Is(err, ErrInvalidAccount) || errors.Is(err, ErrTooLate)
 }
 
 // unfence removes the fences of final transactions whose retention has
-// passed by now: the longer of this coordinator's and the one recorded in
-// the transaction by every process that claimed it.
+// passed by now: the longest of this coordinator's and those recorded in
+// the transaction by every process that claimed or finished it. Removing
+// them is safe at any time (see Coordinator.unfence); the retention only
+// keeps recent fences in place, so that the fence line does not move for
+// every transfer.
 func (r *Recoverer) unfence(ctx context.Context, now time.Time) (int, error) {
 	filter := bson.D{
 		{Key: fieldFences, Value: true},
@@ -247,7 +297,7 @@ func (r *Recoverer) unfence(ctx context.Context, now time.Time) (int, error) {
 	err := r.each(ctx, filter, func(err error) { firstErr = cmpErr(firstErr, err) }, func(recs []*record) {
 		var due []*record
 		for _, t := range recs {
-			if t.LastModified.Before(now.Add(-t.lease(r.c.fenceRetention))) {
+			if t.LastModified.Before(now.Add(-t.retention(r.c.fenceRetention))) {
 				due = append(due, t)
 			}
 		}
@@ -281,14 +331,15 @@ func (r *Recoverer) Run(ctx context.Context) error {
 	}
 }
 
-// stale reports whether r's lastModified is older than StaleAfter by the
+// stale reports whether r's lastModified is older than its lease (the
+// longest StaleAfter of any process that claimed it, and c's) by the
 // server's clock.
 func (c *Coordinator) stale(ctx context.Context, r *record) (bool, error) {
 	now, err := c.serverNow(ctx)
 	if err != nil {
 		return false, err
 	}
-	return r.LastModified.Before(now.Add(-c.staleAfter)), nil
+	return r.LastModified.Before(now.Add(-r.lease(c.staleAfter))), nil
 }
 
 // serverNow returns the server's clock, from hello's localTime. Staleness is

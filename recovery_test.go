@@ -133,15 +133,22 @@ func TestCrashAtEveryStepThenRecover(t *testing.T) {
 				}
 				rep := b.recoverAll()
 				all := b.txns()
-				if step == twopc.StepInsert {
+				switch step {
+				case twopc.StepInsert:
 					assert.Empty(t, all, "crash before insert writes nothing")
-				} else {
+				case twopc.StepApply:
+					// No leg applied: recovery presumes abort.
+					require.Len(t, all, 1)
+					assert.Equal(t, twopc.StateCanceled, all[0].State, "recovery rolls back a transfer that never began")
+					assert.Equal(t, "stale_pending", all[0].Reason)
+					assert.Equal(t, 1, rep.Finished())
+				default:
 					require.Len(t, all, 1)
 					assert.Equal(t, twopc.StateDone, all[0].State, "recovery rolls forward")
 					assert.Equal(t, 1, rep.Finished())
 				}
 				b.checkSettled(map[string]int64{"A": 100, "B": 0})
-				if step != twopc.StepInsert {
+				if step != twopc.StepInsert && step != twopc.StepApply {
 					assert.Equal(t, int64(40), b.balance("A"))
 				}
 			})
@@ -156,7 +163,8 @@ func TestCrashInRecoveryThenRecoverAgain(t *testing.T) {
 	for _, step := range recoverySteps {
 		t.Run(step.String(), func(t *testing.T) {
 			ctx := testCtx(t)
-			b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepApply)))
+			// The owner dies with its legs applied: recovery rolls forward.
+			b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepCommit)))
 			b.open(map[string]int64{"A": 100, "B": 0})
 			_, err := b.c.Transfer(ctx, "A", "B", 60)
 			require.ErrorIs(t, err, errCrash)
@@ -164,9 +172,7 @@ func TestCrashInRecoveryThenRecoverAgain(t *testing.T) {
 			b.backdateAll(time.Hour)
 			dying := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("dying"), twopc.WithStepHook(crashAt(step))))
 			_, err = dying.RecoverOnce(ctx)
-			if step != twopc.StepInspect { // inspect is only met when a leg did not apply
-				require.ErrorIs(t, err, errCrash)
-			}
+			require.ErrorIs(t, err, errCrash)
 			b.recoverAll()
 			b.checkSettled(map[string]int64{"A": 100, "B": 0})
 			assert.Equal(t, int64(40), b.balance("A"))
@@ -330,6 +336,11 @@ func TestRecoverRollsBackWhenALegCannotApply(t *testing.T) {
 	b.open(map[string]int64{"A": 100, "B": 0})
 	txn, err := b.c.Transfer(ctx, "A", "B", 60)
 	require.ErrorIs(t, err, errCrash)
+	// The credit applied before the process died, so recovery rolls
+	// forward and must apply the debit.
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "B"}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "pendingCredit", Value: int64(60)}}}, {Key: "$push", Value: bson.D{{Key: "pendingTransactions", Value: txn.ID}}}})
+	require.NoError(t, err)
 	// Meanwhile the source was drained by something else.
 	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "A"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "balance", Value: int64(10)}}}})
 	require.NoError(t, err)
@@ -359,22 +370,6 @@ func TestRecoverPartiallyAppliedPendingRollsForward(t *testing.T) {
 	assert.Equal(t, int64(60), b.balance("B"))
 }
 
-func TestRecoverStaleInitialCancels(t *testing.T) {
-	ctx := testCtx(t)
-	b := newBank(t)
-	b.open(map[string]int64{"A": 100, "B": 0})
-	id := bson.NewObjectID()
-	_, err := b.db.Collection("transactions").InsertOne(ctx, bson.D{
-		{Key: "_id", Value: id}, {Key: "source", Value: "A"}, {Key: "destination", Value: "B"},
-		{Key: "value", Value: int64(10)}, {Key: "state", Value: "initial"}, {Key: "lastModified", Value: time.Now()},
-	})
-	require.NoError(t, err)
-	rep := b.recoverAll()
-	assert.Equal(t, 1, rep.Canceled)
-	assert.Equal(t, twopc.StateCanceled, b.txn(id).State)
-	b.checkSettled(map[string]int64{"A": 100, "B": 0})
-}
-
 func TestRecoverLeavesFreshTransactionsAlone(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepApply)))
@@ -401,15 +396,27 @@ func TestStalledOwnerResumesAfterRecovery(t *testing.T) {
 			b.open(map[string]int64{"A": 100, "B": 0})
 			res := stalledTransfer(t, b, s, "A", "B", 60)
 			rep := b.recoverAll()
-			assert.Equal(t, 1, rep.RolledForward)
+			// Stalled before its legs, the transfer never began: recovery
+			// presumes abort. Stalled before its commit, it rolls forward.
+			began := step == twopc.StepCommit
+			if began {
+				assert.Equal(t, 1, rep.RolledForward)
+			} else {
+				assert.Equal(t, 1, rep.RolledBack)
+			}
 			b.checkSettled(map[string]int64{"A": 100, "B": 0})
 			close(s.release)
 			r := <-res
-			require.NoError(t, r.err, "the transfer happened, by the recoverer's hand")
-			assert.True(t, r.txn.State.Committed())
+			want := map[bool]int64{true: 60, false: 0}[began]
+			if began {
+				require.NoError(t, r.err, "the transfer happened, by the recoverer's hand")
+				assert.True(t, r.txn.State.Committed())
+			} else {
+				require.ErrorIs(t, r.err, twopc.ErrCanceled)
+			}
 			b.checkSettled(map[string]int64{"A": 100, "B": 0})
-			assert.Equal(t, int64(40), b.balance("A"), "no leg applied twice")
-			assert.Equal(t, int64(60), b.balance("B"))
+			assert.Equal(t, 100-want, b.balance("A"), "no leg applied twice")
+			assert.Equal(t, want, b.balance("B"))
 			assert.Equal(t, "recoverer", b.txn(r.txn.ID).Application)
 		})
 	}
@@ -509,8 +516,13 @@ func TestCancel(t *testing.T) {
 	require.NoError(t, err, "canceling twice is fine")
 	assert.Equal(t, twopc.StateCanceled, again.State)
 
-	_, err = k.Cancel(ctx, bson.NewObjectID())
-	require.ErrorIs(t, err, twopc.ErrTxnNotFound)
+	unknown := bson.NewObjectID()
+	placeholder, err := k.Cancel(ctx, unknown)
+	require.NoError(t, err, "an id never written is canceled for good")
+	assert.Equal(t, twopc.StateCanceled, placeholder.State)
+	got, err = b.c.Get(ctx, unknown)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateCanceled, got.State)
 
 	done, err := b.coordinator(twopc.WithSyncSettle()).Transfer(ctx, "A", "B", 10)
 	require.NoError(t, err)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Canceler cancels transactions that have not reached their commit point:
@@ -32,16 +35,41 @@ func NewCanceler(c *Coordinator) *Canceler { return &Canceler{c: c} }
 // Cancel of a canceling transaction finishes its rollback; of a canceled
 // one returns it. Applied and done transactions are past the commit point:
 // Cancel returns ErrNotCancelable naming the state, and Coordinator.Reverse
-// is the way to undo them. An unknown id gives ErrTxnNotFound.
+// is the way to undo them.
+//
+// Cancel of an id that names no transaction writes a canceled placeholder
+// under that id and returns it: a Transfer whose insert is still on its
+// way (its reply was lost, and the caller gave up on it) then finds the id
+// taken and can never become a transfer. So after an ambiguous Transfer
+// error, Cancel settles the question for good: it returns the transaction
+// canceled (nothing moved, nothing will), or ErrNotCancelable (it moved).
+// A document the library did not write (no transaction time) gives
+// ErrMalformedTxn and is left alone.
 func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 	if k == nil || k.c == nil {
 		return nil, errors.New("twopc: cancel: Canceler has no Coordinator (use NewCanceler)")
 	}
 	c := k.c
+	if id.IsZero() {
+		return nil, fmt.Errorf("twopc: cancel: %w: the zero id", ErrTxnNotFound)
+	}
 	for attempt := 0; attempt < 3; attempt++ {
 		r, err := c.read(ctx, id)
+		if errors.Is(err, ErrTxnNotFound) {
+			p, err := c.placeholder(ctx, id)
+			if errors.Is(err, errArrived) {
+				continue // the transaction arrived meanwhile: cancel it
+			}
+			if err != nil {
+				return nil, fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
+			}
+			return p.txn(), nil
+		}
 		if err != nil {
 			return r.txn(), fmt.Errorf("twopc: cancel: %w", err)
+		}
+		if r.foreign() {
+			return r.txn(), fmt.Errorf("twopc: cancel %s: %w: it has no transaction time; this library did not write it", id.Hex(), ErrMalformedTxn)
 		}
 		switch r.State {
 		case StateApplied, StateDone:
@@ -67,7 +95,7 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 		cur, moved, err := c.advance(ctx, r, move{
 			step: StepCancel, from: r.State, to: StateCanceling,
 			claim: r.Claim, lastModified: r.LastModified,
-			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
+			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
 			set: bson.D{{Key: fieldReason, Value: reasonCanceled}},
 		})
 		if err != nil {
@@ -83,6 +111,40 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 		return cur.txn(), nil
 	}
 	return nil, fmt.Errorf("twopc: cancel %s: %w: it kept moving", id.Hex(), ErrInProgress)
+}
+
+// errArrived reports that a transaction arrived under the id a placeholder
+// was being written for.
+var errArrived = errors.New("twopc: the transaction arrived")
+
+// placeholder writes, or finds, the canceled placeholder for id, which no
+// transaction had when the caller looked. The upsert matches only a
+// placeholder: if the transaction's own insert arrived meanwhile, it fails
+// on the _id's uniqueness (errArrived) and the caller looks again.
+func (c *Coordinator) placeholder(ctx context.Context, id bson.ObjectID) (*record, error) {
+	var cur record
+	err := c.try(ctx, StepCancel, &record{Txn: Txn{ID: id}}, func(ctx context.Context) error {
+		return c.txns.FindOneAndUpdate(ctx,
+			bson.D{{Key: "_id", Value: id}, {Key: fieldPlaceholder, Value: true}},
+			bson.D{
+				{Key: "$setOnInsert", Value: bson.D{
+					{Key: fieldState, Value: StateCanceled},
+					{Key: fieldReason, Value: reasonCanceled},
+					{Key: fieldPlaceholder, Value: true},
+					{Key: fieldApplication, Value: c.application},
+					{Key: fieldCreated, Value: c.now().UTC().Truncate(time.Millisecond)},
+				}},
+				{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
+			},
+			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&cur)
+	})
+	if mongo.IsDuplicateKeyError(err) {
+		return nil, errArrived
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &cur, nil
 }
 
 // rollback takes a canceling transaction to canceled: fence and undo its

@@ -45,6 +45,7 @@ type simConfig struct {
 	faults        []mongotest.Fault // injected by the server's front during the load
 	clientTimeout time.Duration     // the driver's operation timeout, 0: none
 	allowNegative bool
+	recorder      *writeRecorder // if set, records every write command the run's clients send
 }
 
 func defaultSimConfig(seed uint64) simConfig {
@@ -175,6 +176,9 @@ func runSimulation(t *testing.T, b *bank, cfg simConfig) *simStats {
 	clientOpts := options.Client().SetRetryWrites(false)
 	if cfg.clientTimeout > 0 {
 		clientOpts.SetTimeout(cfg.clientTimeout)
+	}
+	if cfg.recorder != nil {
+		clientOpts.SetMonitor(cfg.recorder.monitor())
 	}
 	newApp := func(name string, hook func(context.Context, twopc.Step, *twopc.Txn) error) *twopc.Coordinator {
 		db := mongotest.ConnectURI(t, b.server.URI, clientOpts).Database(b.db.Name())

@@ -75,29 +75,43 @@ func canMove(from, to State) bool {
 
 // Field names of transaction documents.
 const (
-	fieldState        = "state"
-	fieldLastModified = "lastModified"
-	fieldApplication  = "application"
-	fieldClaim        = "claim"
-	fieldKey          = "key"
-	fieldReason       = "reason"
-	fieldFences       = "fences"
-	fieldLease        = "leaseMs"
+	fieldState         = "state"
+	fieldLastModified  = "lastModified"
+	fieldApplication   = "application"
+	fieldClaim         = "claim"
+	fieldKey           = "key"
+	fieldReason        = "reason"
+	fieldFences        = "fences"
+	fieldLease         = "leaseMs"
+	fieldRetain        = "retainMs"
+	fieldCreated       = "created"
+	fieldAllowNegative = "allowNegative"
+	fieldPlaceholder   = "placeholder"
 )
 
-// record is a transaction document as stored: the public Txn plus the
-// claim token of its current owner and whether its fences are still on the
-// accounts.
+// record is a transaction document as stored: the public Txn plus what the
+// protocol keeps to itself.
 type record struct {
-	Txn    `bson:",inline"`
-	Claim  bson.ObjectID `bson:"claim,omitempty"`
-	Fences bool          `bson:"fences,omitempty"`
+	Txn `bson:",inline"`
+	// Claim is the token of the transaction's current owner.
+	Claim bson.ObjectID `bson:"claim,omitempty"`
+	// Fences says the transaction's fences may still be on its accounts.
+	Fences bool `bson:"fences,omitempty"`
 	// LeaseMs is the longest StaleAfter of any process that claimed the
-	// transaction and, once final, the longest fence retention of any that
-	// finished it: staleness and fence removal are judged by the longest,
-	// so a process configured with a short StaleAfter cannot take over, or
-	// unfence, a transaction another process still holds by its own rules.
+	// transaction: takeover and Cancel judge staleness by it, so a process
+	// configured with a short StaleAfter cannot take a transaction another
+	// process still holds by its own rules.
 	LeaseMs int64 `bson:"leaseMs,omitempty"`
+	// RetainMs is the longest fence retention of any process that claimed
+	// or finished it: fences stay at least that long after it is final.
+	RetainMs int64 `bson:"retainMs,omitempty"`
+	// AllowNegative is the transfer's overdraft policy, written with it:
+	// whoever applies its legs obeys it, not its own configuration.
+	AllowNegative bool `bson:"allowNegative,omitempty"`
+	// Placeholder marks a canceled transaction that Cancel wrote for an id
+	// no transaction had, so that an insert of that id arriving later
+	// cannot become a transfer.
+	Placeholder bool `bson:"placeholder,omitempty"`
 }
 
 // lease is the longer of own and the lease recorded in the transaction.
@@ -105,10 +119,27 @@ func (r *record) lease(own time.Duration) time.Duration {
 	return max(own, time.Duration(r.LeaseMs)*time.Millisecond)
 }
 
+// retention is how long r's fences stay after it is final: the longest of
+// own, its recorded lease and its recorded retention.
+func (r *record) retention(own time.Duration) time.Duration {
+	return max(r.lease(own), time.Duration(r.RetainMs)*time.Millisecond)
+}
+
+// foreign reports whether r was not written by this library (the
+// tutorial's protocol, another program, an older version): it has no
+// transaction time. Recovery and Cancel leave such documents alone.
+func (r *record) foreign() bool { return r.Created.IsZero() }
+
 // check refuses a document the protocol could not have written.
 func (r *record) check() error {
 	if !r.State.Valid() {
 		return fmt.Errorf("%w: transaction %s is %q", ErrUnknownState, r.ID.Hex(), r.State)
+	}
+	if r.Placeholder {
+		if r.State != StateCanceled {
+			return fmt.Errorf("%w: placeholder %s is %s", ErrMalformedTxn, r.ID.Hex(), r.State)
+		}
+		return nil
 	}
 	if err := validateTransfer(r.Source, r.Destination, r.Value); err != nil {
 		return fmt.Errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
@@ -132,6 +163,7 @@ type move struct {
 	newClaim     bson.ObjectID // a claim to take; zero: keep the current one
 	application  string        // the application taking the claim, with newClaim
 	lease        time.Duration // recorded in the transaction if longer than its lease
+	retain       time.Duration // recorded in the transaction if longer than its retention
 }
 
 // filter is the guard of m for transaction id.
@@ -162,8 +194,15 @@ func (m move) update() bson.D {
 		{Key: "$set", Value: set},
 		{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
 	}
+	var longest bson.D
 	if m.lease > 0 {
-		u = append(u, bson.E{Key: "$max", Value: bson.D{{Key: fieldLease, Value: m.lease.Milliseconds()}}})
+		longest = append(longest, bson.E{Key: fieldLease, Value: m.lease.Milliseconds()})
+	}
+	if m.retain > 0 {
+		longest = append(longest, bson.E{Key: fieldRetain, Value: m.retain.Milliseconds()})
+	}
+	if len(longest) > 0 {
+		u = append(u, bson.E{Key: "$max", Value: longest})
 	}
 	return u
 }

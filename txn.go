@@ -5,15 +5,13 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"math"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 )
 
 // Txn is a transfer as stored in the transactions collection: the
@@ -29,6 +27,11 @@ type Txn struct {
 	Application  string        `bson:"application,omitempty"`
 	Key          string        `bson:"key,omitempty"`
 	Reason       string        `bson:"reason,omitempty"`
+	// Created is the transaction time: when the coordinator that wrote the
+	// transaction created it, by that coordinator's clock, to the
+	// millisecond. It never changes. Accounts' fence lines (see the
+	// package documentation) are compared with it.
+	Created time.Time `bson:"created,omitempty"`
 }
 
 // Coordinator drives transfers between account documents through the
@@ -66,11 +69,14 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	if cfg.fenceRetention < cfg.staleAfter {
 		cfg.fenceRetention = cfg.staleAfter
 	}
+	// Every read the library decides by is a majority read: on a replica
+	// set, a write that a failover could roll back is never taken as done.
+	majority := options.Collection().SetReadConcern(readconcern.Majority())
 	c := &Coordinator{
 		config:   cfg,
 		db:       db,
-		accounts: db.Collection(cfg.accounts),
-		txns:     db.Collection(cfg.transactions),
+		accounts: db.Collection(cfg.accounts, majority),
+		txns:     db.Collection(cfg.transactions, majority),
 	}
 	c.settler = newSettler(c)
 	c.commits = &committer{c: c}
@@ -228,15 +234,21 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 			State:       StatePending,
 			Application: c.application,
 			Key:         tc.key,
+			Created:     c.now().UTC().Truncate(time.Millisecond),
 		},
-		Claim: bson.NewObjectID(),
+		Claim:         bson.NewObjectID(),
+		AllowNegative: c.allowNegative,
+		LeaseMs:       c.staleAfter.Milliseconds(),
+		RetainMs:      c.fenceRetention.Milliseconds(),
 	}
 	o := &owned{claimedAt: c.now()}
 	cur, err := c.insert(ctx, r)
 	if err != nil {
-		// The insert may have happened: the caller gets the id to look
-		// for (Get, Cancel), or repeats the call with its key.
-		return r.txn(), fmt.Errorf("twopc: transfer %s: %w", r.ID.Hex(), err)
+		// The insert may have happened, or may still arrive: the caller
+		// gets the id, and Cancel settles it either way (a transaction
+		// that never arrived is canceled for good), or repeats the call
+		// with its key.
+		return r.txn(), fmt.Errorf("twopc: transfer %s: the insert's outcome is unknown; Cancel it, or repeat the transfer with its key: %w", r.ID.Hex(), err)
 	}
 	if cur.Claim != r.Claim {
 		return c.replay(cur, r)
@@ -260,7 +272,12 @@ func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 		{Key: "value", Value: r.Value},
 		{Key: fieldState, Value: r.State},
 		{Key: fieldApplication, Value: r.Application},
-		{Key: fieldLease, Value: c.staleAfter.Milliseconds()},
+		{Key: fieldCreated, Value: r.Created},
+		{Key: fieldLease, Value: r.LeaseMs},
+		{Key: fieldRetain, Value: r.RetainMs},
+	}
+	if r.AllowNegative {
+		doc = append(doc, bson.E{Key: fieldAllowNegative, Value: true})
 	}
 	if r.Key != "" {
 		doc = append(doc, bson.E{Key: fieldKey, Value: r.Key})
@@ -314,6 +331,9 @@ func keyID(key string) bson.ObjectID {
 
 // replay answers a Transfer whose key an earlier transfer holds.
 func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
+	if prior.Placeholder {
+		return c.outcome(prior) // canceled before it arrived
+	}
 	if prior.Key != asked.Key || !sameID(prior.Source, asked.Source) || !sameID(prior.Destination, asked.Destination) || prior.Value != asked.Value {
 		return prior.txn(), fmt.Errorf("%w: key %q is transaction %s (%v → %v, %d)",
 			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.Source, prior.Destination, prior.Value)
@@ -404,20 +424,50 @@ func (c *Coordinator) outcome(r *record) (*Txn, error) {
 }
 
 // Reverse undoes a committed transfer the way the tutorial says to: a new
-// transfer of the same value from its destination back to its source. It
-// uses the key "reverse:<id>" unless opts give one, so reversing twice moves
-// the money back once.
+// transfer of the same value from its destination back to its source. Its
+// idempotency key is derived from id ("reverse:<id>", then
+// "reverse:<id>:2", ...), so reversing twice moves the money back once: a
+// reversal that committed or is in progress is returned, and one that was
+// canceled (say the destination lacked the funds then) is followed by a new
+// attempt under the next key. A key given in opts is used as it is.
 func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (*Txn, error) {
 	r, err := c.read(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if !r.State.Committed() {
+	if r.Placeholder || !r.State.Committed() {
 		return r.txn(), fmt.Errorf("twopc: reverse %s: it is %s, not applied or done; cancel it instead", id.Hex(), r.State)
 	}
-	all := append([]TransferOption{WithKey("reverse:" + id.Hex())}, opts...)
-	return c.Transfer(ctx, r.Destination, r.Source, r.Value, all...)
+	var tc transferConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&tc)
+		}
+	}
+	if tc.key != "" {
+		return c.Transfer(ctx, r.Destination, r.Source, r.Value, opts...)
+	}
+	for n := 1; n <= maxReverseAttempts; n++ {
+		key := "reverse:" + id.Hex()
+		if n > 1 {
+			key = fmt.Sprintf("%s:%d", key, n)
+		}
+		prior, err := c.read(ctx, keyID(key))
+		switch {
+		case errors.Is(err, ErrTxnNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("twopc: reverse %s: %w", id.Hex(), err)
+		case prior.State == StateCanceled:
+			continue // that attempt failed: the next key is a new attempt
+		}
+		return c.Transfer(ctx, r.Destination, r.Source, r.Value, append([]TransferOption{WithKey(key)}, opts...)...)
+	}
+	return nil, fmt.Errorf("twopc: reverse %s: %d attempts were canceled", id.Hex(), maxReverseAttempts)
 }
+
+// maxReverseAttempts bounds the reversals of one transfer that Reverse
+// tries after earlier ones were canceled.
+const maxReverseAttempts = 100
 
 // Settle waits until every transaction this coordinator committed before
 // the call is settled (or has failed to settle and been left to recovery).
@@ -455,130 +505,4 @@ func validateTransfer(source, destination any, value int64) error {
 		return fmt.Errorf("%w: source and destination are the same account %v", ErrInvalidTransfer, source)
 	}
 	return nil
-}
-
-// validateAccountID checks that id can be a document _id.
-func validateAccountID(which string, id any) error {
-	if id == nil {
-		return fmt.Errorf("%w: %s id is nil", ErrInvalidTransfer, which)
-	}
-	t, data, err := bson.MarshalValue(id)
-	if err != nil {
-		return fmt.Errorf("%w: %s id %v (%T) cannot be an _id: %v", ErrInvalidTransfer, which, id, id, err)
-	}
-	switch t {
-	case bson.TypeArray, bson.TypeUndefined, bson.TypeNull, bson.TypeRegex, bson.TypeJavaScript,
-		bson.TypeCodeWithScope, bson.TypeMinKey, bson.TypeMaxKey, bson.TypeDBPointer:
-		return fmt.Errorf("%w: %s id of BSON type %s cannot be an _id", ErrInvalidTransfer, which, t)
-	case bson.TypeString:
-		if s, ok := (bson.RawValue{Type: t, Value: data}).StringValueOK(); ok && s == "" {
-			return fmt.Errorf("%w: %s id is the empty string", ErrInvalidTransfer, which)
-		}
-		if !validUTF8(bson.RawValue{Type: t, Value: data}) {
-			return fmt.Errorf("%w: %s id is not valid UTF-8", ErrInvalidTransfer, which)
-		}
-	case bson.TypeDouble:
-		if f := (bson.RawValue{Type: t, Value: data}).Double(); math.IsNaN(f) {
-			return fmt.Errorf("%w: %s id is NaN", ErrInvalidTransfer, which)
-		}
-	case bson.TypeEmbeddedDocument:
-		// {_id: {$gt: ""}} in a filter is a query, not an id: it would match
-		// other accounts. Keys with dots or nothing in them are refused by
-		// some servers, so they are refused here, before anything is written.
-		if err := checkKeys(bson.Raw(data)); err != nil {
-			return fmt.Errorf("%w: %s id: %v", ErrInvalidTransfer, which, err)
-		}
-		if !validUTF8(bson.RawValue{Type: t, Value: data}) {
-			return fmt.Errorf("%w: %s id is not valid UTF-8", ErrInvalidTransfer, which)
-		}
-	}
-	return nil
-}
-
-// checkKeys refuses document keys that are empty, start with $ or hold a
-// dot, at any depth.
-func checkKeys(doc bson.Raw) error {
-	elems, err := doc.Elements()
-	if err != nil {
-		return err
-	}
-	for _, e := range elems {
-		switch k := e.Key(); {
-		case k == "", strings.HasPrefix(k, "$"), strings.Contains(k, "."):
-			return fmt.Errorf("field name %q", k)
-		}
-		if v := e.Value(); v.Type == bson.TypeEmbeddedDocument {
-			if err := checkKeys(v.Document()); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// validUTF8 reports whether every string in v, and every key of its
-// documents, is valid UTF-8, as BSON requires and servers may not check.
-func validUTF8(v bson.RawValue) bool {
-	switch v.Type {
-	case bson.TypeString:
-		s, ok := v.StringValueOK()
-		return ok && utf8.ValidString(s)
-	case bson.TypeEmbeddedDocument, bson.TypeArray:
-		elems, err := bson.Raw(v.Value).Elements()
-		if err != nil {
-			return false
-		}
-		for _, e := range elems {
-			if !utf8.ValidString(e.Key()) || !validUTF8(e.Value()) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// sameID reports whether two ids name the same document: equal BSON
-// values, numbers compared by value as the server compares _id.
-func sameID(a, b any) bool {
-	ta, da, errA := bson.MarshalValue(a)
-	tb, db, errB := bson.MarshalValue(b)
-	if errA != nil || errB != nil {
-		return false
-	}
-	ra, rb := bson.RawValue{Type: ta, Value: da}, bson.RawValue{Type: tb, Value: db}
-	if same, numeric := sameNumber(ra, rb); numeric {
-		return same
-	}
-	return ta == tb && string(da) == string(db)
-}
-
-// sameNumber compares two BSON numbers by value; numeric is false unless
-// both are numbers.
-func sameNumber(a, b bson.RawValue) (same, numeric bool) {
-	ia, fa, intA, okA := number(a)
-	ib, fb, intB, okB := number(b)
-	switch {
-	case !okA || !okB:
-		return false, false
-	case intA && intB:
-		return ia == ib, true
-	case !intA && !intB:
-		return fa == fb, true
-	case intA:
-		return float64(ia) == fb && fb >= -(1<<63) && fb < 1<<63 && int64(fb) == ia, true
-	default:
-		return float64(ib) == fa && fa >= -(1<<63) && fa < 1<<63 && int64(fa) == ib, true
-	}
-}
-
-func number(v bson.RawValue) (i int64, f float64, isInt, ok bool) {
-	switch v.Type {
-	case bson.TypeInt32:
-		return int64(v.Int32()), 0, true, true
-	case bson.TypeInt64:
-		return v.Int64(), 0, true, true
-	case bson.TypeDouble:
-		return 0, v.Double(), false, true
-	}
-	return 0, 0, false, false
 }

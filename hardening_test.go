@@ -1,0 +1,392 @@
+package twopc_test
+
+import (
+	"context"
+	"flag"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/mongotest"
+)
+
+// These tests replay, one each, the sequences of the second adversarial
+// review (issue 10: safety with no timing assumption and no per-process
+// policy); each failed before its fix.
+
+// 1. Ids the server takes for one document are one account: a
+// self-transfer between int32(1) and int64(1) nested in a document created
+// money. They are refused, as are id forms whose equality the library
+// cannot decide, and nothing is written.
+func TestReview1EquivalentIDs(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	dec, err := bson.ParseDecimal128("1")
+	require.NoError(t, err)
+	cases := []struct {
+		name     string
+		src, dst any
+	}{
+		{"nested int32 and int64", bson.D{{Key: "n", Value: int32(1)}}, bson.D{{Key: "n", Value: int64(1)}}},
+		{"nested int64 and double", bson.D{{Key: "n", Value: int64(7)}}, bson.D{{Key: "n", Value: 7.0}}},
+		{"deeper", bson.D{{Key: "a", Value: bson.D{{Key: "b", Value: int32(2)}}}}, bson.D{{Key: "a", Value: bson.D{{Key: "b", Value: 2.0}}}}},
+		{"in an array", bson.D{{Key: "a", Value: bson.A{int32(1), "x"}}}, bson.D{{Key: "a", Value: bson.A{int64(1), "x"}}}},
+		{"minus zero", bson.D{{Key: "z", Value: math.Copysign(0, -1)}}, bson.D{{Key: "z", Value: int32(0)}}},
+		{"Decimal128", dec, int64(1)},
+		{"nested Decimal128", bson.D{{Key: "n", Value: dec}}, bson.D{{Key: "n", Value: int64(1)}}},
+		{"Symbol", bson.Symbol("acct"), "acct"},
+		{"nested Symbol", bson.D{{Key: "s", Value: bson.Symbol("a")}}, "b"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := b.c.Transfer(ctx, tc.src, tc.dst, 100)
+			require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+		})
+	}
+	assert.Empty(t, b.txns(), "nothing written")
+
+	// The sequence itself: a balance of 0, a transfer to "itself".
+	require.NoError(t, b.c.OpenAccount(ctx, bson.D{{Key: "n", Value: int32(1)}}, 0))
+	_, err = b.c.Transfer(ctx, bson.D{{Key: "n", Value: int32(1)}}, bson.D{{Key: "n", Value: int64(1)}}, 100)
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+	a, err := b.c.Account(ctx, bson.D{{Key: "n", Value: int64(1)}})
+	require.NoError(t, err)
+	assert.Zero(t, a.Balance)
+	assert.Zero(t, a.PendingCredit)
+
+	// Ids the server keeps apart stay two accounts: field order matters.
+	ab := bson.D{{Key: "a", Value: int32(1)}, {Key: "b", Value: int32(2)}}
+	ba := bson.D{{Key: "b", Value: int32(2)}, {Key: "a", Value: int32(1)}}
+	require.NoError(t, b.c.OpenAccount(ctx, ab, 100))
+	require.NoError(t, b.c.OpenAccount(ctx, ba, 0))
+	_, err = b.c.Transfer(ctx, ab, ba, 40)
+	require.NoError(t, err)
+	bal, err := b.c.Balance(ctx, ba)
+	require.NoError(t, err)
+	assert.Equal(t, int64(40), bal)
+}
+
+// 2. A leg write delivered after its transaction finished and its fences
+// were removed is refused by the account's fence line. The owner's
+// retention is recorded and honoured by a recoverer configured with a
+// shorter one.
+func TestReview2LateLegWriteAfterUnfence(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100, "B": 0})
+	rec := &writeRecorder{}
+	owner, err := twopc.NewCoordinator(rec.database(b), twopc.WithApplication("owner"),
+		twopc.WithStaleAfter(time.Minute), twopc.WithFenceRetention(time.Hour), twopc.WithStepHook(crashAt(twopc.StepCommit)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = owner.Close(context.Background()) })
+	txn, err := owner.Transfer(ctx, "A", "B", 60)
+	require.ErrorIs(t, err, errCrash, "the legs applied, the process died before its commit")
+	apply := rec.recorded()[1]
+	require.Equal(t, "update", apply.Index(0).Key(), "the recorded leg write")
+
+	b.backdate(txn.ID, 2*time.Minute)
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"))) // default StaleAfter and retention
+	rep, err := r.RecoverOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.RolledForward)
+	b.backdate(txn.ID, 2*time.Minute)
+	rep, err = r.RecoverOnce(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, rep.Unfenced, "unfenced inside the owner's recorded retention of an hour")
+	b.backdate(txn.ID, 2*time.Hour)
+	_, err = r.RecoverOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, b.account("A").Fenced, "the fences are gone")
+
+	// The first leg write arrives now, after every fence is gone.
+	require.NoError(t, resend(ctx, b.db, apply))
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+	assert.Equal(t, int64(40), b.balance("A"), "debited once")
+	assert.Equal(t, int64(60), b.balance("B"))
+}
+
+// 3. An insert that arrives after the caller was told the transaction does
+// not exist never moves money: after Cancel (a canceled placeholder takes
+// the id), or with nothing but Get (recovery presumes abort for a stale
+// pending transaction none of whose legs applied).
+func TestReview3LateInsert(t *testing.T) {
+	for _, cancel := range []bool{true, false} {
+		name := map[bool]string{true: "canceled", false: "only Get"}[cancel]
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t)
+			b := newFaultBank(t)
+			b.open(map[string]int64{"A": 200, "B": 0}) // enough for both
+			rec := &writeRecorder{}
+			owner, err := twopc.NewCoordinator(rec.database(b), twopc.WithApplication("owner"), twopc.WithRetries(1),
+				twopc.WithStepHook(faultAt(t, b, twopc.StepInsert, mongotest.DropBeforeForward)))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = owner.Close(context.Background()) })
+			lost, err := owner.Transfer(ctx, "A", "B", 60)
+			require.Error(t, err, "the insert never reached the server")
+			require.NotNil(t, lost)
+			_, err = owner.Get(ctx, lost.ID)
+			require.ErrorIs(t, err, twopc.ErrTxnNotFound)
+			if cancel {
+				got, err := twopc.NewCanceler(owner).Cancel(ctx, lost.ID)
+				require.NoError(t, err, "canceling an id never written settles it")
+				assert.Equal(t, twopc.StateCanceled, got.State)
+			}
+			// The caller transfers again; then the first insert arrives.
+			_, err = owner.Transfer(ctx, "A", "B", 60)
+			require.NoError(t, err)
+			require.NoError(t, owner.Settle(ctx))
+			resendAll(t, b.db, rec.recorded()[:1])
+			b.backdateAll(time.Hour)
+			b.recoverAll()
+			b.checkSettled(map[string]int64{"A": 200, "B": 0})
+			assert.Equal(t, int64(140), b.balance("A"), "the money moved once")
+			assert.Equal(t, twopc.StateCanceled, b.txn(lost.ID).State)
+		})
+	}
+}
+
+// 4. The overdraft policy travels with the transfer: a recoverer built to
+// allow negative balances finishes a transfer whose owner forbade them by
+// the owner's rule.
+func TestReview4RecordedPolicy(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepApply)))
+	b.open(map[string]int64{"A": 50, "B": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 100)
+	require.ErrorIs(t, err, errCrash)
+	// The credit applied before the process died (as a step-by-step
+	// applier would have): recovery rolls forward, applying the debit.
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "B"}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "pendingCredit", Value: int64(100)}}}, {Key: "$push", Value: bson.D{{Key: "pendingTransactions", Value: txn.ID}}}})
+	require.NoError(t, err)
+	b.backdate(txn.ID, time.Hour)
+	rep, err := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("lenient"), twopc.WithAllowNegative())).RecoverOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.RolledBack)
+	assert.Equal(t, "insufficient_funds", b.txn(txn.ID).Reason)
+	b.checkSettled(map[string]int64{"A": 50, "B": 0})
+	assert.Equal(t, int64(50), b.balance("A"), "the owner's policy forbids a negative balance")
+}
+
+// 5. Cancel judges staleness by the lease recorded in the transaction: a
+// canceler with a short StaleAfter does not cancel under a live owner with
+// a long one.
+func TestReview5CancelHonoursRecordedLease(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithApplication("owner"), twopc.WithStaleAfter(time.Hour), twopc.WithStepHook(crashAt(twopc.StepCommit)))
+	b.open(map[string]int64{"A": 100, "B": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 60)
+	require.ErrorIs(t, err, errCrash)
+	b.backdate(txn.ID, 10*time.Second)
+	hasty := twopc.NewCanceler(b.coordinator(twopc.WithApplication("hasty"), twopc.WithStaleAfter(time.Second)))
+	_, err = hasty.Cancel(ctx, txn.ID)
+	require.ErrorIs(t, err, twopc.ErrInProgress)
+	assert.Equal(t, twopc.StatePending, b.txn(txn.ID).State)
+	b.backdate(txn.ID, 2*time.Hour)
+	got, err := hasty.Cancel(ctx, txn.ID)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateCanceled, got.State)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+}
+
+// 6. Every read the library decides by is a majority read: after a lost
+// reply, the group commit's read of its group, the inspection of the
+// accounts, and recovery's scans would otherwise see writes a failover can
+// roll back.
+func TestReview6DecisionsReadMajority(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100, "B": 0})
+	var mu sync.Mutex
+	var reads []bson.Raw
+	db := mongotest.ConnectURI(t, b.server.URI, options.Client().SetMonitor(&event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			if e.CommandName == "find" || e.CommandName == "aggregate" {
+				mu.Lock()
+				reads = append(reads, append(bson.Raw(nil), e.Command...))
+				mu.Unlock()
+			}
+		}})).Database(b.db.Name())
+	c, err := twopc.NewCoordinator(db, twopc.WithSyncSettle())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	_, err = c.Transfer(ctx, "A", "B", 500) // insufficient: inspects the accounts
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	_, err = c.Get(ctx, bson.NewObjectID())
+	require.ErrorIs(t, err, twopc.ErrTxnNotFound)
+	_, err = twopc.NewRecoverer(c).RecoverOnce(ctx)
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, reads)
+	for _, cmd := range reads {
+		level, _ := cmd.Lookup("readConcern", "level").StringValueOK()
+		assert.Equalf(t, "majority", level, "read without majority read concern: %s", cmd)
+	}
+}
+
+// 7. A rollback delivered after the fences were removed cannot leave a
+// fence (or tombstone) that nothing removes: the fence line refuses it.
+func TestReview7LateRollbackLeavesNoFence(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithApplication("app"))
+	b.open(map[string]int64{"A": 100})
+	rec := &writeRecorder{}
+	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithApplication("app"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	txn, err := c.Transfer(ctx, "A", "ghost", 10) // rolled back: fences both, a tombstone for ghost
+	require.ErrorIs(t, err, twopc.ErrAccountNotFound)
+	b.backdate(txn.ID, 2*time.Hour)
+	rep := b.recoverAll()
+	require.Equal(t, 1, rep.Unfenced)
+	resendAll(t, b.db, rec.recorded()) // every write of the transfer, the rollback's fences among them
+	assert.Empty(t, b.account("A").Fenced, "a late fence was added to A")
+	assert.Empty(t, b.account("ghost").Fenced, "a late fence was added to the tombstone")
+	assert.Equal(t, int64(100), b.balance("A"))
+	_, err = b.c.Balance(ctx, "ghost")
+	require.ErrorIs(t, err, twopc.ErrAccountNotFound)
+}
+
+// 7. An account's marker arrays stay bounded however many transfers pass
+// through it: pendingTransactions holds only legs in flight, and
+// fencedTransactions only transactions finished within the retention (or
+// behind an unfinished older one), since each recovery pass removes the
+// rest. Here the hot account takes hotTransfers transfers, with a recovery
+// pass after each batch.
+func TestReview7HotAccountStaysBounded(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	const batch = 50
+	n := *hotTransfers
+	b.open(map[string]int64{"hot": int64(n) * 10, "a": 0, "c": 0})
+	most, largest := 0, 0
+	for i := 0; i < n; i++ {
+		dst := []string{"a", "c"}[i%2]
+		_, err := b.c.Transfer(ctx, "hot", dst, 1)
+		require.NoError(t, err)
+		if (i+1)%batch == 0 {
+			require.NoError(t, b.c.Settle(ctx))
+			raw, err := b.db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: "hot"}}).Raw()
+			require.NoError(t, err)
+			largest = max(largest, len(raw))
+			most = max(most, len(b.account("hot").Fenced))
+			b.ageFinal()
+			b.recoverAll()
+			require.Empty(t, b.account("hot").Fenced, "the pass removed every fence")
+		}
+	}
+	t.Logf("%d transfers through one account: at most %d fences, %d bytes", n, most, largest)
+	assert.LessOrEqual(t, most, batch, "fences between passes are the transfers since the last pass")
+	// 12 bytes an id plus the array overhead; the account's own fields.
+	assert.LessOrEqual(t, largest, 200+batch*20)
+	b.checkSettled(map[string]int64{"hot": int64(n) * 10, "a": 0, "c": 0})
+}
+
+// 8a. An account opened where a rollback left a tombstone, after that
+// tombstone's fences were removed (tombstones used to be deleted then,
+// racing OpenAccount), adopts the tombstone's fence line: the stalled
+// owner's leg, delivered after all that, does not apply to it.
+func TestReview8OpenAccountOnUnfencedTombstone(t *testing.T) {
+	ctx := testCtx(t)
+	s := newStall(twopc.StepApply)
+	b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("app"))
+	b.open(map[string]int64{"A": 100})
+	res := stalledTransfer(t, b, s, "A", "B", 60)
+	id := b.txns()[0].ID
+	_, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, id)
+	require.NoError(t, err)
+	b.backdate(id, 2*time.Hour)
+	require.Equal(t, 1, b.recoverAll().Unfenced)
+	require.Empty(t, b.account("B").Fenced)
+	require.NoError(t, b.c.OpenAccount(ctx, "B", 0), "the tombstone is adopted")
+	close(s.release)
+	require.ErrorIs(t, (<-res).err, twopc.ErrCanceled)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+	var acct struct {
+		FencedBefore time.Time `bson:"fencedBefore"`
+	}
+	require.NoError(t, b.db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: "B"}}).Decode(&acct))
+	assert.False(t, acct.FencedBefore.Before(b.txn(id).Created), "the opened account kept the fence line past the transfer")
+}
+
+// 8b. A reversal canceled for want of funds can be tried again: the next
+// attempt takes the next derived key, and reversing twice still moves the
+// money back once.
+func TestReview8ReverseAfterCanceledReverse(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0, "C": 0})
+	txn, err := b.c.Transfer(ctx, "A", "B", 60)
+	require.NoError(t, err)
+	_, err = b.c.Transfer(ctx, "B", "C", 60) // B spends it
+	require.NoError(t, err)
+	_, err = b.c.Reverse(ctx, txn.ID)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	_, err = b.c.Transfer(ctx, "C", "B", 60) // refunded
+	require.NoError(t, err)
+	rev, err := b.c.Reverse(ctx, txn.ID)
+	require.NoError(t, err)
+	again, err := b.c.Reverse(ctx, txn.ID)
+	require.NoError(t, err)
+	assert.Equal(t, rev.ID, again.ID)
+	assert.Equal(t, int64(100), b.balance("A"), "reversed once")
+	assert.Equal(t, int64(0), b.balance("B"))
+}
+
+// 8c. A credit is refused when the credits already in flight to the
+// account would, once settled, take its balance past MaxInt64: a committed
+// transfer always settles.
+func TestReview8CreditBoundCountsInFlight(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(failAt(twopc.StepSettle)))
+	b.open(map[string]int64{"A": 100, "B": 100, "full": math.MaxInt64 - 100})
+	first, err := b.c.Transfer(ctx, "A", "full", 60)
+	require.NoError(t, err, "fits: nothing else in flight")
+	_, err = b.c.Transfer(ctx, "B", "full", 60)
+	require.ErrorIs(t, err, twopc.ErrBalanceOverflow, "with the first credit in flight it would not settle")
+	rep := b.recoverAll()
+	assert.Equal(t, 1, rep.Settled)
+	assert.Equal(t, twopc.StateDone, b.txn(first.ID).State)
+	assert.Equal(t, int64(math.MaxInt64-40), b.balance("full"))
+	b.checkSettled(map[string]int64{"A": 100, "B": 100, "full": math.MaxInt64 - 100})
+}
+
+// 8d. Recovery leaves alone transaction documents this library did not
+// write: a tutorial-protocol transfer stuck applied (its credit already in
+// the balance) is not settled a second time, nor an initial one canceled.
+func TestReview8ForeignDocumentsLeftAlone(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	applied, initial := bson.NewObjectID(), bson.NewObjectID()
+	old := time.Now().Add(-2 * time.Hour)
+	_, err := b.db.Collection("accounts").InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "A"}, {Key: "balance", Value: int64(40)}, {Key: "pendingTransactions", Value: bson.A{applied}}},
+		bson.D{{Key: "_id", Value: "B"}, {Key: "balance", Value: int64(60)}, {Key: "pendingTransactions", Value: bson.A{applied}}},
+	})
+	require.NoError(t, err)
+	_, err = b.db.Collection("transactions").InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: applied}, {Key: "source", Value: "A"}, {Key: "destination", Value: "B"},
+			{Key: "value", Value: int64(60)}, {Key: "state", Value: "applied"}, {Key: "lastModified", Value: old}},
+		bson.D{{Key: "_id", Value: initial}, {Key: "source", Value: "A"}, {Key: "destination", Value: "B"},
+			{Key: "value", Value: int64(10)}, {Key: "state", Value: "initial"}, {Key: "lastModified", Value: old}},
+	})
+	require.NoError(t, err)
+	rep := b.recoverAll()
+	assert.Equal(t, twopc.RecoveryReport{}, rep)
+	assert.Equal(t, int64(60), b.balance("B"), "a tutorial credit settled twice")
+	assert.Equal(t, twopc.StateApplied, b.txn(applied).State)
+	assert.Equal(t, twopc.StateInitial, b.txn(initial).State)
+	_, err = twopc.NewCanceler(b.c).Cancel(ctx, initial)
+	require.ErrorIs(t, err, twopc.ErrMalformedTxn)
+}
+
+var hotTransfers = flag.Int("hot.transfers", 200, "transfers through one account in TestReview7HotAccountStaysBounded")

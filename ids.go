@@ -1,0 +1,204 @@
+package twopc
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"unicode/utf8"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Account ids as the server sees them.
+//
+// The server matches an _id by BSON comparison, under which numbers of
+// different types are equal when their values are (int32(1), int64(1) and
+// 1.0 are one _id), at any depth of an embedded document or array, and the
+// unique index on _id agrees. So the library compares ids the same way:
+// two ids are one account when their canonical forms (canonicalID) are
+// equal. The id forms whose server equality the library cannot decide
+// exactly are refused with ErrInvalidTransfer wherever they appear:
+// Decimal128 (equal to numbers of other types by value, which the library
+// does not compute; the development server also drops the connection on
+// it), Symbol (equal to a string on some servers and not on others),
+// regular expressions, JavaScript, DBPointer, undefined, MinKey and MaxKey,
+// and NaN. Collections with a non-simple default collation (which would
+// make "a" and "A" one _id) are not supported.
+
+// validateAccountID checks that id can be a document _id whose equality the
+// library decides as the server does.
+func validateAccountID(which string, id any) error {
+	if id == nil {
+		return fmt.Errorf("%w: %s id is nil", ErrInvalidTransfer, which)
+	}
+	t, data, err := bson.MarshalValue(id)
+	if err != nil {
+		return fmt.Errorf("%w: %s id %v (%T) cannot be an _id: %v", ErrInvalidTransfer, which, id, id, err)
+	}
+	v := bson.RawValue{Type: t, Value: data}
+	switch t {
+	case bson.TypeArray, bson.TypeNull:
+		return fmt.Errorf("%w: %s id of BSON type %s cannot be an _id", ErrInvalidTransfer, which, t)
+	case bson.TypeString:
+		if s, ok := v.StringValueOK(); ok && s == "" {
+			return fmt.Errorf("%w: %s id is the empty string", ErrInvalidTransfer, which)
+		}
+	case bson.TypeEmbeddedDocument:
+		// {_id: {$gt: ""}} in a filter is a query, not an id: it would match
+		// other accounts. Keys with dots or nothing in them are refused by
+		// some servers, so they are refused here, before anything is written.
+		if err := checkKeys(bson.Raw(data)); err != nil {
+			return fmt.Errorf("%w: %s id: %v", ErrInvalidTransfer, which, err)
+		}
+	}
+	if err := checkIDValue(v); err != nil {
+		return fmt.Errorf("%w: %s id: %v", ErrInvalidTransfer, which, err)
+	}
+	return nil
+}
+
+// checkIDValue refuses, at any depth, the values whose equality the library
+// cannot decide as the server does, and strings that are not valid UTF-8.
+func checkIDValue(v bson.RawValue) error {
+	switch v.Type {
+	case bson.TypeDecimal128, bson.TypeSymbol, bson.TypeRegex, bson.TypeJavaScript, bson.TypeCodeWithScope,
+		bson.TypeDBPointer, bson.TypeUndefined, bson.TypeMinKey, bson.TypeMaxKey:
+		return fmt.Errorf("BSON type %s is not supported in an account id", v.Type)
+	case bson.TypeDouble:
+		if math.IsNaN(v.Double()) {
+			return fmt.Errorf("NaN is not an account id")
+		}
+	case bson.TypeString:
+		if s, ok := v.StringValueOK(); !ok || !utf8.ValidString(s) {
+			return fmt.Errorf("a string that is not valid UTF-8")
+		}
+	case bson.TypeEmbeddedDocument, bson.TypeArray:
+		elems, err := bson.Raw(v.Value).Elements()
+		if err != nil {
+			return err
+		}
+		for _, e := range elems {
+			if !utf8.ValidString(e.Key()) {
+				return fmt.Errorf("a field name that is not valid UTF-8")
+			}
+			if err := checkIDValue(e.Value()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkKeys refuses document keys that are empty, start with $ or hold a
+// dot, at any depth.
+func checkKeys(doc bson.Raw) error {
+	elems, err := doc.Elements()
+	if err != nil {
+		return err
+	}
+	for _, e := range elems {
+		switch k := e.Key(); {
+		case k == "", strings.HasPrefix(k, "$"), strings.Contains(k, "."):
+			return fmt.Errorf("field name %q", k)
+		}
+		if v := e.Value(); v.Type == bson.TypeEmbeddedDocument {
+			if err := checkKeys(v.Document()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sameID reports whether two ids name the same document as the server sees
+// it (see canonicalID). Ids that cannot be marshaled are never the same.
+func sameID(a, b any) bool {
+	ka, errA := idKey(a)
+	kb, errB := idKey(b)
+	return errA == nil && errB == nil && ka == kb
+}
+
+// idKey is the canonical form of id, for comparing and as a map key.
+func idKey(id any) (string, error) {
+	if rv, ok := id.(bson.RawValue); ok {
+		return canonicalID(rv), nil
+	}
+	t, data, err := bson.MarshalValue(id)
+	if err != nil {
+		return "", err
+	}
+	return canonicalID(bson.RawValue{Type: t, Value: data}), nil
+}
+
+// canonicalID encodes v so that two values have the same encoding exactly
+// when the server compares them equal: numbers by value (an integral double
+// in int64's range is encoded as that int64; -0.0 as 0), recursively inside
+// documents (field order kept, as the server compares it) and arrays, every
+// other value by its type and bytes. Values checkIDValue refuses are
+// encoded by type and bytes, which is never wrong for equal bytes and is
+// never relied on: such ids do not pass validation.
+func canonicalID(v bson.RawValue) string {
+	var b strings.Builder
+	writeCanonical(&b, v)
+	return b.String()
+}
+
+const (
+	canonInt    = 'i'
+	canonDouble = 'd'
+)
+
+func writeCanonical(b *strings.Builder, v bson.RawValue) {
+	var num [8]byte
+	switch v.Type {
+	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+		var i int64
+		isInt := true
+		switch v.Type {
+		case bson.TypeInt32:
+			i = int64(v.Int32())
+		case bson.TypeInt64:
+			i = v.Int64()
+		default:
+			f := v.Double()
+			if f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63 {
+				i = int64(f)
+			} else {
+				isInt = false
+				b.WriteByte(canonDouble)
+				binary.BigEndian.PutUint64(num[:], math.Float64bits(f))
+				b.Write(num[:])
+				return
+			}
+		}
+		if isInt {
+			b.WriteByte(canonInt)
+			binary.BigEndian.PutUint64(num[:], uint64(i))
+			b.Write(num[:])
+		}
+	case bson.TypeEmbeddedDocument, bson.TypeArray:
+		b.WriteByte(byte(v.Type))
+		elems, _ := bson.Raw(v.Value).Elements()
+		binary.BigEndian.PutUint64(num[:], uint64(len(elems)))
+		b.Write(num[:])
+		for _, e := range elems {
+			if v.Type == bson.TypeEmbeddedDocument {
+				writeBytes(b, e.Key())
+			}
+			writeCanonical(b, e.Value())
+		}
+	default:
+		b.WriteByte(byte(v.Type))
+		writeBytes(b, string(v.Value))
+	}
+}
+
+// writeBytes writes s length-prefixed, so that no two sequences of values
+// encode alike.
+func writeBytes(b *strings.Builder, s string) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+	b.Write(n[:])
+	b.WriteString(s)
+}

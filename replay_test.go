@@ -1,0 +1,175 @@
+package twopc_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc/internal/mongotest"
+)
+
+var replayTransfers = flag.Int("replay.transfers", 120, "transfers per duplicate-and-delay run")
+
+// writeRecorder records every write command its clients send, as sent, so
+// that a test can deliver each again later: a duplicate, or a request that
+// sat in the network while everything else happened.
+type writeRecorder struct {
+	mu       sync.Mutex
+	commands []bson.Raw
+}
+
+var writeCommands = map[string]bool{"insert": true, "update": true, "delete": true, "findAndModify": true}
+
+func (w *writeRecorder) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if !writeCommands[e.CommandName] {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.commands = append(w.commands, append(bson.Raw(nil), e.Command...))
+	}}
+}
+
+// recorded returns the commands recorded so far, in the order they were sent.
+func (w *writeRecorder) recorded() []bson.Raw {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]bson.Raw(nil), w.commands...)
+}
+
+// database is b's database through a client that records its writes, with
+// retryable writes off.
+func (w *writeRecorder) database(b *bank) *mongo.Database {
+	return mongotest.ConnectURI(b.t, b.server.URI, options.Client().SetRetryWrites(false).SetMonitor(w.monitor())).Database(b.db.Name())
+}
+
+// resend delivers cmd to db again, without the session and cluster fields
+// the driver added to the original (it adds its own), and returns the
+// server's answer. A write the server refuses is an answer, not a failure.
+func resend(ctx context.Context, db *mongo.Database, cmd bson.Raw) error {
+	elems, err := cmd.Elements()
+	if err != nil {
+		return err
+	}
+	var out bson.D
+	for _, e := range elems {
+		switch e.Key() {
+		case "$db", "lsid", "$clusterTime", "txnNumber", "$readPreference", "apiVersion", "apiStrict", "apiDeprecationErrors":
+			continue
+		}
+		out = append(out, bson.E{Key: e.Key(), Value: e.Value()})
+	}
+	return db.RunCommand(ctx, out).Err()
+}
+
+// resendAll delivers every command again, in the order recorded.
+func resendAll(t *testing.T, db *mongo.Database, cmds []bson.Raw) {
+	t.Helper()
+	ctx := testCtx(t)
+	for _, cmd := range cmds {
+		_ = resend(ctx, db, cmd) // refusals are expected
+	}
+}
+
+// accountState is what the checker compares before and after a replay.
+type accountState struct {
+	Balance int64           `bson:"balance"`
+	Credit  int64           `bson:"pendingCredit"`
+	Debit   int64           `bson:"pendingDebit"`
+	Pending []bson.ObjectID `bson:"pendingTransactions"`
+}
+
+func (b *bank) accountStates() map[string]accountState {
+	b.t.Helper()
+	cur, err := b.db.Collection("accounts").Find(testCtx(b.t), bson.D{{Key: "tombstone", Value: bson.D{{Key: "$ne", Value: true}}}})
+	require.NoError(b.t, err)
+	var docs []struct {
+		ID           string `bson:"_id"`
+		accountState `bson:",inline"`
+	}
+	require.NoError(b.t, cur.All(testCtx(b.t), &docs))
+	out := map[string]accountState{}
+	for _, d := range docs {
+		out[d.ID] = d.accountState
+	}
+	return out
+}
+
+// ageFinal makes every final transaction look finished an hour ago, so that
+// the next recovery pass removes their fences: a write delivered after that
+// meets only the accounts' fence lines.
+func (b *bank) ageFinal() {
+	b.t.Helper()
+	_, err := b.db.Collection("transactions").UpdateMany(testCtx(b.t),
+		bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"done", "canceled"}}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: time.Now().Add(-2 * time.Hour)}}}})
+	require.NoError(b.t, err)
+}
+
+// unfenceAll ages every final transaction and recovers until no fence is
+// left on any transaction.
+func (b *bank) unfenceAll() {
+	b.t.Helper()
+	for i := 0; i < 5; i++ {
+		b.backdateAll(time.Hour)
+		b.ageFinal()
+		b.recoverAll()
+		fenced := 0
+		for _, d := range b.txns() {
+			if d.Fences {
+				fenced++
+			}
+		}
+		if fenced == 0 {
+			return
+		}
+	}
+	b.t.Fatalf("fences still on transactions after five passes")
+}
+
+// TestDuplicateAndDelay records every write command a simulation run sends
+// (crashes, stalls, cancels racing owners, recoverers of other
+// applications, lost replies), lets everything finish and recovery remove
+// every fence, then delivers every recorded command again, as a network
+// that duplicated and delayed each of them would; then recovers and checks
+// that no balance moved, no marker is left, and every transaction is final.
+func TestDuplicateAndDelay(t *testing.T) {
+	for _, seed := range simSeeds()[:2] {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			b := newFaultBank(t)
+			cfg := defaultSimConfig(seed)
+			cfg.transfers = *replayTransfers
+			cfg.clientTimeout = 2 * time.Second
+			cfg.faults = []mongotest.Fault{
+				{Kind: mongotest.DropAfterForward, Probability: 0.01, Seed: int64(seed)},
+				{Kind: mongotest.DropBeforeForward, Probability: 0.01, Seed: int64(seed) + 1},
+			}
+			cfg.recorder = &writeRecorder{}
+			stats := runSimulation(t, b, cfg)
+			t.Logf("seed %d: %s", seed, stats)
+
+			b.unfenceAll()
+			before := b.accountStates()
+			cmds := cfg.recorder.recorded()
+			require.NotEmpty(t, cmds)
+			resendAll(t, b.db, cmds)
+			b.backdateAll(time.Hour)
+			b.recoverAll()
+			require.Equal(t, before, b.accountStates(), "a replayed write moved money (%d commands replayed)", len(cmds))
+			for _, d := range b.txns() {
+				require.Truef(t, d.State.Final(), "transaction %s is %s after the replay", d.ID.Hex(), d.State)
+			}
+			t.Logf("seed %d: %d write commands delivered again, no balance moved", seed, len(cmds))
+		})
+	}
+}

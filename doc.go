@@ -8,10 +8,22 @@
 //
 // Accounts are documents {_id, balance, pendingTransactions: [...]} with
 // balance an int64 in minor units (cents); the library adds pendingCredit
-// (credits applied and not yet settled) and fencedTransactions. Transactions are documents {_id, source,
-// destination, value, state, lastModified, application}, with
-// lastModified written by the server ($currentDate). Account ids may be
-// any value that can be an _id: string, ObjectID, int64.
+// and pendingDebit (credits and debits applied and not yet settled),
+// fencedTransactions, and fencedBefore (the account's fence line, below).
+// pendingTransactions and fencedTransactions hold leg markers: the first
+// leg's marker is the transaction's _id, as in the tutorial; the second's
+// is the _id with its last byte set to 1 (every _id the library makes ends
+// in a zero byte), so two legs never share a marker.
+//
+// Transactions are documents {_id, source, destination, value, state,
+// lastModified, application}, with lastModified written by the server
+// ($currentDate); the library adds created (the transaction time, set once
+// by the coordinator that creates it), claim, leaseMs and retainMs (the
+// longest StaleAfter and fence retention of any process that claimed or
+// finished it), allowNegative (the transfer's overdraft policy), key,
+// reason and fences. Account ids may be any value that can be an _id:
+// string, ObjectID, int64, a document (see Errors and bad input for the
+// forms refused).
 //
 // # Protocol
 //
@@ -21,10 +33,12 @@
 //  1. insert the transaction already pending and claimed by this
 //     application (one upsert keyed by a fresh _id, so a retry finds it);
 //  2. apply both legs in one bulk write: the debit {_id: source,
-//     pendingTransactions: {$ne: id}, fencedTransactions: {$ne: id},
-//     balance: {$gte: value}} → {$inc: {balance: -value}, $push:
-//     {pendingTransactions: id}}, and the credit likewise, except that it
-//     goes to pendingCredit, not yet to balance;
+//     pendingTransactions: {$ne: marker}, fencedTransactions: {$ne:
+//     marker}, fencedBefore: {$not: {$gte: created}}, balance: {$gte:
+//     value}} → {$inc: {balance: -value, pendingDebit: value}, $push:
+//     {pendingTransactions: marker}}, and the credit likewise, except that
+//     it goes to pendingCredit, not yet to balance (and its guard keeps the
+//     balance inside int64 once everything in flight settles);
 //  3. pending → applied, guarded by state and claim: the commit point.
 //     Commits that arrive while another of the same coordinator is being
 //     written go together in one update, each still guarded by its own
@@ -38,9 +52,13 @@
 // A transfer settled alone costs five data commands; under load, fewer.
 //
 // A leg that cannot apply (overdraft, missing account, overflow, a balance
-// that is not an integer) rolls the transaction back: pending → canceling,
-// fence and undo the legs, canceling → canceled. A Canceler does the same
-// on request; a Recoverer finishes transactions whose owner stopped.
+// that is not an integer, a fence line past it) rolls the transaction
+// back: pending → canceling, fence and undo the legs, canceling →
+// canceled. A Canceler does the same on request; a Recoverer finishes
+// transactions whose owner stopped: it rolls a stale pending transaction
+// forward if a leg of it was applied, and back if none was (presumed
+// abort: nobody was told it would happen, and its insert may have arrived
+// after its caller gave up on it).
 //
 // # Guarantees
 //
@@ -55,7 +73,8 @@
 // state and the claim (see the move type in state.go), so a process that
 // stalled, was taken over or was canceled cannot move the state when it
 // resumes. A Recoverer or a Canceler of another application takes a
-// transaction over only once its lastModified is older than StaleAfter, and
+// transaction over only once its lastModified is older than its lease (the
+// longest StaleAfter recorded in it, see below), and
 // the takeover is itself conditional on the claim and lastModified it read,
 // so two of them cannot both win.
 //
@@ -63,35 +82,67 @@
 // cleanup pulls the id from an account, after which a stalled applier that
 // resumes finds its guard {pendingTransactions: {$ne: id}} matching again
 // and applies a leg a second time: money from nowhere. Here, settling and
-// rollback leave the id in the account's fencedTransactions, which every
-// apply also checks; rollback fences an account before it undoes its leg,
-// so an apply that raced ahead is seen and undone and one that comes after
-// matches nothing. A rollback fences an account that does not exist with a
-// tombstone document, which OpenAccount adopts, so an account opened later
-// cannot take a stalled leg either.
+// rollback leave the leg's marker in the account's fencedTransactions,
+// which every apply also checks; rollback fences an account before it
+// undoes its leg, so an apply that raced ahead is seen and undone and one
+// that comes after matches nothing. A rollback fences an account that does
+// not exist with a tombstone document, which OpenAccount adopts, so an
+// account opened later cannot take a stalled leg either.
 //
-// A Recoverer removes a transaction's fences once it has been final for
-// its retention: the longest WithFenceRetention (at least StaleAfter) and
-// StaleAfter of every process that claimed or finished it, recorded in the
-// transaction (leaseMs). The owner checks its claim before every attempt
-// of a leg write: it renews the claim once a quarter of StaleAfter has
-// passed since it took it (by its own monotonic clock, measured from when
-// it sent the claiming write), and sends the write with a deadline of half
-// of StaleAfter after the claim, which the driver enforces and passes to
-// the server as maxTimeMS. So no leg write is sent on a claim another
-// application may have taken, and the assumption left is precise: a leg
-// write is executed by the server no later than the retention after its
-// transaction became final; that is, no request sits in a network or a
-// server queue for longer than the retention minus half of StaleAfter.
-// Raise WithFenceRetention where that can happen (long TCP retransmission,
-// overloaded servers). Fences removed on time also keep account documents
-// small: run a Recoverer, or fencedTransactions grows with every transfer
-// an account takes part in.
+// Fence lines make removing fences safe at any time, with no assumption
+// about time. Each transaction carries a transaction time (created), set
+// once when it is created, and each account a fence line (fencedBefore);
+// every leg write requires the transaction to be newer than the line. A
+// Recoverer removes a final transaction's fences from an account and moves
+// the account's line up to that transaction's time in one atomic update
+// per account. From then on the server itself refuses every leg write of
+// that transaction, however late it is delivered: minutes, hours, after
+// every process that sent it has died. A rollback's fence write is refused
+// past the line too, so a late rollback cannot leave a fence nothing would
+// remove. Tombstones are never deleted: they hold their line. This works
+// on every server the library supports, the development server included:
+// it needs only $not, $gte and $max on dates, no $expr.
 //
-// (On MongoDB 4.2 and later, a filter {$expr: {$lt: ["$$NOW", deadline]}}
-// on the leg write would move the deadline to the server's clock and remove
-// the assumption; FerretDB, the development server, has no $expr, so the
-// library does not rely on it yet.)
+// What time decides is liveness only. Fences are removed once their
+// transaction has been final for its retention (the longest
+// WithFenceRetention, at least StaleAfter, of every process that claimed
+// or finished it, recorded in the transaction), and a line is moved past a
+// transaction only if no unfinished transaction touching the same account
+// was created at or before it (the line would refuse that one's remaining
+// legs: safe, it rolls back, but needless). A transfer created by a host
+// whose clock is behind the others' by more than the retention may find
+// an account's line already past it: ErrTooLate, canceled, nothing moved.
+// A server whose clock jumps, a claim renewed late, a request that sat in
+// a queue: each can delay a transfer or cancel it, none can apply a leg
+// twice. (A server-side deadline, {$expr: {$lt: ["$$NOW", deadline]}},
+// was the other design weighed: it needs $expr, which FerretDB lacks, and
+// would still rest on the server's clock for safety.) Fences removed on
+// time keep account documents small (see Limits): run a Recoverer.
+//
+// Transfer-scoped rules: a transfer's overdraft policy and lease travel
+// with it, in its document. Whoever applies its legs (its owner, or a
+// Recoverer that rolls it forward) obeys the recorded policy, not its own
+// configuration; takeover, Cancel and fence removal judge staleness by the
+// longest StaleAfter and retention recorded by every process that claimed
+// or finished it, so a process configured with shorter ones cannot take a
+// transaction its owner still holds by its own rules.
+//
+// Transactions the caller was told do not exist: Transfer's error after an
+// insert whose reply was lost gives the transaction's id. Cancel of that
+// id settles it for good: if the insert never arrived, Cancel writes a
+// canceled placeholder under the id, which the insert, arriving later,
+// cannot turn into a transfer; if it arrived, Cancel rolls it back, or
+// says it committed (ErrNotCancelable). A caller that only reads (Get says
+// ErrTxnNotFound) and abandons the transfer is safe too: an insert that
+// arrives later becomes a pending transaction nobody drives, and recovery
+// rolls it back, since none of its legs was applied.
+//
+// The owner checks its claim before every attempt of a leg write (it
+// renews the claim once a quarter of StaleAfter has passed since it took
+// it) and sends the write with a deadline of half of StaleAfter after the
+// claim: so a live owner is not taken over under its feet. Money does not
+// rest on that: a leg write sent on a lost claim meets the fences or the
+// fence line.
 //
 // Ambiguous writes: a write whose reply was lost may or may not have
 // happened. Every step is guarded so that repeating it is harmless, and
@@ -117,21 +168,42 @@
 //
 // # Clocks
 //
-// Staleness is judged by the server's clock alone: lastModified is written
-// with $currentDate and compared with the server's localTime (from hello),
-// so skew between the hosts running the library does not matter. Skew
-// between the members of a replica set does, across a failover: keep their
-// clocks in sync, and keep StaleAfter well above the skew. On a sharded
-// cluster, hello is answered by the mongos, whose clock must then be within
-// a small fraction of StaleAfter of the shard primaries'. The owner's own
-// check uses its monotonic clock and errs early, not late.
+// No clock decides whether money moves; clocks decide when things finish.
+// Staleness is judged by the server's clock: lastModified is written with
+// $currentDate and compared with the server's localTime (from hello). Skew
+// between the members of a replica set matters across a failover, and on
+// a sharded cluster hello is answered by the mongos: keep StaleAfter well
+// above the skew, or a live owner may be taken over (its transfer then
+// finishes by the recoverer's hand, or rolls back). The transaction time
+// is the creating host's clock: keep the hosts running coordinators within
+// the fence retention of each other, or the slow one's transfers may meet
+// ErrTooLate on busy accounts. The owner's own claim check uses its
+// monotonic clock and errs early, not late.
 //
 // # Limits
 //
-// A credit is refused if it would take the balance past MaxInt64; credits
-// applied at once are checked one by one, so several that together would
-// pass MaxInt64 can leave a committed transfer that cannot settle (each
-// recovery pass reports it). Keep balances well inside int64.
+// A committed transfer always settles: a credit applies only if, whatever
+// the legs in flight on its account do, the balance stays inside int64:
+// exactly (balance+value <= MaxInt64) when nothing else is in flight on
+// the account, and otherwise when balance and pendingDebit are each at
+// most MaxInt64/4 and pendingCredit+value at most MaxInt64/2; else
+// ErrBalanceOverflow. A balance above MaxInt64/4 therefore takes a credit
+// only while nothing else is in flight on it.
+//
+// Document sizes. An account's pendingTransactions holds one marker (12
+// bytes, about 17 with BSON overhead) per leg applied to it and not yet
+// settled or undone: the legs in flight, bounded by the concurrent
+// transfers on the account. Its fencedTransactions holds one marker per
+// leg of a transaction that became final and whose fences a Recoverer has
+// not yet removed: the transfers on the account within the retention
+// before the last recovery pass, plus any behind an older transaction
+// still unfinished on the same account. With a Recoverer running every
+// interval I, retention R and f transfers a second on the account, that is
+// about f×(R+I) markers: at the defaults (R one minute, I 30 seconds), 100
+// transfers a second keep it under 9,000 markers, about 160 kB, far under
+// MongoDB's 16 MB document limit. Without a Recoverer it grows with every
+// transfer. TestReview7HotAccountStaysBounded checks the bound. A
+// tombstone holds only its fence line and its fences.
 //
 // Settling and unfencing many transactions at once update their accounts
 // in write commands of at most WithWriteBatch statements (48 by default).
@@ -146,13 +218,26 @@
 // one request at a time, so there one command is all that is ever in
 // flight (and a hung one holds up every client).
 //
-// # Durability and scale-out
+// # Durability, read and write concerns
 //
-// Every step is as durable as the write concern of the database or
-// collections given to NewCoordinator. Use majority write concern on a
-// replica set: it is what makes recovery after a primary failover safe,
-// since a step acknowledged by a primary that then loses its unreplicated
-// writes would otherwise be forgotten. Every per-document operation
+// Every write is as durable as the write concern of the database given to
+// NewCoordinator. Use majority write concern on a replica set: every step
+// needs it (insert, apply, commit, settle, done, fence, undo, canceled,
+// unfence), since a step acknowledged by a primary that then loses its
+// unreplicated writes would be forgotten, and the commit write is what
+// Transfer reports. Every read the library decides by is made at majority
+// read concern, whatever the database's: after a lost reply (was the
+// insert, the commit, the move made?), the group commit's read after a
+// failed write, the inspection of the accounts after a leg write, and
+// recovery's scans. So the library never reports a commit, or rolls a
+// transaction forward, on a write that a failover could roll back. A
+// write that fails with a write-concern error is reported as an error,
+// never as success; the transaction's state then tells, and recovery
+// finishes it.
+//
+// # Scale-out
+//
+// Every per-document operation
 // filters by _id, so the library runs unchanged on a sharded cluster with
 // hashed _id shard keys; the recoverer's scans use the {state,
 // lastModified} index EnsureIndexes creates.
@@ -161,23 +246,31 @@
 //
 // Transfer checks its input before it writes anything, and returns
 // ErrInvalidTransfer for: a value that is zero or negative; a source equal
-// to the destination (numbers compare by value, as the server compares
-// _id: int32(1) and int64(1) are one account); a nil id; an id that cannot
-// be an _id (an array, null, undefined, a regular expression, MinKey or
-// MaxKey, JavaScript, a Go value with no BSON form such as a channel or a
-// func); an empty string; a string or document that is not valid UTF-8;
+// to the destination as the server sees ids (numbers compare by value at
+// any depth: int32(1), int64(1) and 1.0 are one account, and so are
+// {n: int32(1)} and {n: int64(1)}; -0.0 is 0); a nil id; an id that cannot
+// be an _id (an array, null, a Go value with no BSON form such as a
+// channel or a func); an id holding, at any depth, a value whose equality
+// the library cannot decide as every server does (Decimal128, Symbol, a
+// regular expression, JavaScript, DBPointer, undefined, MinKey, MaxKey,
+// NaN); an empty string; a string or document that is not valid UTF-8;
 // and a document id with an empty, dotted or $-prefixed key (in a filter,
-// {_id: {$gt: ""}} is a query that would match other accounts).
+// {_id: {$gt: ""}} is a query that would match other accounts). Accounts
+// collections with a non-simple default collation are not supported.
 //
 // What only the accounts can tell ends the transaction canceled, with
 // nothing moved: a debit the balance cannot cover, ErrInsufficientFunds; a
 // missing account, ErrAccountNotFound; a balance that a credit would take
 // past MaxInt64 (or a debit below MinInt64 when negative balances are
 // allowed), ErrBalanceOverflow; a balance that is missing or not an int32
-// or int64 (a float, a string), ErrInvalidAccount. A transaction document
+// or int64 (a float, a string), ErrInvalidAccount; an account whose fence
+// line is past the transaction, ErrTooLate. A transaction document
 // whose state is none of the six (edited by hand) gives ErrUnknownState
-// from Get, Cancel and Reverse, and recovery leaves it alone. An unknown
-// transaction id gives ErrTxnNotFound.
+// from Get, Cancel and Reverse, and recovery leaves it alone, as it leaves
+// every document without a transaction time (the tutorial's protocol,
+// another program); Cancel refuses those with ErrMalformedTxn. An unknown
+// transaction id gives ErrTxnNotFound from Get and Reverse (Cancel writes
+// a placeholder, above).
 // ErrCanceled, ErrInProgress, ErrNotCancelable, ErrTxnNotFound,
 // ErrKeyConflict, ErrUnknownState and ErrClosed name the other outcomes.
 // All are matched with errors.Is. Any other error leaves the transaction

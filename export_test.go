@@ -1,6 +1,10 @@
 package twopc
 
-import "time"
+import (
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
 
 // WithClock replaces the clock by which an owner judges the age of its own
 // claim, so that tests can make time pass for one process only.
@@ -10,6 +14,10 @@ func WithClock(now func() time.Time) Option {
 		return nil
 	}
 }
+
+// LegMarker is the value that marks leg i (0: the source, 1: the
+// destination) of transaction id on its account.
+func LegMarker(id bson.ObjectID, i int) bson.ObjectID { return legMarker(id, i) }
 
 // OnCommitWait has f called each time a commit of c starts waiting for
 // the next group commit, so that tests can form groups without sleeping.

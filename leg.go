@@ -63,11 +63,30 @@ const maxApplyRounds = 4
 // taken over, canceled or settled by someone else.
 var errLost = errors.New("twopc: claim lost")
 
-// leg is one side of a transfer: the account and the signed amount.
+// leg is one side of a transfer: the account, the signed amount, and the
+// leg's marker, the value its account's pendingTransactions and
+// fencedTransactions hold for it (see legMarker).
 type leg struct {
 	account any
 	delta   int64
+	marker  bson.ObjectID
 }
+
+// legMarker is the marker of leg i of transaction id: the id with its last
+// byte set to i. Every transaction id the library writes ends in a zero
+// byte (see newTxnID and keyID), so the first leg's marker is the
+// transaction's id, as in the tutorial, and no marker of one transaction
+// is ever another transaction's id or marker. Markers are per leg so that
+// two legs of one transfer that land on one document (ids the library took
+// for two accounts and the server for one, as a collation could make them)
+// never apply, settle or undo each other: each is guarded by its own.
+func legMarker(id bson.ObjectID, i int) bson.ObjectID {
+	id[len(id)-1] = byte(i)
+	return id
+}
+
+// txnOfMarker is the transaction a marker belongs to.
+func txnOfMarker(m bson.ObjectID) bson.ObjectID { return legMarker(m, 0) }
 
 func (l leg) debit() bool { return l.delta < 0 }
 
@@ -99,7 +118,10 @@ func (l leg) undoInc() bson.D {
 }
 
 func (r *record) legs() []leg {
-	return []leg{{account: r.Source, delta: -r.Value}, {account: r.Destination, delta: r.Value}}
+	return []leg{
+		{account: r.Source, delta: -r.Value, marker: legMarker(r.ID, 0)},
+		{account: r.Destination, delta: r.Value, marker: legMarker(r.ID, 1)},
+	}
 }
 
 // account is the part of an account document the protocol reads. Its
@@ -223,8 +245,8 @@ func has(ids []bson.ObjectID, id bson.ObjectID) bool {
 func applyModel(r *record, l leg) mongo.WriteModel {
 	filter := bson.D{
 		{Key: "_id", Value: l.account},
-		{Key: fieldPending, Value: bson.D{{Key: "$ne", Value: r.ID}}},
-		{Key: fieldFenced, Value: bson.D{{Key: "$ne", Value: r.ID}}},
+		{Key: fieldPending, Value: bson.D{{Key: "$ne", Value: l.marker}}},
+		{Key: fieldFenced, Value: bson.D{{Key: "$ne", Value: l.marker}}},
 		{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
 	}
 	integer := bson.E{Key: "$type", Value: bson.A{"int", "long"}}
@@ -240,7 +262,7 @@ func applyModel(r *record, l leg) mongo.WriteModel {
 		SetFilter(filter).
 		SetUpdate(bson.D{
 			{Key: "$inc", Value: l.applyInc()},
-			{Key: "$push", Value: bson.D{{Key: fieldPending, Value: r.ID}}},
+			{Key: "$push", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
 		})
 }
 
@@ -257,9 +279,9 @@ const (
 // judge reads account a (nil if missing) for leg l of transaction r.
 func judge(a *account, r *record, l leg) (legVerdict, error) {
 	switch {
-	case a != nil && has(a.fenced(), r.ID): // a may be a tombstone
+	case a != nil && has(a.fenced(), l.marker): // a may be a tombstone
 		return legFenced, nil
-	case a != nil && has(a.pending(), r.ID):
+	case a != nil && has(a.pending(), l.marker):
 		return legApplied, nil
 	case a != nil && a.closedTo(r.Created):
 		// Past the account's fence line: the transaction was finished by
@@ -445,14 +467,14 @@ func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, er
 	for i, r := range batch {
 		for _, l := range r.legs() {
 			update := bson.D{
-				{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: r.ID}}},
-				{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: r.ID}}},
+				{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
+				{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
 			}
 			if inc := l.settleInc(); inc != nil {
 				update = append(update, bson.E{Key: "$inc", Value: inc})
 			}
 			models = append(models, mongo.NewUpdateOneModel().
-				SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: r.ID}}).
+				SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}}).
 				SetUpdate(update))
 			owner = append(owner, i)
 		}
@@ -553,15 +575,15 @@ func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
 				{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
 			}).
 			SetUpdate(bson.D{
-				{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: r.ID}}},
+				{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
 				{Key: "$setOnInsert", Value: bson.D{{Key: fieldTombstone, Value: true}}},
 			}).
 			SetUpsert(true)
 		undos[i] = mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: r.ID}}).
+			SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}}).
 			SetUpdate(bson.D{
 				{Key: "$inc", Value: l.undoInc()},
-				{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: r.ID}}},
+				{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
 			})
 	}
 	if err := c.fence(ctx, r, fences); err != nil {
@@ -646,7 +668,7 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) 
 			models = append(models, mongo.NewUpdateOneModel().
 				SetFilter(bson.D{{Key: "_id", Value: l.account}}).
 				SetUpdate(bson.D{
-					{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: r.ID}}},
+					{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
 					{Key: "$max", Value: bson.D{{Key: fieldFencedBefore, Value: r.Created}}},
 				}))
 			owner = append(owner, len(ready))

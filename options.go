@@ -85,9 +85,15 @@ func WithStaleAfter(d time.Duration) Option {
 }
 
 // WithFenceRetention sets how long an account keeps the fence of a settled
-// or rolled back transaction (default: StaleAfter). See the package
-// documentation: a leg write delivered later than this after its sender
-// passed its claim check is the one hazard the fences do not cover.
+// or rolled back transaction before a Recoverer removes it and moves the
+// account's fence line past it (default: StaleAfter; never less). It is
+// recorded in every transaction this coordinator claims or finishes, and
+// fences stay for the longest recorded. Safety does not depend on it: a
+// leg write delivered after the fence is gone meets the fence line. It
+// bounds the clock skew between hosts that create transfers on the same
+// accounts (a transfer created by a clock further behind may meet
+// ErrTooLate), and, with the recovery interval, the size of busy accounts
+// (see Limits in the package documentation).
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -124,7 +130,10 @@ func WithCollections(accounts, transactions string) Option {
 }
 
 // WithAllowNegative lets a debit take a balance below zero (credit lines).
-// By default a debit applies only if balance >= value.
+// By default a debit applies only if balance >= value. The policy is
+// recorded in each transaction this coordinator creates, and whoever
+// applies its legs (a Recoverer of another configuration included) obeys
+// the recorded policy, not its own.
 func WithAllowNegative() Option {
 	return func(c *config) error {
 		c.allowNegative = true

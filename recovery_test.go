@@ -275,7 +275,7 @@ func TestSettleWriteErrorInABatch(t *testing.T) {
 				acct := fmt.Sprint("B", i)
 				if i == stuck {
 					assert.Equal(t, twopc.StateApplied, b.txn(id).State)
-					assert.Equal(t, []bson.ObjectID{id}, b.account(acct).Pending, "its leg is still open")
+					assert.Equal(t, []bson.ObjectID{twopc.LegMarker(id, 1)}, b.account(acct).Pending, "its leg is still open")
 					continue
 				}
 				assert.Equal(t, twopc.StateDone, b.txn(id).State)
@@ -339,7 +339,7 @@ func TestRecoverRollsBackWhenALegCannotApply(t *testing.T) {
 	// The credit applied before the process died, so recovery rolls
 	// forward and must apply the debit.
 	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "B"}},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: "pendingCredit", Value: int64(60)}}}, {Key: "$push", Value: bson.D{{Key: "pendingTransactions", Value: txn.ID}}}})
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "pendingCredit", Value: int64(60)}}}, {Key: "$push", Value: bson.D{{Key: "pendingTransactions", Value: twopc.LegMarker(txn.ID, 1)}}}})
 	require.NoError(t, err)
 	// Meanwhile the source was drained by something else.
 	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "A"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "balance", Value: int64(10)}}}})

@@ -144,6 +144,9 @@ func (r *record) check() error {
 	if err := validateTransfer(r.Source, r.Destination, r.Value); err != nil {
 		return fmt.Errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
 	}
+	if !r.foreign() && legMarker(r.ID, 0) != r.ID {
+		return fmt.Errorf("%w: transaction %s: not an id this library makes (its last byte is not zero)", ErrMalformedTxn, r.ID.Hex())
+	}
 	return nil
 }
 

@@ -2,7 +2,9 @@ package twopc
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -164,7 +166,13 @@ func (c *Coordinator) Account(ctx context.Context, id any) (*Account, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidAccount, id)
 	}
-	return &Account{ID: id, Balance: b, PendingCredit: a.credit(), PendingTransactions: a.pending()}, nil
+	var txns []bson.ObjectID
+	for _, m := range a.pending() {
+		if t := txnOfMarker(m); !has(txns, t) {
+			txns = append(txns, t)
+		}
+	}
+	return &Account{ID: id, Balance: b, PendingCredit: a.credit(), PendingTransactions: txns}, nil
 }
 
 // Balance returns an account's available balance (see Account).
@@ -221,7 +229,7 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 	if c.settler.isClosed() {
 		return nil, ErrClosed
 	}
-	id := bson.NewObjectID()
+	id := newTxnID()
 	if tc.key != "" {
 		id = keyID(tc.key)
 	}
@@ -325,7 +333,19 @@ func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 func keyID(key string) bson.ObjectID {
 	sum := sha256.Sum256([]byte("twopc/key\x00" + key))
 	var id bson.ObjectID
-	copy(id[:], sum[:])
+	copy(id[:len(id)-1], sum[:]) // the last byte is zero: see legMarker
+	return id
+}
+
+// newTxnID is a fresh transaction id: an ObjectID-shaped value of four
+// bytes of seconds (so ids sort roughly by creation, as ObjectIDs do) and
+// seven random bytes, and a zero last byte, which leg markers use (see
+// legMarker). Two ids collide only if made in the same second with the
+// same 56 random bits.
+func newTxnID() bson.ObjectID {
+	var id bson.ObjectID
+	binary.BigEndian.PutUint32(id[:4], uint32(time.Now().Unix()))
+	_, _ = rand.Read(id[4 : len(id)-1]) // crypto/rand.Read never fails
 	return id
 }
 

@@ -77,7 +77,7 @@ func TestTransferInsufficientFundsCancels(t *testing.T) {
 	require.NotNil(t, txn)
 	assert.Equal(t, twopc.StateCanceled, txn.State)
 	assert.Equal(t, "insufficient_funds", b.txn(txn.ID).Reason)
-	assert.Contains(t, b.account("B").Fenced, txn.ID, "rolled back legs are fenced")
+	assert.Contains(t, b.account("B").Fenced, twopc.LegMarker(txn.ID, 1), "rolled back legs are fenced")
 	b.checkSettled(map[string]int64{"A": 50, "B": 0})
 
 	// Exactly the balance is allowed.

@@ -1,0 +1,59 @@
+package twopc
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/twopc/twopc/internal/mongotest"
+)
+
+// Two legs of one transfer that land on one document (ids the library
+// took for two accounts and the server for one, as a case-insensitive
+// collation would make "a" and "A") keep apart: each has its own marker.
+// With one marker per transaction, the credit's marker made the debit look
+// applied and the transfer of 100 from an account of 0 to itself committed
+// 100 out of nothing. Validation refuses such a transfer before this point;
+// the drive is called directly, past it.
+func TestLegMarkersKeepTwoLegsOnOneDocumentApart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := NewCoordinator(mongotest.NewDatabase(t), WithSyncSettle())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	require.NoError(t, c.OpenAccount(ctx, "D", 0))
+	r := &record{
+		Txn: Txn{ID: newTxnID(), Source: "D", Destination: "D", Value: 100, State: StatePending,
+			Application: c.application, Created: time.Now().UTC().Truncate(time.Millisecond)},
+		Claim: bson.NewObjectID(), LeaseMs: c.staleAfter.Milliseconds(),
+	}
+	cur, err := c.insert(ctx, r)
+	require.NoError(t, err)
+	_, err = c.drive(ctx, &owned{rec: cur, claimedAt: c.now()}, true)
+	require.ErrorIs(t, err, ErrInsufficientFunds)
+	a, err := c.Account(ctx, "D")
+	require.NoError(t, err)
+	assert.Zero(t, a.Balance)
+	assert.Zero(t, a.PendingCredit)
+	assert.Empty(t, a.PendingTransactions)
+	got, err := c.Get(ctx, r.ID)
+	require.ErrorIs(t, err, ErrMalformedTxn, "the stored transfer is one validation refuses")
+	assert.Equal(t, StateCanceled, got.State)
+}
+
+// Every id the library makes ends in a zero byte, so that leg markers are
+// never another transaction's id.
+func TestTxnIDsLeaveTheMarkerByteFree(t *testing.T) {
+	for i := 0; i < 1000; i++ {
+		id := newTxnID()
+		require.Zero(t, id[len(id)-1])
+		require.Equal(t, id, legMarker(id, 0))
+		require.NotEqual(t, id, legMarker(id, 1))
+		require.Equal(t, id, txnOfMarker(legMarker(id, 1)))
+	}
+	require.Zero(t, keyID("order-1")[11])
+}

@@ -94,14 +94,15 @@ func (b *bank) accountStates() map[string]accountState {
 	cur, err := b.db.Collection("accounts").Find(testCtx(b.t), bson.D{{Key: "tombstone", Value: bson.D{{Key: "$ne", Value: true}}}})
 	require.NoError(b.t, err)
 	var docs []struct {
-		ID           string `bson:"_id"`
-		accountState `bson:",inline"`
+		ID    string       `bson:"_id"`
+		State accountState `bson:",inline"`
 	}
 	require.NoError(b.t, cur.All(testCtx(b.t), &docs))
 	out := map[string]accountState{}
 	for _, d := range docs {
-		out[d.ID] = d.accountState
+		out[d.ID] = d.State
 	}
+	require.NotEmpty(b.t, out)
 	return out
 }
 

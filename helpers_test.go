@@ -83,6 +83,20 @@ func (b *bank) open(balances map[string]int64) {
 	}
 }
 
+// applyLegByHand applies leg i of txn (0: the source's debit, 1: the
+// destination's credit) as the library's apply would, as a process that
+// died right after that one leg write would have left it.
+func (b *bank) applyLegByHand(txn *twopc.Txn, i int) {
+	b.t.Helper()
+	acct, inc := txn.Source, bson.D{{Key: "balance", Value: -txn.Value}, {Key: "pendingDebit", Value: txn.Value}}
+	if i == 1 {
+		acct, inc = txn.Destination, bson.D{{Key: "pendingCredit", Value: txn.Value}}
+	}
+	_, err := b.db.Collection("accounts").UpdateOne(testCtx(b.t), bson.D{{Key: "_id", Value: acct}},
+		bson.D{{Key: "$inc", Value: inc}, {Key: "$push", Value: bson.D{{Key: "pendingTransactions", Value: twopc.LegMarker(txn.ID, i)}}}})
+	require.NoError(b.t, err)
+}
+
 // accountDoc is an account as stored.
 type accountDoc struct {
 	ID      any             `bson:"_id"`
@@ -90,6 +104,7 @@ type accountDoc struct {
 	Pending []bson.ObjectID `bson:"pendingTransactions"`
 	Fenced  []bson.ObjectID `bson:"fencedTransactions"`
 	Credit  int64           `bson:"pendingCredit"`
+	Debit   int64           `bson:"pendingDebit"`
 }
 
 func (b *bank) account(id any) accountDoc {
@@ -150,7 +165,7 @@ func (b *bank) backdateAll(age time.Duration) {
 // checkSettled asserts the invariant every finished run must keep: every
 // transaction is done or canceled, every balance is its opening balance
 // plus the net of its done transactions, and no account holds a pending
-// marker.
+// marker, a pending credit or a held debit.
 func (b *bank) checkSettled(opening map[string]int64) {
 	b.t.Helper()
 	want := map[string]int64{}
@@ -169,6 +184,7 @@ func (b *bank) checkSettled(opening map[string]int64) {
 		require.Equalf(b.t, bal, a.Balance, "balance of %s", id)
 		require.Emptyf(b.t, a.Pending, "pending markers on %s", id)
 		require.Zerof(b.t, a.Credit, "pending credit on %s", id)
+		require.Zerof(b.t, a.Debit, "held debit on %s", id)
 	}
 }
 

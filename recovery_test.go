@@ -338,9 +338,7 @@ func TestRecoverRollsBackWhenALegCannotApply(t *testing.T) {
 	require.ErrorIs(t, err, errCrash)
 	// The credit applied before the process died, so recovery rolls
 	// forward and must apply the debit.
-	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "B"}},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: "pendingCredit", Value: int64(60)}}}, {Key: "$push", Value: bson.D{{Key: "pendingTransactions", Value: twopc.LegMarker(txn.ID, 1)}}}})
-	require.NoError(t, err)
+	b.applyLegByHand(txn, 1)
 	// Meanwhile the source was drained by something else.
 	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "A"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "balance", Value: int64(10)}}}})
 	require.NoError(t, err)
@@ -360,9 +358,7 @@ func TestRecoverPartiallyAppliedPendingRollsForward(t *testing.T) {
 	b.open(map[string]int64{"A": 100, "B": 0})
 	txn, err := b.c.Transfer(ctx, "A", "B", 60)
 	require.ErrorIs(t, err, errCrash)
-	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "A"}},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(-60)}}}, {Key: "$push", Value: bson.D{{Key: "pendingTransactions", Value: txn.ID}}}})
-	require.NoError(t, err)
+	b.applyLegByHand(txn, 0)
 	rep := b.recoverAll()
 	assert.Equal(t, 1, rep.RolledForward)
 	b.checkSettled(map[string]int64{"A": 100, "B": 0})

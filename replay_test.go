@@ -145,7 +145,8 @@ func (b *bank) unfenceAll() {
 // that duplicated and delayed each of them would; then recovers and checks
 // that no balance moved, no marker is left, and every transaction is final.
 func TestDuplicateAndDelay(t *testing.T) {
-	for _, seed := range simSeeds()[:2] {
+	seeds := simSeeds()
+	for _, seed := range seeds[:min(2, len(seeds))] {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			b := newFaultBank(t)
 			cfg := defaultSimConfig(seed)

@@ -22,8 +22,9 @@
 // longest StaleAfter and fence retention of any process that claimed or
 // finished it), allowNegative (the transfer's overdraft policy), key,
 // reason and fences. Account ids may be any value that can be an _id:
-// string, ObjectID, int64, a document (see Errors and bad input for the
-// forms refused).
+// string, ObjectID, int64, a document given as bson.D (a Go map of more
+// than one key is refused: its field order is random); see Errors and bad
+// input for the forms refused.
 //
 // # Protocol
 //
@@ -109,9 +110,12 @@
 // or finished it, recorded in the transaction), and a line is moved past a
 // transaction only if no unfinished transaction touching the same account
 // was created at or before it (the line would refuse that one's remaining
-// legs: safe, it rolls back, but needless). A transfer created by a host
-// whose clock is behind the others' by more than the retention may find
-// an account's line already past it: ErrTooLate, canceled, nothing moved.
+// legs: safe, it rolls back, but needless), and never past the server's
+// present (a host whose clock runs ahead keeps its transactions' fences
+// until the server's clock passes their time, rather than close the
+// accounts to everyone else). A transfer created by a host whose clock is
+// behind the others' by more than the retention may find an account's line
+// already past it: ErrTooLate, canceled, nothing moved.
 // A server whose clock jumps, a claim renewed late, a request that sat in
 // a queue: each can delay a transfer or cancel it, none can apply a leg
 // twice. (A server-side deadline, {$expr: {$lt: ["$$NOW", deadline]}},
@@ -177,8 +181,9 @@
 // finishes by the recoverer's hand, or rolls back). The transaction time
 // is the creating host's clock: keep the hosts running coordinators within
 // the fence retention of each other, or the slow one's transfers may meet
-// ErrTooLate on busy accounts. The owner's own claim check uses its
-// monotonic clock and errs early, not late.
+// ErrTooLate on busy accounts; a host whose clock is ahead makes the
+// accounts it touches keep its fences longer. The owner's own claim check
+// uses its monotonic clock and errs early, not late.
 //
 // # Limits
 //
@@ -217,6 +222,12 @@
 // PostgreSQL's pool_max_conns). The development server's front forwards
 // one request at a time, so there one command is all that is ever in
 // flight (and a hung one holds up every client).
+//
+// Upgrading from a version without transaction times: its documents are
+// left alone by this one (no created field). Let its recoverers finish
+// every transaction (none initial, pending, applied or canceling), stop
+// every process of it (its fence removal deleted tombstones, which now
+// hold fence lines), then start this version.
 //
 // # Durability, read and write concerns
 //

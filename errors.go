@@ -36,8 +36,10 @@ var (
 	// changes.
 	ErrTooLate = errors.New("twopc: transaction older than the account's fence line")
 
-	// ErrCanceled reports that a Canceler canceled the transaction before it
-	// reached its commit point. Its applied legs are (or will be) undone.
+	// ErrCanceled reports that the transaction was canceled before it
+	// reached its commit point: by a Canceler, or by recovery, which rolls
+	// back a stale transaction none of whose legs was applied (reason
+	// "stale_pending"). Its applied legs are (or will be) undone.
 	ErrCanceled = errors.New("twopc: transaction canceled")
 
 	// ErrInProgress reports that the transaction's outcome is not decided by

@@ -15,6 +15,18 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
+// WithTxnIDs replaces the source of fresh transaction ids, so that tests
+// can make two collide.
+func WithTxnIDs(next func() bson.ObjectID) Option {
+	return func(c *config) error {
+		c.newID = next
+		return nil
+	}
+}
+
+// NewTxnID is a fresh transaction id as the library makes them.
+func NewTxnID() bson.ObjectID { return newTxnID() }
+
 // LegMarker is the value that marks leg i (0: the source, 1: the
 // destination) of transaction id on its account.
 func LegMarker(id bson.ObjectID, i int) bson.ObjectID { return legMarker(id, i) }

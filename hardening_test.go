@@ -44,6 +44,8 @@ func TestReview1EquivalentIDs(t *testing.T) {
 		{"nested Decimal128", bson.D{{Key: "n", Value: dec}}, bson.D{{Key: "n", Value: int64(1)}}},
 		{"Symbol", bson.Symbol("acct"), "acct"},
 		{"nested Symbol", bson.D{{Key: "s", Value: bson.Symbol("a")}}, "b"},
+		{"map of two keys", bson.M{"a": int32(1), "b": int32(2)}, "b"},
+		{"nested map of two keys", bson.D{{Key: "m", Value: map[string]any{"a": 1, "b": 2}}}, "b"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -399,3 +401,67 @@ func TestReview8ForeignDocumentsLeftAlone(t *testing.T) {
 }
 
 var hotTransfers = flag.Int("hot.transfers", 200, "transfers through one account in TestReview7HotAccountStaysBounded")
+
+// The tests below replay what a review of the fixes above found.
+
+// A fresh id that collides with another transaction's is not answered with
+// that transaction's outcome: the transfer takes another id and happens.
+func TestReviewFreshIDCollision(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	first, err := b.c.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	var calls int
+	c := b.coordinator(twopc.WithSyncSettle(), twopc.WithTxnIDs(func() bson.ObjectID {
+		calls++
+		if calls == 1 {
+			return first.ID // the collision
+		}
+		return twopc.NewTxnID()
+	}))
+	second, err := c.Transfer(ctx, "A", "B", 10) // the same source, destination and value
+	require.NoError(t, err)
+	assert.NotEqual(t, first.ID, second.ID)
+	assert.Equal(t, int64(80), b.balance("A"), "both transfers happened")
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+}
+
+// A host whose clock runs ahead does not move fence lines into the future,
+// where they would refuse every other host's transfers on those accounts.
+func TestReviewClockAheadDoesNotCloseAccounts(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	ahead := b.coordinator(twopc.WithSyncSettle(), twopc.WithClock(func() time.Time { return time.Now().Add(2 * time.Hour) }))
+	txn, err := ahead.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	b.backdate(txn.ID, 2*time.Minute) // final for longer than its retention
+	rep := b.recoverAll()
+	assert.Zero(t, rep.Unfenced, "its transaction time is two hours ahead of the server")
+	_, err = b.c.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err, "a transfer from a host on time")
+	b.ageFinal()
+	b.recoverAll()
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+}
+
+// Accounts of the wrong shape give a clear error and a canceled transfer,
+// never a transfer stuck pending or committed and unable to settle.
+func TestReviewOffShapeAccounts(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100})
+	_, err := b.db.Collection("accounts").InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "scalarFences"}, {Key: "balance", Value: int64(0)}, {Key: "pendingTransactions", Value: bson.A{}}, {Key: "fencedTransactions", Value: "x"}},
+		bson.D{{Key: "_id", Value: "noPending"}, {Key: "balance", Value: int64(math.MaxInt64 / 2)}},
+	})
+	require.NoError(t, err)
+	txn, err := b.c.Transfer(ctx, "A", "scalarFences", 10)
+	require.ErrorIs(t, err, twopc.ErrInvalidAccount)
+	assert.Equal(t, twopc.StateCanceled, b.txn(txn.ID).State)
+	_, err = b.c.Transfer(ctx, "A", "noPending", 10)
+	require.NoError(t, err, "nothing in flight: the exact bound applies")
+	assert.Equal(t, int64(math.MaxInt64/2+10), b.balance("noPending"))
+	assert.Equal(t, int64(90), b.balance("A"))
+}

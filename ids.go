@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -23,14 +24,23 @@ import (
 // does not compute; the development server also drops the connection on
 // it), Symbol (equal to a string on some servers and not on others),
 // regular expressions, JavaScript, DBPointer, undefined, MinKey and MaxKey,
-// and NaN. Collections with a non-simple default collation (which would
-// make "a" and "A" one _id) are not supported.
+// and NaN. So are Go maps of more than one key, at any depth: they marshal
+// in random field order, and {a, b} and {b, a} are two _ids. Collections
+// with a non-simple default collation (which would make "a" and "A" one
+// _id) are not supported; per-leg markers keep even that case from moving
+// money wrongly (see legMarker).
 
 // validateAccountID checks that id can be a document _id whose equality the
 // library decides as the server does.
 func validateAccountID(which string, id any) error {
 	if id == nil {
 		return fmt.Errorf("%w: %s id is nil", ErrInvalidTransfer, which)
+	}
+	if unordered(reflect.ValueOf(id), 0) {
+		// A Go map marshals in random key order, and {a, b} and {b, a}
+		// are two documents to the server: one account id would name
+		// either, call by call.
+		return fmt.Errorf("%w: %s id holds a map of more than one key (%T), whose field order is random; use bson.D", ErrInvalidTransfer, which, id)
 	}
 	t, data, err := bson.MarshalValue(id)
 	if err != nil {
@@ -56,6 +66,44 @@ func validateAccountID(which string, id any) error {
 		return fmt.Errorf("%w: %s id: %v", ErrInvalidTransfer, which, err)
 	}
 	return nil
+}
+
+// unordered reports whether v holds, at any depth, a Go map of more than
+// one key: its BSON form's field order changes from one marshaling to the
+// next.
+func unordered(v reflect.Value, depth int) bool {
+	if depth > 32 || !v.IsValid() {
+		return false
+	}
+	switch v.Kind() {
+	case reflect.Interface, reflect.Pointer:
+		return !v.IsNil() && unordered(v.Elem(), depth+1)
+	case reflect.Map:
+		if v.Len() > 1 {
+			return true
+		}
+		for it := v.MapRange(); it.Next(); {
+			if unordered(it.Value(), depth+1) {
+				return true
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return false
+		}
+		for i := 0; i < v.Len(); i++ {
+			if unordered(v.Index(i), depth+1) {
+				return true
+			}
+		}
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			if unordered(v.Field(i), depth+1) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkIDValue refuses, at any depth, the values whose equality the library

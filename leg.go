@@ -186,9 +186,23 @@ func (a *account) heldDebit() int64 {
 	return 0
 }
 
+// idle reports whether nothing is in flight on the account:
+// pendingTransactions missing or an empty array.
+func (a *account) idle() bool {
+	if a.PendingIDs.Type == 0 {
+		return true
+	}
+	arr, ok := a.PendingIDs.ArrayOK()
+	if !ok {
+		return false
+	}
+	vals, err := arr.Values()
+	return err == nil && len(vals) == 0
+}
+
 // creditFits mirrors creditGuard: whether a credit of value may apply.
 func (a *account) creditFits(b, value int64) bool {
-	if len(a.pending()) == 0 && b <= math.MaxInt64-value {
+	if a.idle() && b <= math.MaxInt64-value {
 		return true
 	}
 	return value <= 2*creditQuarter && b <= creditQuarter && a.heldDebit() <= creditQuarter &&
@@ -199,7 +213,10 @@ func (a *account) creditFits(b, value int64) bool {
 // creditQuarter).
 func creditGuard(value int64) bson.E {
 	alone := bson.D{
-		{Key: fieldPending, Value: bson.D{{Key: "$size", Value: 0}}},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: fieldPending, Value: bson.D{{Key: "$exists", Value: false}}}},
+			bson.D{{Key: fieldPending, Value: bson.D{{Key: "$size", Value: 0}}}},
+		}},
 		{Key: fieldBalance, Value: bson.D{{Key: "$lte", Value: math.MaxInt64 - value}}},
 	}
 	if value > 2*creditQuarter {
@@ -233,6 +250,16 @@ func has(ids []bson.ObjectID, id bson.ObjectID) bool {
 	return false
 }
 
+// fenceable is the condition that an account's fencedTransactions can take
+// a fence (missing, or an array). Every leg write requires it, so that a
+// leg that applies can always be settled or undone and fenced: a committed
+// transfer always settles. An account that fails it refuses every leg, as
+// one past its fence line does.
+var fenceable = bson.E{Key: "$and", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{
+	bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$exists", Value: false}}}},
+	bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$type", Value: "array"}}}},
+}}}}}
+
 // applyModel is the guarded write that applies l for transaction r: it
 // matches only if the leg is neither applied (pendingTransactions) nor
 // closed (fencedTransactions, or a fence line at or after r's transaction
@@ -248,6 +275,7 @@ func applyModel(r *record, l leg) mongo.WriteModel {
 		{Key: fieldPending, Value: bson.D{{Key: "$ne", Value: l.marker}}},
 		{Key: fieldFenced, Value: bson.D{{Key: "$ne", Value: l.marker}}},
 		{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
+		fenceable,
 	}
 	integer := bson.E{Key: "$type", Value: bson.A{"int", "long"}}
 	switch {
@@ -292,6 +320,8 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 			ErrTooLate, l.account, a.FencedBefore.UTC().Format(time.RFC3339Nano))
 	case a == nil || a.Tombstone:
 		return legBlocked, fmt.Errorf("%w: %v", ErrAccountNotFound, l.account)
+	case a.FencedIDs.Type != 0 && a.FencedIDs.Type != bson.TypeArray:
+		return legBlocked, fmt.Errorf("%w: account %v has fencedTransactions of BSON type %s", ErrInvalidAccount, l.account, a.FencedIDs.Type)
 	}
 	b, ok := a.balance()
 	switch {
@@ -566,13 +596,15 @@ func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
 		// An upsert: if the account does not exist yet, the fence is a
 		// tombstone that OpenAccount adopts, so that an account opened
 		// later cannot take a stalled applier's leg. The fence is only
-		// added below the account's fence line: above it the line already
-		// refuses every leg of r, and a fence added there (a rollback
+		// added below the account's fence line, on an account that can
+		// take one: otherwise the account already refuses every leg of r
+		// (see applyModel), and a fence added past the line (a rollback
 		// delivered after the fences were removed) would never be removed.
 		fences[i] = mongo.NewUpdateOneModel().
 			SetFilter(bson.D{
 				{Key: "_id", Value: l.account},
 				{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
+				fenceable,
 			}).
 			SetUpdate(bson.D{
 				{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
@@ -596,8 +628,8 @@ func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
 }
 
 // fence sends r's fence upserts. An upsert that finds the account past its
-// fence line fails on the _id's uniqueness: the account is closed to r
-// already, which is what the fence is for. Since a write error may hide
+// fence line (or unable to take a fence) fails on the _id's uniqueness: the
+// account is closed to r already, which is what the fence is for. Since a write error may hide
 // the statements after it (FerretDB v1 stops a command at its first), a
 // command with write errors is sent again a statement at a time, and a
 // duplicate key is tried once more (two rollbacks may race to insert one

@@ -37,6 +37,7 @@ type config struct {
 	writeBatch     int
 	logger         *slog.Logger
 	now            func() time.Time // the claim clock; tests replace it
+	newID          func() bson.ObjectID
 }
 
 func defaultConfig() config {
@@ -50,6 +51,7 @@ func defaultConfig() config {
 		writeBatch:   DefaultWriteBatch,
 		logger:       slog.New(slog.DiscardHandler),
 		now:          time.Now,
+		newID:        newTxnID,
 	}
 }
 

@@ -29,8 +29,15 @@ import (
 //     owner's own background settling is harmless, and a committed
 //     transfer is settled no later than the next pass.
 //   - canceling finishes its rollback to canceled.
-//   - initial (written by another program; the coordinator inserts
-//     pending) never had a leg applied: it goes to canceled.
+//   - initial never had a leg applied: it goes to canceled (the
+//     coordinator inserts transactions pending, so only a document of this
+//     library edited by hand is met here).
+//
+// Documents the library did not write (no transaction time: the
+// tutorial's protocol, another program, a version before transaction
+// times) are left alone. Upgrading from such a version: let its
+// recoverers finish every transaction first (none left initial, pending,
+// applied or canceling), stop every process of it, then start this one.
 type Recoverer struct {
 	c        *Coordinator
 	interval time.Duration
@@ -297,7 +304,13 @@ func (r *Recoverer) unfence(ctx context.Context, now time.Time) (int, error) {
 	err := r.each(ctx, filter, func(err error) { firstErr = cmpErr(firstErr, err) }, func(recs []*record) {
 		var due []*record
 		for _, t := range recs {
-			if t.LastModified.Before(now.Add(-t.retention(r.c.fenceRetention))) {
+			// Final for its retention, and created no later than now by
+			// the server's clock: a line is never moved into the future,
+			// so a host whose clock runs ahead cannot close the accounts
+			// it touched to everyone else's transfers (its own
+			// transactions keep their fences until the server's clock
+			// passes their time).
+			if t.LastModified.Before(now.Add(-t.retention(r.c.fenceRetention))) && !t.Created.After(now) {
 				due = append(due, t)
 			}
 		}

@@ -90,13 +90,15 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 func (c *Coordinator) Application() string { return c.application }
 
 // EnsureIndexes creates the indexes the protocol's scans use, idempotently:
-// {state, lastModified} for recovery and a sparse {fences, lastModified}
-// for fence removal. No index is needed for correctness: accounts and
+// {state, lastModified} for recovery, {state, created} for the unfinished
+// transactions fence removal must wait for, and a sparse {fences,
+// lastModified} for fence removal. No index is needed for correctness: accounts and
 // transactions are read and written by _id, and idempotency keys are
 // enforced by the _id derived from them.
 func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 	_, err := c.txns.Indexes().CreateMany(ctx, []mongo.IndexModel{
 		{Keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}},
+		{Keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldCreated, Value: 1}}},
 		{Keys: bson.D{{Key: fieldFences, Value: 1}, {Key: fieldLastModified, Value: 1}}, Options: options.Index().SetSparse(true)},
 	})
 	if err != nil {
@@ -144,7 +146,8 @@ type Account struct {
 	// not yet settled: money on its way in, spendable once settled.
 	PendingCredit int64
 	// PendingTransactions lists the transactions with a leg applied to the
-	// account and not yet settled.
+	// account and not yet settled (each leg marker read as its
+	// transaction's id: the marker with its last byte cleared).
 	PendingTransactions []bson.ObjectID
 }
 
@@ -214,8 +217,12 @@ func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 // Any other error (the database, the context, a step hook) leaves the
 // transaction where it stood, for a Recoverer: the returned Txn, when not
 // nil, says where. An error with a Txn whose State is Committed means the
-// money moved. With WithKey, Transfer can be repeated safely after any
-// error.
+// money moved. Cancel(txn.ID) settles the question for good (see
+// Canceler.Cancel). With WithKey, Transfer can be repeated safely after
+// any error: it returns the first attempt's transaction in whatever state
+// it reached. A first attempt abandoned before any leg applied is rolled
+// back by recovery once stale (ErrCanceled, reason "stale_pending"): the
+// money did not move, and a new transfer needs a new key.
 func (c *Coordinator) Transfer(ctx context.Context, source, destination any, value int64, opts ...TransferOption) (*Txn, error) {
 	if err := validateTransfer(source, destination, value); err != nil {
 		return nil, err
@@ -229,7 +236,7 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 	if c.settler.isClosed() {
 		return nil, ErrClosed
 	}
-	id := newTxnID()
+	id := c.newID()
 	if tc.key != "" {
 		id = keyID(tc.key)
 	}
@@ -251,6 +258,13 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 	}
 	o := &owned{claimedAt: c.now()}
 	cur, err := c.insert(ctx, r)
+	for attempt := 0; err == nil && r.Key == "" && cur.Claim != r.Claim && attempt < 3; attempt++ {
+		// A fresh id is taken only by another transaction whose id
+		// collided with it (or a placeholder Cancel wrote for that one):
+		// not this transfer's to answer for. Take another id.
+		r.ID = c.newID()
+		cur, err = c.insert(ctx, r)
+	}
 	if err != nil {
 		// The insert may have happened, or may still arrive: the caller
 		// gets the id, and Cancel settles it either way (a transaction

@@ -208,7 +208,10 @@
 // transfers a second keep it under 9,000 markers, about 160 kB, far under
 // MongoDB's 16 MB document limit. Without a Recoverer it grows with every
 // transfer. TestReview7HotAccountStaysBounded checks the bound. A
-// tombstone holds only its fence line and its fences.
+// tombstone holds only its fence line and its fences; tombstones are kept
+// (their line refuses late legs), one document, under 100 bytes once its
+// fences are gone, per id that a rolled-back transfer named while it had
+// no account.
 //
 // Settling and unfencing many transactions at once update their accounts
 // in write commands of at most WithWriteBatch statements (48 by default).

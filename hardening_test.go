@@ -264,6 +264,9 @@ func TestReview7LateRollbackLeavesNoFence(t *testing.T) {
 // pass after each batch.
 func TestReview7HotAccountStaysBounded(t *testing.T) {
 	n := *hotTransfers
+	if testing.Short() {
+		n = min(n, 200)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute+time.Duration(n)*100*time.Millisecond)
 	defer cancel()
 	b := newBank(t)
@@ -400,7 +403,7 @@ func TestReview8ForeignDocumentsLeftAlone(t *testing.T) {
 	require.ErrorIs(t, err, twopc.ErrMalformedTxn)
 }
 
-var hotTransfers = flag.Int("hot.transfers", 200, "transfers through one account in TestReview7HotAccountStaysBounded")
+var hotTransfers = flag.Int("hot.transfers", 10000, "transfers through one account in TestReview7HotAccountStaysBounded (200 with -short)")
 
 // The tests below replay what a review of the fixes above found.
 

@@ -46,7 +46,12 @@
 //     state and claim (see commit.go).
 //
 // Transfer returns there, after three round trips (the tutorial takes
-// eight). Settling follows, in the background and in batches: pull the id
+// eight). TransferLegs does the same for any number of legs (up to
+// MaxLegs) whose amounts sum to zero, a payment split with a fee account
+// or a payout to several accounts: all its legs go in the one bulk write,
+// each guarded by its own marker, and all apply or none remains. Its
+// transaction document holds legs: [{account, amount}] in place of source
+// and destination. Settling follows, in the background and in batches: pull the id
 // from both accounts' pendingTransactions while adding it to
 // fencedTransactions and moving the credit from pendingCredit to balance
 // (one bulk write), then applied → done (one write).

@@ -153,3 +153,35 @@ func ExampleRecoverer_Run() {
 	go func() { _ = r.Run(ctx) }()
 	// ... serve transfers with c.Transfer ...
 }
+
+// A payment split between the merchant and a fee account, in one transfer
+// of three legs: all apply, or none.
+func ExampleCoordinator_TransferLegs() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_legs")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db, twopc.WithSyncSettle())
+	defer c.Close(ctx)
+	_ = c.OpenAccount(ctx, "customer", 1000)
+	_ = c.OpenAccount(ctx, "merchant", 0)
+	_ = c.OpenAccount(ctx, "fees", 0)
+
+	txn, err := c.TransferLegs(ctx, []twopc.Leg{
+		{Account: "customer", Amount: -250},
+		{Account: "merchant", Amount: 243},
+		{Account: "fees", Amount: 7},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(txn.State, txn.Value)
+	for _, id := range []string{"customer", "merchant", "fees"} {
+		bal, _ := c.Balance(ctx, id)
+		fmt.Println(id, bal)
+	}
+	// Output:
+	// done 250
+	// customer 750
+	// merchant 243
+	// fees 7
+}

@@ -175,8 +175,9 @@ func (b *bank) checkSettled(opening map[string]int64) {
 	for _, d := range b.txns() {
 		require.Truef(b.t, d.State.Final(), "transaction %s is %s", d.ID.Hex(), d.State)
 		if d.State == twopc.StateDone {
-			want[d.Source.(string)] -= d.Value
-			want[d.Destination.(string)] += d.Value
+			for _, l := range d.AllLegs() {
+				want[l.Account.(string)] += l.Amount
+			}
 		}
 	}
 	for id, bal := range want {

@@ -118,10 +118,12 @@ func (l leg) undoInc() bson.D {
 }
 
 func (r *record) legs() []leg {
-	return []leg{
-		{account: r.Source, delta: -r.Value, marker: legMarker(r.ID, 0)},
-		{account: r.Destination, delta: r.Value, marker: legMarker(r.ID, 1)},
+	all := r.AllLegs()
+	out := make([]leg, len(all))
+	for i, l := range all {
+		out[i] = leg{account: l.Account, delta: l.Amount, marker: legMarker(r.ID, i)}
 	}
+	return out
 }
 
 // account is the part of an account document the protocol reads. Its
@@ -774,14 +776,17 @@ func (c *Coordinator) openBefore(ctx context.Context, recs []*record) (openTxns,
 	var open []struct {
 		Source      bson.RawValue `bson:"source"`
 		Destination bson.RawValue `bson:"destination"`
-		Created     time.Time     `bson:"created"`
+		Legs        []struct {
+			Account bson.RawValue `bson:"account"`
+		} `bson:"legs"`
+		Created time.Time `bson:"created"`
 	}
 	err := c.retry(ctx, func(ctx context.Context) error {
 		cur, err := c.txns.Find(ctx, bson.D{
 			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateCanceling}}}},
 			{Key: fieldCreated, Value: bson.D{{Key: "$lte", Value: latest}}},
 		}, options.Find().
-			SetProjection(bson.D{{Key: "source", Value: 1}, {Key: "destination", Value: 1}, {Key: fieldCreated, Value: 1}}).
+			SetProjection(bson.D{{Key: "source", Value: 1}, {Key: "destination", Value: 1}, {Key: fieldLegs + ".account", Value: 1}, {Key: fieldCreated, Value: 1}}).
 			SetSort(bson.D{{Key: fieldCreated, Value: 1}}).
 			SetLimit(maxOpenScan))
 		if err != nil {
@@ -794,7 +799,14 @@ func (c *Coordinator) openBefore(ctx context.Context, recs []*record) (openTxns,
 		return o, err
 	}
 	for _, t := range open {
-		for _, id := range []bson.RawValue{t.Source, t.Destination} {
+		ids := []bson.RawValue{t.Source, t.Destination}
+		for _, l := range t.Legs {
+			ids = append(ids, l.Account)
+		}
+		for _, id := range ids {
+			if id.Type == 0 {
+				continue
+			}
 			key := canonicalID(id)
 			if e, ok := o.earliest[key]; !ok || t.Created.Before(e) {
 				o.earliest[key] = t.Created

@@ -270,8 +270,9 @@ func runSimulation(t *testing.T, b *bank, cfg simConfig) *simStats {
 }
 
 // simTransfer makes transfer n: random accounts (hot ones half the time),
-// a random amount; half of them with an idempotency key, retried with the
-// same key after a crash or a database error.
+// a random amount, and one time in four a third leg (the source pays two
+// accounts); half of them with an idempotency key, retried with the same
+// key after a crash or a database error.
 func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, ids []string, cfg simConfig, n int64, stats *simStats) {
 	pick := func() string {
 		if rng.IntN(2) == 0 {
@@ -284,6 +285,13 @@ func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, ids 
 		dst = ids[rng.IntN(len(ids))]
 	}
 	value := 1 + rng.Int64N(200)
+	var third string
+	if rng.IntN(4) == 0 && len(ids) > 2 && value >= 3 {
+		third = ids[rng.IntN(len(ids))]
+		for third == src || third == dst {
+			third = ids[rng.IntN(len(ids))]
+		}
+	}
 	var opts []twopc.TransferOption
 	keyed := rng.IntN(2) == 0
 	if keyed {
@@ -291,7 +299,12 @@ func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, ids 
 	}
 	for attempt := 0; ; attempt++ {
 		stats.calls.Add(1)
-		_, err := c.Transfer(ctx, src, dst, value, opts...)
+		var err error
+		if third == "" {
+			_, err = c.Transfer(ctx, src, dst, value, opts...)
+		} else {
+			_, err = c.TransferLegs(ctx, []twopc.Leg{{Account: src, Amount: -value}, {Account: dst, Amount: value - value/3}, {Account: third, Amount: value / 3}}, opts...)
+		}
 		switch {
 		case err == nil:
 			stats.committed.Add(1)

@@ -87,6 +87,7 @@ const (
 	fieldCreated       = "created"
 	fieldAllowNegative = "allowNegative"
 	fieldPlaceholder   = "placeholder"
+	fieldLegs          = "legs"
 )
 
 // record is a transaction document as stored: the public Txn plus what the
@@ -141,7 +142,15 @@ func (r *record) check() error {
 		}
 		return nil
 	}
-	if err := validateTransfer(r.Source, r.Destination, r.Value); err != nil {
+	if len(r.Legs) > 0 {
+		credited, err := validateLegs(r.Legs)
+		if err == nil && (r.Source != nil || r.Destination != nil || r.Value != credited) {
+			err = fmt.Errorf("legs %v with source %v, destination %v, value %d", r.Legs, r.Source, r.Destination, r.Value)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
+		}
+	} else if err := validateTransfer(r.Source, r.Destination, r.Value); err != nil {
 		return fmt.Errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
 	}
 	if !r.foreign() && legMarker(r.ID, 0) != r.ID {

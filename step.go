@@ -103,6 +103,7 @@ func (c *Coordinator) at(ctx context.Context, step Step, r *record) error {
 	var t *Txn
 	if r != nil {
 		cp := r.Txn
+		cp.Legs = append([]Leg(nil), cp.Legs...)
 		t = &cp
 	}
 	if err := c.hook(ctx, step, t); err != nil {

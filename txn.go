@@ -34,6 +34,11 @@ type Txn struct {
 	// millisecond. It never changes. Accounts' fence lines (see the
 	// package documentation) are compared with it.
 	Created time.Time `bson:"created,omitempty"`
+	// Legs are the legs of a transfer made with TransferLegs (Source and
+	// Destination are then nil, and Value is the total credited); a
+	// transfer made with Transfer keeps the tutorial's shape and has none.
+	// AllLegs returns the legs of either.
+	Legs []Leg `bson:"legs,omitempty"`
 }
 
 // Coordinator drives transfers between account documents through the
@@ -227,6 +232,11 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 	if err := validateTransfer(source, destination, value); err != nil {
 		return nil, err
 	}
+	return c.start(ctx, Txn{Source: source, Destination: destination, Value: value}, opts)
+}
+
+// start inserts and drives transfer t, whose legs were validated.
+func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (*Txn, error) {
 	var tc transferConfig
 	for _, o := range opts {
 		if o != nil {
@@ -240,17 +250,10 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 	if tc.key != "" {
 		id = keyID(tc.key)
 	}
+	t.ID, t.State, t.Application, t.Key = id, StatePending, c.application, tc.key
+	t.Created = c.now().UTC().Truncate(time.Millisecond)
 	r := &record{
-		Txn: Txn{
-			ID:          id,
-			Source:      source,
-			Destination: destination,
-			Value:       value,
-			State:       StatePending,
-			Application: c.application,
-			Key:         tc.key,
-			Created:     c.now().UTC().Truncate(time.Millisecond),
-		},
+		Txn:           t,
 		Claim:         bson.NewObjectID(),
 		AllowNegative: c.allowNegative,
 		LeaseMs:       c.staleAfter.Milliseconds(),
@@ -288,16 +291,20 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 // earlier transfer's (same key), insert returns that transaction; the
 // caller compares claims to tell.
 func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
-	doc := bson.D{
-		{Key: "source", Value: r.Source},
-		{Key: "destination", Value: r.Destination},
+	var doc bson.D
+	if len(r.Legs) > 0 {
+		doc = bson.D{{Key: fieldLegs, Value: r.Legs}}
+	} else {
+		doc = bson.D{{Key: "source", Value: r.Source}, {Key: "destination", Value: r.Destination}}
+	}
+	doc = append(doc, bson.D{
 		{Key: "value", Value: r.Value},
 		{Key: fieldState, Value: r.State},
 		{Key: fieldApplication, Value: r.Application},
 		{Key: fieldCreated, Value: r.Created},
 		{Key: fieldLease, Value: r.LeaseMs},
 		{Key: fieldRetain, Value: r.RetainMs},
-	}
+	}...)
 	if r.AllowNegative {
 		doc = append(doc, bson.E{Key: fieldAllowNegative, Value: true})
 	}
@@ -368,9 +375,9 @@ func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
 	if prior.Placeholder {
 		return c.outcome(prior) // canceled before it arrived
 	}
-	if prior.Key != asked.Key || !sameID(prior.Source, asked.Source) || !sameID(prior.Destination, asked.Destination) || prior.Value != asked.Value {
-		return prior.txn(), fmt.Errorf("%w: key %q is transaction %s (%v → %v, %d)",
-			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.Source, prior.Destination, prior.Value)
+	if prior.Key != asked.Key || !sameLegs(prior.legs(), asked.legs()) {
+		return prior.txn(), fmt.Errorf("%w: key %q is transaction %s (legs %v)",
+			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.AllLegs())
 	}
 	return c.outcome(prior)
 }
@@ -479,7 +486,7 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 		}
 	}
 	if tc.key != "" {
-		return c.Transfer(ctx, r.Destination, r.Source, r.Value, opts...)
+		return c.reverse(ctx, r, opts)
 	}
 	for n := 1; n <= maxReverseAttempts; n++ {
 		key := "reverse:" + id.Hex()
@@ -494,9 +501,34 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 		case prior.State == StateCanceled:
 			continue // that attempt failed: the next key is a new attempt
 		}
-		return c.Transfer(ctx, r.Destination, r.Source, r.Value, append([]TransferOption{WithKey(key)}, opts...)...)
+		return c.reverse(ctx, r, append([]TransferOption{WithKey(key)}, opts...))
 	}
 	return nil, fmt.Errorf("twopc: reverse %s: %d attempts were canceled", id.Hex(), maxReverseAttempts)
+}
+
+// reverse makes the transfer that undoes committed transfer r.
+func (c *Coordinator) reverse(ctx context.Context, r *record, opts []TransferOption) (*Txn, error) {
+	if len(r.Legs) == 0 {
+		return c.Transfer(ctx, r.Destination, r.Source, r.Value, opts...)
+	}
+	legs := r.AllLegs()
+	for i := range legs {
+		legs[i].Amount = -legs[i].Amount
+	}
+	return c.TransferLegs(ctx, legs, opts...)
+}
+
+// sameLegs reports whether two transfers have the same legs, in order.
+func sameLegs(a, b []leg) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].delta != b[i].delta || !sameID(a[i].account, b[i].account) {
+			return false
+		}
+	}
+	return true
 }
 
 // maxReverseAttempts bounds the reversals of one transfer that Reverse

@@ -1,0 +1,85 @@
+package twopc
+
+import (
+	"context"
+	"fmt"
+	"math"
+)
+
+// Leg is one account's part in a transfer of any number of legs (see
+// Coordinator.TransferLegs): a negative Amount is a debit of the account, a
+// positive one a credit, in minor units.
+type Leg struct {
+	Account any   `bson:"account"`
+	Amount  int64 `bson:"amount"`
+}
+
+// MaxLegs is the most legs one transfer may have. It keeps every write of
+// a transfer's legs one small command (see WithWriteBatch).
+const MaxLegs = 32
+
+// TransferLegs moves money between any number of accounts at once: a
+// payment split with a fee account, a payout to several accounts. The
+// amounts must sum to zero; every leg applies or none remains, with the
+// guarantees and errors of Transfer (which is the two-leg case: Transfer(a,
+// b, v) is TransferLegs({a, -v}, {b, v})). Legs are applied in one write
+// command, so the transfer still reaches its commit point in three round
+// trips.
+//
+// It returns ErrInvalidTransfer, and writes nothing, for fewer than two or
+// more than MaxLegs legs, an amount of zero or MinInt64, amounts that do
+// not sum to zero (or whose debits or credits overflow int64), the same
+// account in two legs (as the server sees ids: see Transfer), and any id
+// Transfer refuses.
+func (c *Coordinator) TransferLegs(ctx context.Context, legs []Leg, opts ...TransferOption) (*Txn, error) {
+	credited, err := validateLegs(legs)
+	if err != nil {
+		return nil, err
+	}
+	return c.start(ctx, Txn{Legs: append([]Leg(nil), legs...), Value: credited}, opts)
+}
+
+// AllLegs returns the transfer's legs: Legs for a transfer made with
+// TransferLegs, or the debit of Source and the credit of Destination.
+func (t *Txn) AllLegs() []Leg {
+	if len(t.Legs) > 0 {
+		return append([]Leg(nil), t.Legs...)
+	}
+	return []Leg{{Account: t.Source, Amount: -t.Value}, {Account: t.Destination, Amount: t.Value}}
+}
+
+// validateLegs checks TransferLegs' input before anything is written, and
+// returns the total credited.
+func validateLegs(legs []Leg) (int64, error) {
+	if len(legs) < 2 || len(legs) > MaxLegs {
+		return 0, fmt.Errorf("%w: %d legs; want 2 to %d", ErrInvalidTransfer, len(legs), MaxLegs)
+	}
+	seen := map[string]int{}
+	var debits, credits int64
+	for i, l := range legs {
+		if err := validateAccountID(fmt.Sprintf("leg %d", i), l.Account); err != nil {
+			return 0, err
+		}
+		switch {
+		case l.Amount == 0:
+			return 0, fmt.Errorf("%w: leg %d has an amount of zero", ErrInvalidTransfer, i)
+		case l.Amount == math.MinInt64:
+			return 0, fmt.Errorf("%w: leg %d has an amount of MinInt64", ErrInvalidTransfer, i)
+		case l.Amount < 0 && debits < math.MinInt64-l.Amount, l.Amount > 0 && credits > math.MaxInt64-l.Amount:
+			return 0, fmt.Errorf("%w: the amounts overflow int64 at leg %d", ErrInvalidTransfer, i)
+		case l.Amount < 0:
+			debits += l.Amount
+		default:
+			credits += l.Amount
+		}
+		key, _ := idKey(l.Account)
+		if j, ok := seen[key]; ok {
+			return 0, fmt.Errorf("%w: legs %d and %d are the same account %v", ErrInvalidTransfer, j, i, l.Account)
+		}
+		seen[key] = i
+	}
+	if debits+credits != 0 {
+		return 0, fmt.Errorf("%w: the amounts sum to %d, not zero", ErrInvalidTransfer, debits+credits)
+	}
+	return credits, nil
+}

@@ -24,7 +24,7 @@ func transient(ctx context.Context, err error) bool {
 // then op, and repeats both while op fails transiently, up to the
 // coordinator's retries. op must be safe to repeat; callers that need to
 // know whether an ambiguous write happened re-read afterwards.
-func (c *Coordinator) try(ctx context.Context, step Step, r *record, op func(context.Context) error) error {
+func (c *config) try(ctx context.Context, step Step, r *record, op func(context.Context) error) error {
 	return c.retry(ctx, func(ctx context.Context) error {
 		if err := c.at(ctx, step, r); err != nil {
 			return err
@@ -35,7 +35,7 @@ func (c *Coordinator) try(ctx context.Context, step Step, r *record, op func(con
 
 // retry runs op, and again while it fails transiently, up to the
 // coordinator's retries, backing off between attempts.
-func (c *Coordinator) retry(ctx context.Context, op func(context.Context) error) error {
+func (c *config) retry(ctx context.Context, op func(context.Context) error) error {
 	backoff := 10 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)

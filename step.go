@@ -96,7 +96,7 @@ func (e *StepError) Error() string { return fmt.Sprintf("step %s: %v", e.Step, e
 func (e *StepError) Unwrap() error { return e.Err }
 
 // at calls the step hook, if any, with a copy of the transaction.
-func (c *Coordinator) at(ctx context.Context, step Step, r *record) error {
+func (c *config) at(ctx context.Context, step Step, r *record) error {
 	if c.hook == nil {
 		return nil
 	}

@@ -48,11 +48,11 @@ type Txn struct {
 // background settling finish.
 type Coordinator struct {
 	config
-	db       *mongo.Database
-	accounts *mongo.Collection
-	txns     *mongo.Collection
-	settler  *settler
-	commits  *committer
+	db      *mongo.Database
+	ledger  *ledger           // the accounts: the participant side
+	txns    *mongo.Collection // the log
+	settler *settler
+	commits *committer
 
 	closeOnce sync.Once
 }
@@ -80,11 +80,11 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	// set, a write that a failover could roll back is never taken as done.
 	majority := options.Collection().SetReadConcern(readconcern.Majority())
 	c := &Coordinator{
-		config:   cfg,
-		db:       db,
-		accounts: db.Collection(cfg.accounts, majority),
-		txns:     db.Collection(cfg.transactions, majority),
+		config: cfg,
+		db:     db,
+		txns:   db.Collection(cfg.transactions, majority),
 	}
+	c.ledger = &ledger{config: &c.config, accounts: db.Collection(cfg.accounts, majority)}
 	c.settler = newSettler(c)
 	c.commits = &committer{c: c}
 	return c, nil
@@ -121,13 +121,13 @@ func (c *Coordinator) OpenAccount(ctx context.Context, id any, balance int64) er
 	if err := validateAccountID("account", id); err != nil {
 		return err
 	}
-	_, err := c.accounts.InsertOne(ctx, bson.D{
+	_, err := c.ledger.accounts.InsertOne(ctx, bson.D{
 		{Key: "_id", Value: id},
 		{Key: fieldBalance, Value: balance},
 		{Key: fieldPending, Value: bson.A{}},
 	})
 	if mongo.IsDuplicateKeyError(err) {
-		res, uerr := c.accounts.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: fieldTombstone, Value: true}}, bson.D{
+		res, uerr := c.ledger.accounts.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: fieldTombstone, Value: true}}, bson.D{
 			{Key: "$set", Value: bson.D{{Key: fieldBalance, Value: balance}, {Key: fieldPending, Value: bson.A{}}}},
 			{Key: "$unset", Value: bson.D{{Key: fieldTombstone, Value: ""}}},
 		})
@@ -162,7 +162,7 @@ func (c *Coordinator) Account(ctx context.Context, id any) (*Account, error) {
 		return nil, err
 	}
 	var a account
-	err := c.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+	err := c.ledger.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
 		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}})).Decode(&a)
 	if errors.Is(err, mongo.ErrNoDocuments) || (err == nil && a.Tombstone) {
 		return nil, fmt.Errorf("%w: %v", ErrAccountNotFound, id)

@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:27017
 GO   ?= go
 SHELL := /bin/bash
 
-.PHONY: test demo devserver vet fmt check soak bench
+.PHONY: test demo banks devserver vet fmt check soak bench
 
 # test runs every test of both modules with the race detector, against
 # MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev server,
@@ -30,6 +30,11 @@ soak:
 # demo seeds two accounts and runs transfers, printing each state change.
 demo:
 	cd examples && $(GO) run ./cmd/demo
+
+# banks runs seed 004's transfer between two banks, each its own dev server
+# (started in-process), printing each step; one bank stops mid-transfer.
+banks:
+	cd examples && $(GO) run ./cmd/banks
 
 # devserver runs the dev server in the foreground; its first line is the URI.
 devserver:

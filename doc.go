@@ -175,6 +175,54 @@
 // before it is undone. Use WithSyncSettle if Transfer must return with the
 // credit spendable.
 //
+// # Ledgers across deployments
+//
+// Seed 004's two-phase commit is between independent databases: a
+// coordinator that keeps the log, and participants that hold the
+// accounts. Here the Coordinator keeps the log (its transactions
+// collection, in one place) and each Ledger is a participant: a named
+// accounts collection in the coordinator's database, another database, or
+// another deployment (WithLedger; the default ledger, "", is the accounts
+// collection of the coordinator's database). A Leg names its ledger; a
+// transfer's legs may be on any ledgers the coordinator was given, and the
+// same id in two ledgers is two accounts. MongoDB's native transactions
+// never span two deployments; this does, with every guarantee above.
+//
+// The legs of a transfer are sent one command per ledger, to all ledgers
+// at once, so a transfer across deployments reaches its commit point in
+// three round trips of latency, as on one (insert; every leg; commit).
+// Settling, rollback and fence removal likewise go to every ledger at once.
+//
+// When one deployment cannot be reached, nothing is lost and nothing
+// waits on a clock for its safety. Before the commit point, a transfer
+// whose leg cannot be sent fails with the driver's error and is left
+// pending, the legs it applied elsewhere held. A Recoverer decides it only
+// once it can read every ledger the transfer touches (it must know which
+// legs applied): when the lost deployment returns, the transfer is rolled
+// forward, or back if no leg applied or one cannot apply. A transfer
+// already canceling is rolled back on the ledgers that can be reached at
+// once (releasing those held funds), and stays canceling until the lost
+// ledger returns and its legs there are fenced and undone too. After the commit
+// point, the transfer has happened (Transfer returned it applied): the
+// ledgers that can be reached settle at once; a ledger that cannot keeps
+// its legs held (a debit out of the balance, a credit in pendingCredit,
+// not yet spendable) and the transaction stays applied until it returns and
+// the next recovery pass settles them. If the log's deployment is
+// unreachable, no decision can be read or written: every transfer in
+// flight stays where it is, its held legs held, until the log returns.
+//
+// That is seed 004's uncertainty period: a leg applied (the participant's
+// YES vote, with the money held by its marker) is uncertain until the
+// decision (pending → applied, or → canceling, in the log) reaches its
+// ledger, and it blocks for as long as the log or its own deployment is
+// unreachable, plus a recovery interval; the library cannot bound that.
+// Seed 004's cooperative termination (an uncertain participant asks the
+// others) would not shorten it here: a ledger's markers record only that
+// a leg applied, never the decision, which lives in the log alone. Any
+// Recoverer that reaches the log and the ledgers can act as the
+// coordinator (its takeover is guarded), which is what cooperative
+// termination buys in seed 004: no single process is needed, only the log.
+//
 // # Clocks
 //
 // No clock decides whether money moves; clocks decide when things finish.

@@ -70,6 +70,12 @@ var (
 	// not rolled forward, back or canceled, and recovery counts it failed.
 	ErrMalformedTxn = errors.New("twopc: malformed transaction document")
 
+	// ErrUnknownLedger reports a ledger name the coordinator was not given
+	// (see WithLedger): in a transfer's legs (nothing is written), or in a
+	// transaction recovery found (it is left for a coordinator that has
+	// that ledger, and counted failed).
+	ErrUnknownLedger = errors.New("twopc: unknown ledger")
+
 	// ErrClosed reports a call on a Coordinator after Close.
 	ErrClosed = errors.New("twopc: coordinator closed")
 )

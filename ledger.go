@@ -12,18 +12,116 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// ledger is the participant side of two-phase commit (seed 004's
+// Ledger is the participant side of two-phase commit (seed 004's
 // participants, which hold the accounts, beside the coordinator, which
-// keeps the log): one accounts collection, and the guarded writes that
-// apply, inspect, settle, fence, undo and unfence legs there. It never
-// reads or moves a transaction's state: the Coordinator decides, from its
-// log, and tells the ledger what to do with which legs. Every write is
-// guarded by the leg's own marker (and, for applying, the account's fence
-// line), so that whoever sends it, however often and however late, it
-// takes effect at most once.
-type ledger struct {
+// keeps the log): one named accounts collection, in the coordinator's
+// database, another database, or another deployment (see WithLedger), and
+// the guarded writes that apply, inspect, settle, fence, undo and unfence
+// legs there. It never reads or moves a transaction's state: the
+// Coordinator decides, from its log, and tells each ledger what to do with
+// its legs. Every write is guarded by the leg's own marker (and, for
+// applying, the account's fence line), so that whoever sends it, however
+// often and however late, it takes effect at most once.
+type Ledger struct {
 	*config
+	name     string
 	accounts *mongo.Collection
+}
+
+// Name returns the ledger's name; the default ledger's is "".
+func (l *Ledger) Name() string { return l.name }
+
+// OpenAccount inserts an account document in l with the given balance, in the
+// shape the protocol expects: {_id, balance (int64), pendingTransactions: []}.
+// If a rollback left fences under this id while the account did not exist
+// (a tombstone), the account takes them over, so that no stalled leg of a
+// canceled transaction can apply to it.
+func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64) error {
+	if err := validateAccountID("account", id); err != nil {
+		return err
+	}
+	_, err := l.accounts.InsertOne(ctx, bson.D{
+		{Key: "_id", Value: id},
+		{Key: fieldBalance, Value: balance},
+		{Key: fieldPending, Value: bson.A{}},
+	})
+	if mongo.IsDuplicateKeyError(err) {
+		res, uerr := l.accounts.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: fieldTombstone, Value: true}}, bson.D{
+			{Key: "$set", Value: bson.D{{Key: fieldBalance, Value: balance}, {Key: fieldPending, Value: bson.A{}}}},
+			{Key: "$unset", Value: bson.D{{Key: fieldTombstone, Value: ""}}},
+		})
+		if uerr == nil && res.ModifiedCount == 1 {
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("twopc: open account %v: %w", id, err)
+	}
+	return nil
+}
+
+// Account is an account document as the protocol sees it.
+type Account struct {
+	ID any
+	// Balance is the available balance: it includes the debits of pending
+	// transfers (the funds are held) and only the credits that are settled.
+	Balance int64
+	// PendingCredit is the sum of the credits applied to the account and
+	// not yet settled: money on its way in, spendable once settled.
+	PendingCredit int64
+	// PendingTransactions lists the transactions with a leg applied to the
+	// account and not yet settled (each leg marker read as its
+	// transaction's id: the marker with its last byte cleared).
+	PendingTransactions []bson.ObjectID
+}
+
+// Account reads account id.
+func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
+	if err := validateAccountID("account", id); err != nil {
+		return nil, err
+	}
+	var a account
+	err := l.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}})).Decode(&a)
+	if errors.Is(err, mongo.ErrNoDocuments) || (err == nil && a.Tombstone) {
+		return nil, fmt.Errorf("%w: %v", ErrAccountNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("twopc: account %v: %w", id, err)
+	}
+	b, ok := a.balance()
+	if !ok {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidAccount, id)
+	}
+	var txns []bson.ObjectID
+	for _, m := range a.pending() {
+		if t := txnOfMarker(m); !has(txns, t) {
+			txns = append(txns, t)
+		}
+	}
+	return &Account{ID: id, Balance: b, PendingCredit: a.credit(), PendingTransactions: txns}, nil
+}
+
+// Balance returns an account's available balance (see Account).
+func (l *Ledger) Balance(ctx context.Context, id any) (int64, error) {
+	a, err := l.Account(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	return a.Balance, nil
+}
+
+// own returns the legs of legs that are on l, and their indexes in legs.
+func (l *Ledger) own(legs []leg) ([]leg, []int) {
+	var mine []leg
+	var idx []int
+	for i, lg := range legs {
+		if lg.ledger == l.name {
+			mine = append(mine, lg)
+			idx = append(idx, i)
+		}
+	}
+	return mine, idx
 }
 
 // Field names of account documents.
@@ -73,6 +171,7 @@ const creditQuarter = math.MaxInt64 >> 2
 // leg's marker, the value its account's pendingTransactions and
 // fencedTransactions hold for it (see legMarker).
 type leg struct {
+	ledger  string // the ledger's name; "" is the default ledger
 	account any
 	delta   int64
 	marker  bson.ObjectID
@@ -339,7 +438,7 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 
 // apply sends the guarded writes that apply legs of r (see applyModel), in
 // one unordered command, and returns how many applied.
-func (l *ledger) apply(ctx context.Context, r *record, legs []leg) (int64, error) {
+func (l *Ledger) apply(ctx context.Context, r *record, legs []leg) (int64, error) {
 	models := make([]mongo.WriteModel, len(legs))
 	for i, lg := range legs {
 		models[i] = applyModel(r, lg)
@@ -356,11 +455,12 @@ func (l *ledger) apply(ctx context.Context, r *record, legs []leg) (int64, error
 // credit from pendingCredit to the balance (a debit's hold from
 // pendingDebit), guarded by the marker, so it happens once. It returns the
 // indexes in recs of the transactions a leg of which may not have closed.
-func (l *ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
+func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
 	var models []mongo.WriteModel
 	var owner []int // owner[i] is the index in recs of models[i]
 	for i, r := range recs {
-		for _, lg := range r.legs() {
+		mine, _ := l.own(r.legs())
+		for _, lg := range mine {
 			update := bson.D{
 				{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: lg.marker}}},
 				{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: lg.marker}}},
@@ -381,11 +481,12 @@ func (l *ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, e
 // accounts and moves each account's fence line up to the transaction's
 // time, in one update per leg. It returns the indexes in recs of the
 // transactions a leg of which may not have been unfenced.
-func (l *ledger) unfenceLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
+func (l *Ledger) unfenceLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
 	var models []mongo.WriteModel
 	var owner []int
 	for i, r := range recs {
-		for _, lg := range r.legs() {
+		mine, _ := l.own(r.legs())
+		for _, lg := range mine {
 			models = append(models, mongo.NewUpdateOneModel().
 				SetFilter(bson.D{{Key: "_id", Value: lg.account}}).
 				SetUpdate(bson.D{
@@ -400,7 +501,7 @@ func (l *ledger) unfenceLegs(ctx context.Context, recs []*record) (map[int]bool,
 
 // failedOwners writes models and maps the ones that may not have applied
 // to their owners.
-func (l *ledger) failedOwners(ctx context.Context, models []mongo.WriteModel, owner []int) (map[int]bool, error) {
+func (l *Ledger) failedOwners(ctx context.Context, models []mongo.WriteModel, owner []int) (map[int]bool, error) {
 	failedModels, err := l.write(ctx, models)
 	failed := map[int]bool{}
 	for i := range failedModels {
@@ -410,7 +511,7 @@ func (l *ledger) failedOwners(ctx context.Context, models []mongo.WriteModel, ow
 }
 
 // inspect reads the accounts of legs, in order; nil for a missing one.
-func (l *ledger) inspect(ctx context.Context, r *record, legs []leg) ([]*account, error) {
+func (l *Ledger) inspect(ctx context.Context, r *record, legs []leg) ([]*account, error) {
 	ids := make(bson.A, len(legs))
 	for i, lg := range legs {
 		ids[i] = lg.account
@@ -446,8 +547,11 @@ func (l *ledger) inspect(ctx context.Context, r *record, legs []leg) ([]*account
 // being in pendingTransactions, so an undo happens once). Fencing first is
 // what makes the undo final: an apply that raced ahead of the fence is seen
 // and undone, one that comes after it matches nothing.
-func (l *ledger) fenceAndUndo(ctx context.Context, r *record) error {
-	legs := r.legs()
+func (l *Ledger) fenceAndUndo(ctx context.Context, r *record) error {
+	legs, _ := l.own(r.legs())
+	if len(legs) == 0 {
+		return nil
+	}
 	fences := make([]mongo.WriteModel, len(legs))
 	undos := make([]mongo.WriteModel, len(legs))
 	for i, lg := range legs {
@@ -492,7 +596,7 @@ func (l *ledger) fenceAndUndo(ctx context.Context, r *record) error {
 // command with write errors is sent again a statement at a time, and a
 // duplicate key is tried once more (two rollbacks may race to insert one
 // tombstone) before it is taken as the fence line's answer.
-func (l *ledger) fence(ctx context.Context, r *record, models []mongo.WriteModel) error {
+func (l *Ledger) fence(ctx context.Context, r *record, models []mongo.WriteModel) error {
 	send := func(models []mongo.WriteModel) error {
 		return l.try(ctx, StepFence, r, func(ctx context.Context) error {
 			_, err := l.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
@@ -530,7 +634,7 @@ func (l *ledger) fence(ctx context.Context, r *record, models []mongo.WriteModel
 // command at its first error and reports it at index 0), and sending an
 // applied statement again changes nothing. Any other failure returns that
 // command's statements and all after it, unsent, for the next pass.
-func (l *ledger) write(ctx context.Context, models []mongo.WriteModel) (map[int]bool, error) {
+func (l *Ledger) write(ctx context.Context, models []mongo.WriteModel) (map[int]bool, error) {
 	failed := map[int]bool{}
 	var firstErr error
 	send := func(start, end int) error {

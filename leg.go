@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -28,7 +29,7 @@ func (r *record) legs() []leg {
 	all := r.AllLegs()
 	out := make([]leg, len(all))
 	for i, l := range all {
-		out[i] = leg{account: l.Account, delta: l.Amount, marker: legMarker(r.ID, i)}
+		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: legMarker(r.ID, i)}
 	}
 	return out
 }
@@ -44,6 +45,7 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err e
 	todo := o.rec.legs()
 	for round := 0; round < maxApplyRounds; round++ {
 		var modified int64
+		var refused map[int]string
 		err := c.try(ctx, StepApply, o.rec, func(ctx context.Context) error {
 			// The claim check sits right before every attempt, and the
 			// write carries a deadline at which the claim could start to
@@ -55,29 +57,19 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err e
 			wctx, cancel := context.WithTimeout(ctx, o.claimedAt.Add(c.staleAfter/2).Sub(c.now()))
 			defer cancel()
 			var err error
-			modified, err = c.ledger.apply(wctx, o.rec, todo)
+			modified, refused, err = c.applyAll(wctx, o.rec, todo)
 			return err
 		})
-		var bwe mongo.BulkWriteException
 		switch {
-		case err == nil && modified == int64(len(todo)):
+		case err != nil:
+			// Not answered, or answered with a write-concern error
+			// (applied on the primary perhaps, but not durably: do not
+			// judge by reading). Recovery will apply again.
+			return nil, err
+		case modified == int64(len(todo)):
 			return nil, nil
-		case err != nil && !errors.As(err, &bwe):
-			return nil, err
-		case bwe.WriteConcernError != nil:
-			// Applied on the primary perhaps, but not durably: do not
-			// judge by reading the primary. Recovery will apply again.
-			return nil, err
 		}
-		// The server's reason, by leg index. FerretDB v1 reports every
-		// write error at index 0 and skips the legs after it; the accounts
-		// are read below whatever it says, and a leg it skipped is tried
-		// again in the next round, alone, where index 0 is right.
-		refused := map[int]string{}
-		for _, we := range bwe.WriteErrors {
-			refused[we.Index] = we.Message
-		}
-		accts, err := c.ledger.inspect(ctx, o.rec, todo)
+		accts, err := c.inspect(ctx, o.rec, todo)
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +142,7 @@ func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, er
 	if len(batch) == 0 {
 		return nil, firstErr
 	}
-	failed, err := c.ledger.closeLegs(ctx, batch)
+	failed, err := c.closeLegs(ctx, batch)
 	firstErr = cmpErr(firstErr, err)
 	var ready []*record
 	for i, r := range batch {
@@ -256,7 +248,7 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) 
 			ready = append(ready, r)
 		}
 	}
-	failed, err := c.ledger.unfenceLegs(ctx, ready)
+	failed, err := c.unfenceLegs(ctx, ready)
 	firstErr = cmpErr(firstErr, err)
 	var ids bson.A
 	for i, r := range ready {
@@ -298,8 +290,7 @@ func (o openTxns) clear(r *record) bool {
 		return false
 	}
 	for _, l := range r.legs() {
-		key, _ := idKey(l.account)
-		if t, ok := o.earliest[key]; ok && !r.Created.Before(t) {
+		if t, ok := o.earliest[legKey(l.ledger, l.account)]; ok && !r.Created.Before(t) {
 			return false
 		}
 	}
@@ -320,6 +311,7 @@ func (c *Coordinator) openBefore(ctx context.Context, recs []*record) (openTxns,
 		Source      bson.RawValue `bson:"source"`
 		Destination bson.RawValue `bson:"destination"`
 		Legs        []struct {
+			Ledger  string        `bson:"ledger"`
 			Account bson.RawValue `bson:"account"`
 		} `bson:"legs"`
 		Created time.Time `bson:"created"`
@@ -329,7 +321,7 @@ func (c *Coordinator) openBefore(ctx context.Context, recs []*record) (openTxns,
 			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateCanceling}}}},
 			{Key: fieldCreated, Value: bson.D{{Key: "$lte", Value: latest}}},
 		}, options.Find().
-			SetProjection(bson.D{{Key: "source", Value: 1}, {Key: "destination", Value: 1}, {Key: fieldLegs + ".account", Value: 1}, {Key: fieldCreated, Value: 1}}).
+			SetProjection(bson.D{{Key: "source", Value: 1}, {Key: "destination", Value: 1}, {Key: fieldLegs + ".account", Value: 1}, {Key: fieldLegs + ".ledger", Value: 1}, {Key: fieldCreated, Value: 1}}).
 			SetSort(bson.D{{Key: fieldCreated, Value: 1}}).
 			SetLimit(maxOpenScan))
 		if err != nil {
@@ -342,15 +334,16 @@ func (c *Coordinator) openBefore(ctx context.Context, recs []*record) (openTxns,
 		return o, err
 	}
 	for _, t := range open {
-		ids := []bson.RawValue{t.Source, t.Destination}
-		for _, l := range t.Legs {
-			ids = append(ids, l.Account)
-		}
-		for _, id := range ids {
-			if id.Type == 0 {
-				continue
+		keys := map[string]bool{}
+		for _, id := range []bson.RawValue{t.Source, t.Destination} {
+			if id.Type != 0 {
+				keys[legKey("", id)] = true
 			}
-			key := canonicalID(id)
+		}
+		for _, l := range t.Legs {
+			keys[legKey(l.Ledger, l.Account)] = true
+		}
+		for key := range keys {
 			if e, ok := o.earliest[key]; !ok || t.Created.Before(e) {
 				o.earliest[key] = t.Created
 			}
@@ -368,4 +361,153 @@ func cmpErr(first, next error) error {
 		return first
 	}
 	return next
+}
+
+// onLedgers runs f on every ledger of the coordinator, at once when there
+// are several (each may be another deployment: their round trips overlap),
+// and returns the first error. f must do nothing on a ledger none of its
+// legs are on.
+func (c *Coordinator) onLedgers(f func(*Ledger) error) error {
+	if len(c.ledgers) == 1 {
+		return f(c.ledger)
+	}
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	for _, l := range c.ledgers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(l); err != nil {
+				mu.Lock()
+				first = cmpErr(first, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// knows checks that every leg of legs is on a ledger of the coordinator.
+func (c *Coordinator) knows(legs []leg) error {
+	for _, lg := range legs {
+		if _, ok := c.ledgers[lg.ledger]; !ok {
+			return fmt.Errorf("%w: %q", ErrUnknownLedger, lg.ledger)
+		}
+	}
+	return nil
+}
+
+// applyAll sends the guarded writes that apply legs of r, one command per
+// ledger, the ledgers' at once. It returns how many applied, the server's
+// reasons for the legs it refused (by index in legs), and any other error:
+// a failure whose outcome is unknown, or a write-concern error.
+func (c *Coordinator) applyAll(ctx context.Context, r *record, legs []leg) (int64, map[int]string, error) {
+	if err := c.knows(legs); err != nil {
+		return 0, nil, err
+	}
+	var mu sync.Mutex
+	var modified int64
+	refused := map[int]string{}
+	err := c.onLedgers(func(l *Ledger) error {
+		mine, idx := l.own(legs)
+		if len(mine) == 0 {
+			return nil
+		}
+		n, err := l.apply(ctx, r, mine)
+		mu.Lock()
+		defer mu.Unlock()
+		modified += n
+		var bwe mongo.BulkWriteException
+		if err != nil && errors.As(err, &bwe) && bwe.WriteConcernError == nil {
+			// The server's reason, by leg index. FerretDB v1 reports
+			// every write error at index 0 and skips the legs after it;
+			// the accounts are read whatever it says, and a leg it
+			// skipped is tried again in the next round, alone, where
+			// index 0 is right.
+			for _, we := range bwe.WriteErrors {
+				if we.Index >= 0 && we.Index < len(idx) {
+					refused[idx[we.Index]] = we.Message
+				}
+			}
+			return nil
+		}
+		return err
+	})
+	return modified, refused, err
+}
+
+// inspect reads the accounts of legs, in order, from their ledgers (at
+// once); nil for a missing one.
+func (c *Coordinator) inspect(ctx context.Context, r *record, legs []leg) ([]*account, error) {
+	if err := c.knows(legs); err != nil {
+		return nil, err
+	}
+	out := make([]*account, len(legs))
+	var mu sync.Mutex
+	err := c.onLedgers(func(l *Ledger) error {
+		mine, idx := l.own(legs)
+		if len(mine) == 0 {
+			return nil
+		}
+		accts, err := l.inspect(ctx, r, mine)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for j, a := range accts {
+			out[idx[j]] = a
+		}
+		return nil
+	})
+	return out, err
+}
+
+// closeLegs closes the legs of committed transactions recs on every
+// ledger, and returns the indexes in recs of those a leg of which may not
+// have closed.
+func (c *Coordinator) closeLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
+	return c.eachLedgerFailed(ctx, recs, (*Ledger).closeLegs)
+}
+
+// unfenceLegs removes the fences of final transactions recs on every
+// ledger (see Ledger.unfenceLegs).
+func (c *Coordinator) unfenceLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
+	return c.eachLedgerFailed(ctx, recs, (*Ledger).unfenceLegs)
+}
+
+// eachLedgerFailed runs write on every ledger (it skips legs of other
+// ledgers) and unites the failed transactions; a transaction naming a
+// ledger the coordinator lacks is failed.
+func (c *Coordinator) eachLedgerFailed(ctx context.Context, recs []*record, write func(*Ledger, context.Context, []*record) (map[int]bool, error)) (map[int]bool, error) {
+	failed := map[int]bool{}
+	var firstErr error
+	for i, r := range recs {
+		if err := c.knows(r.legs()); err != nil {
+			failed[i] = true
+			firstErr = cmpErr(firstErr, fmt.Errorf("transaction %s: %w", r.ID.Hex(), err))
+		}
+	}
+	var mu sync.Mutex
+	err := c.onLedgers(func(l *Ledger) error {
+		f, err := write(l, ctx, recs)
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range f {
+			failed[i] = true
+		}
+		return err
+	})
+	return failed, cmpErr(firstErr, err)
+}
+
+// fenceAndUndo closes the legs of canceling transaction r on every ledger
+// (see Ledger.fenceAndUndo).
+func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
+	if err := c.knows(r.legs()); err != nil {
+		return err
+	}
+	return c.onLedgers(func(l *Ledger) error { return l.fenceAndUndo(ctx, r) })
 }

@@ -79,8 +79,7 @@ func TestOpenBeforeSeesEveryLeg(t *testing.T) {
 	open, err := c.openBefore(ctx, []*record{{Txn: Txn{Created: created}}})
 	require.NoError(t, err)
 	for _, id := range []string{"A", "B", "C", "D", "E"} {
-		key, _ := idKey(id)
-		assert.Contains(t, open.earliest, key, "account %s", id)
+		assert.Contains(t, open.earliest, legKey("", id), "account %s", id)
 	}
 	later := &record{Txn: Txn{ID: newTxnID(), Source: "C", Destination: "Z", Value: 1, Created: created.Add(time.Second)}}
 	assert.False(t, open.clear(later), "an older unfinished transaction shares account C")

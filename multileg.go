@@ -10,8 +10,11 @@ import (
 // Coordinator.TransferLegs): a negative Amount is a debit of the account, a
 // positive one a credit, in minor units.
 type Leg struct {
-	Account any   `bson:"account"`
-	Amount  int64 `bson:"amount"`
+	// Ledger names the ledger the account is in (see WithLedger); "" is
+	// the coordinator's default ledger.
+	Ledger  string `bson:"ledger,omitempty"`
+	Account any    `bson:"account"`
+	Amount  int64  `bson:"amount"`
 }
 
 // MaxLegs is the most legs one transfer may have. It keeps every write of
@@ -36,6 +39,11 @@ func (c *Coordinator) TransferLegs(ctx context.Context, legs []Leg, opts ...Tran
 	if err != nil {
 		return nil, err
 	}
+	for i, l := range legs {
+		if _, ok := c.ledgers[l.Ledger]; !ok {
+			return nil, fmt.Errorf("%w: leg %d: %w: %q", ErrInvalidTransfer, i, ErrUnknownLedger, l.Ledger)
+		}
+	}
 	return c.start(ctx, Txn{Legs: append([]Leg(nil), legs...), Value: credited}, opts)
 }
 
@@ -46,6 +54,13 @@ func (t *Txn) AllLegs() []Leg {
 		return append([]Leg(nil), t.Legs...)
 	}
 	return []Leg{{Account: t.Source, Amount: -t.Value}, {Account: t.Destination, Amount: t.Value}}
+}
+
+// legKey is the canonical form of account id of ledger: two legs are on
+// one account when their keys are equal.
+func legKey(ledger string, id any) string {
+	key, _ := idKey(id)
+	return ledger + "\x00" + key
 }
 
 // validateLegs checks TransferLegs' input before anything is written, and
@@ -72,7 +87,7 @@ func validateLegs(legs []Leg) (int64, error) {
 		default:
 			credits += l.Amount
 		}
-		key, _ := idKey(l.Account)
+		key := legKey(l.Ledger, l.Account)
 		if j, ok := seen[key]; ok {
 			return 0, fmt.Errorf("%w: legs %d and %d are the same account %v", ErrInvalidTransfer, j, i, l.Account)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // Defaults of the options.
@@ -38,6 +39,13 @@ type config struct {
 	logger         *slog.Logger
 	now            func() time.Time // the claim clock; tests replace it
 	newID          func() bson.ObjectID
+	ledgers        []ledgerSpec
+}
+
+// ledgerSpec is a ledger given with WithLedger.
+type ledgerSpec struct {
+	name     string
+	accounts *mongo.Collection
 }
 
 func defaultConfig() config {
@@ -127,6 +135,29 @@ func WithCollections(accounts, transactions string) Option {
 			return fmt.Errorf("WithCollections(%q, %q): want two distinct names", accounts, transactions)
 		}
 		c.accounts, c.transactions = accounts, transactions
+		return nil
+	}
+}
+
+// WithLedger adds a ledger: a named accounts collection the coordinator
+// may move money in, in its own database, another database, or another
+// deployment (a collection of another *mongo.Client). Legs name it (see
+// Leg); the coordinator's transactions collection stays the one log of
+// every transfer, wherever its legs are. Reads from it are made at
+// majority read concern, as the coordinator's own; give it a client with
+// majority write concern on a replica set. The default ledger, named "",
+// is the accounts collection of the coordinator's database.
+func WithLedger(name string, accounts *mongo.Collection) Option {
+	return func(c *config) error {
+		if name == "" || accounts == nil {
+			return fmt.Errorf("WithLedger(%q): want a name and a collection", name)
+		}
+		for _, l := range c.ledgers {
+			if l.name == name {
+				return fmt.Errorf("WithLedger(%q): given twice", name)
+			}
+		}
+		c.ledgers = append(c.ledgers, ledgerSpec{name: name, accounts: accounts})
 		return nil
 	}
 }

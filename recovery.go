@@ -270,7 +270,7 @@ var errStalePending = fmt.Errorf("%w: no leg was applied before its owner went s
 // have): read from the accounts at majority read concern.
 func (c *Coordinator) begun(ctx context.Context, r *record) (bool, error) {
 	legs := r.legs()
-	accts, err := c.ledger.inspect(ctx, r, legs)
+	accts, err := c.inspect(ctx, r, legs)
 	if err != nil {
 		return false, err
 	}

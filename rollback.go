@@ -151,7 +151,7 @@ func (c *Coordinator) placeholder(ctx context.Context, id bson.ObjectID) (*recor
 // legs on both accounts, then canceled. Anyone may roll back a canceling
 // transaction, concurrently: every write is guarded and idempotent.
 func (c *Coordinator) rollback(ctx context.Context, r *record) (*record, error) {
-	if err := c.ledger.fenceAndUndo(ctx, r); err != nil {
+	if err := c.fenceAndUndo(ctx, r); err != nil {
 		return r, err
 	}
 	if err := c.at(ctx, StepCanceled, r); err != nil {

@@ -49,8 +49,9 @@ type Txn struct {
 type Coordinator struct {
 	config
 	db      *mongo.Database
-	ledger  *ledger           // the accounts: the participant side
-	txns    *mongo.Collection // the log
+	ledger  *Ledger            // the default ledger: the accounts of db
+	ledgers map[string]*Ledger // every ledger, the default ("") among them
+	txns    *mongo.Collection  // the log
 	settler *settler
 	commits *committer
 
@@ -84,7 +85,11 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		db:     db,
 		txns:   db.Collection(cfg.transactions, majority),
 	}
-	c.ledger = &ledger{config: &c.config, accounts: db.Collection(cfg.accounts, majority)}
+	c.ledger = &Ledger{config: &c.config, accounts: db.Collection(cfg.accounts, majority)}
+	c.ledgers = map[string]*Ledger{"": c.ledger}
+	for _, spec := range cfg.ledgers {
+		c.ledgers[spec.name] = &Ledger{config: &c.config, name: spec.name, accounts: spec.accounts.Clone(majority)}
+	}
 	c.settler = newSettler(c)
 	c.commits = &committer{c: c}
 	return c, nil
@@ -112,84 +117,32 @@ func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 	return nil
 }
 
-// OpenAccount inserts an account document with the given balance, in the
-// shape the protocol expects: {_id, balance (int64), pendingTransactions: []}.
-// If a rollback left fences under this id while the account did not exist
-// (a tombstone), the account takes them over, so that no stalled leg of a
-// canceled transaction can apply to it.
+// OpenAccount opens account id in the coordinator's default ledger (see
+// Ledger.OpenAccount).
 func (c *Coordinator) OpenAccount(ctx context.Context, id any, balance int64) error {
-	if err := validateAccountID("account", id); err != nil {
-		return err
-	}
-	_, err := c.ledger.accounts.InsertOne(ctx, bson.D{
-		{Key: "_id", Value: id},
-		{Key: fieldBalance, Value: balance},
-		{Key: fieldPending, Value: bson.A{}},
-	})
-	if mongo.IsDuplicateKeyError(err) {
-		res, uerr := c.ledger.accounts.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: fieldTombstone, Value: true}}, bson.D{
-			{Key: "$set", Value: bson.D{{Key: fieldBalance, Value: balance}, {Key: fieldPending, Value: bson.A{}}}},
-			{Key: "$unset", Value: bson.D{{Key: fieldTombstone, Value: ""}}},
-		})
-		if uerr == nil && res.ModifiedCount == 1 {
-			return nil
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("twopc: open account %v: %w", id, err)
-	}
-	return nil
+	return c.ledger.OpenAccount(ctx, id, balance)
 }
 
-// Account is an account document as the protocol sees it.
-type Account struct {
-	ID any
-	// Balance is the available balance: it includes the debits of pending
-	// transfers (the funds are held) and only the credits that are settled.
-	Balance int64
-	// PendingCredit is the sum of the credits applied to the account and
-	// not yet settled: money on its way in, spendable once settled.
-	PendingCredit int64
-	// PendingTransactions lists the transactions with a leg applied to the
-	// account and not yet settled (each leg marker read as its
-	// transaction's id: the marker with its last byte cleared).
-	PendingTransactions []bson.ObjectID
-}
-
-// Account reads account id.
+// Account reads account id of the default ledger (see Ledger.Account).
 func (c *Coordinator) Account(ctx context.Context, id any) (*Account, error) {
-	if err := validateAccountID("account", id); err != nil {
-		return nil, err
-	}
-	var a account
-	err := c.ledger.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}})).Decode(&a)
-	if errors.Is(err, mongo.ErrNoDocuments) || (err == nil && a.Tombstone) {
-		return nil, fmt.Errorf("%w: %v", ErrAccountNotFound, id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("twopc: account %v: %w", id, err)
-	}
-	b, ok := a.balance()
-	if !ok {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidAccount, id)
-	}
-	var txns []bson.ObjectID
-	for _, m := range a.pending() {
-		if t := txnOfMarker(m); !has(txns, t) {
-			txns = append(txns, t)
-		}
-	}
-	return &Account{ID: id, Balance: b, PendingCredit: a.credit(), PendingTransactions: txns}, nil
+	return c.ledger.Account(ctx, id)
 }
 
-// Balance returns an account's available balance (see Account).
+// Balance returns the available balance of account id of the default
+// ledger (see Account).
 func (c *Coordinator) Balance(ctx context.Context, id any) (int64, error) {
-	a, err := c.Account(ctx, id)
-	if err != nil {
-		return 0, err
+	return c.ledger.Balance(ctx, id)
+}
+
+// Ledger returns the ledger of that name: "" for the default one (the
+// accounts collection of the coordinator's database), or one given with
+// WithLedger. ErrUnknownLedger if there is none.
+func (c *Coordinator) Ledger(name string) (*Ledger, error) {
+	l, ok := c.ledgers[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownLedger, name)
 	}
-	return a.Balance, nil
+	return l, nil
 }
 
 // Get returns transaction id as it now stands.
@@ -524,7 +477,7 @@ func sameLegs(a, b []leg) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].delta != b[i].delta || !sameID(a[i].account, b[i].account) {
+		if a[i].delta != b[i].delta || a[i].ledger != b[i].ledger || !sameID(a[i].account, b[i].account) {
 			return false
 		}
 	}

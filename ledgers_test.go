@@ -1,0 +1,477 @@
+package twopc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/mongotest"
+)
+
+// banks is seed 004's setting: two banks, each its own deployment (a dev
+// server of its own), and a coordinator whose log is at the first. Ledger
+// "shanghai" is the first deployment's accounts, "beijing" the second's.
+type banks struct {
+	t       *testing.T
+	servers [2]*mongotest.DevServer
+	dirs    [2]string
+	name    string // the database name, the same on both
+	log     *mongo.Database
+	c       *twopc.Coordinator
+	// recorders, when set before a client is made, record every write
+	// command that client sends to deployment i.
+	recorders [2]*writeRecorder
+}
+
+var bankNames = [2]string{"shanghai", "beijing"}
+
+func newBanks(t *testing.T, opts ...twopc.Option) *banks {
+	t.Helper()
+	ctx := testCtx(t)
+	bk := &banks{t: t, name: mongotest.DatabaseName(t)}
+	for i := range bk.servers {
+		bk.dirs[i] = t.TempDir()
+		s, err := mongotest.StartDevServer(ctx, "", bk.dirs[i])
+		require.NoError(t, err)
+		bk.servers[i] = s
+		t.Cleanup(func() { _ = bk.servers[i].Stop() })
+	}
+	bk.log = bk.database(0)
+	bk.c = bk.coordinator(opts...)
+	return bk
+}
+
+// database is deployment i's database through a new client with short
+// timeouts, so that a stopped deployment fails fast.
+func (bk *banks) database(i int) *mongo.Database {
+	opts := options.Client().SetRetryWrites(false).SetServerSelectionTimeout(2 * time.Second).SetTimeout(10 * time.Second)
+	if bk.recorders[i] != nil {
+		opts.SetMonitor(bk.recorders[i].monitor())
+	}
+	return mongotest.ConnectURI(bk.t, bk.servers[i].URI, opts).Database(bk.name)
+}
+
+// states reads every account of both deployments.
+func (bk *banks) states() map[string]accountState {
+	bk.t.Helper()
+	out := map[string]accountState{}
+	for i, name := range bankNames {
+		cur, err := bk.database(i).Collection("accounts").Find(testCtx(bk.t), bson.D{{Key: "tombstone", Value: bson.D{{Key: "$ne", Value: true}}}})
+		require.NoError(bk.t, err)
+		var docs []struct {
+			ID    string       `bson:"_id"`
+			State accountState `bson:",inline"`
+		}
+		require.NoError(bk.t, cur.All(testCtx(bk.t), &docs))
+		for _, d := range docs {
+			out[name+"/"+d.ID] = d.State
+		}
+	}
+	return out
+}
+
+// unfenceAll ages every final transaction and recovers until no fence is
+// left on any.
+func (bk *banks) unfenceAll() {
+	bk.t.Helper()
+	ctx := testCtx(bk.t)
+	for i := 0; i < 5; i++ {
+		_, err := bk.log.Collection("transactions").UpdateMany(ctx,
+			bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"done", "canceled"}}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: time.Now().Add(-2 * time.Hour)}}}})
+		require.NoError(bk.t, err)
+		bk.recoverAll()
+		n, err := bk.log.Collection("transactions").CountDocuments(ctx, bson.D{{Key: "fences", Value: true}})
+		require.NoError(bk.t, err)
+		if n == 0 {
+			return
+		}
+	}
+	bk.t.Fatal("fences still on transactions after five passes")
+}
+
+// coordinator is a coordinator on the log with both ledgers, each through
+// clients of its own.
+func (bk *banks) coordinator(opts ...twopc.Option) *twopc.Coordinator {
+	bk.t.Helper()
+	all := append([]twopc.Option{
+		twopc.WithLedger(bankNames[0], bk.database(0).Collection("accounts")),
+		twopc.WithLedger(bankNames[1], bk.database(1).Collection("accounts")),
+	}, opts...)
+	c, err := twopc.NewCoordinator(bk.database(0), all...)
+	require.NoError(bk.t, err)
+	bk.t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// restart stops deployment i with SIGTERM and starts it again on the same
+// address and data.
+func (bk *banks) restart(i int) {
+	bk.t.Helper()
+	addr := bk.servers[i].Addr()
+	if err := bk.servers[i].Stop(); !errors.Is(err, os.ErrProcessDone) {
+		require.NoError(bk.t, err)
+	}
+	s, err := mongotest.StartDevServer(testCtx(bk.t), addr, bk.dirs[i])
+	require.NoError(bk.t, err)
+	bk.servers[i] = s
+}
+
+// open opens accounts: ledger → id → balance.
+func (bk *banks) open(opening map[string]map[string]int64) {
+	bk.t.Helper()
+	for name, accts := range opening {
+		l, err := bk.c.Ledger(name)
+		require.NoError(bk.t, err)
+		for id, bal := range accts {
+			require.NoError(bk.t, l.OpenAccount(testCtx(bk.t), id, bal))
+		}
+	}
+}
+
+func (bk *banks) balance(ledger, id string) int64 {
+	bk.t.Helper()
+	l, err := bk.c.Ledger(ledger)
+	require.NoError(bk.t, err)
+	b, err := l.Balance(testCtx(bk.t), id)
+	require.NoError(bk.t, err)
+	return b
+}
+
+// recoverAll runs recovery passes, every transaction made stale first,
+// until nothing is left to finish.
+func (bk *banks) recoverAll() twopc.RecoveryReport {
+	bk.t.Helper()
+	ctx := testCtx(bk.t)
+	r := twopc.NewRecoverer(bk.coordinator(twopc.WithApplication("recoverer")))
+	var sum twopc.RecoveryReport
+	for i := 0; i < 10; i++ {
+		_, err := bk.log.Collection("transactions").UpdateMany(ctx,
+			bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"initial", "pending", "canceling"}}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: time.Now().Add(-2 * time.Hour)}}}})
+		require.NoError(bk.t, err)
+		rep, err := r.RecoverOnce(ctx)
+		require.NoError(bk.t, err)
+		sum.RolledForward += rep.RolledForward
+		sum.Settled += rep.Settled
+		sum.RolledBack += rep.RolledBack
+		if rep.Finished() == 0 {
+			return sum
+		}
+	}
+	bk.t.Fatal("recovery did not finish in 10 passes")
+	return sum
+}
+
+// check is the checker across both deployments: every transaction final,
+// every balance its opening balance plus the net of its done transfers'
+// legs, no marker, pending credit or held debit on any account.
+func (bk *banks) check(opening map[string]map[string]int64) {
+	bk.t.Helper()
+	ctx := testCtx(bk.t)
+	want := map[string]int64{}
+	for name, accts := range opening {
+		for id, bal := range accts {
+			want[name+"/"+id] = bal
+		}
+	}
+	cur, err := bk.log.Collection("transactions").Find(ctx, bson.D{})
+	require.NoError(bk.t, err)
+	var txns []twopc.Txn
+	require.NoError(bk.t, cur.All(ctx, &txns))
+	for _, d := range txns {
+		require.Truef(bk.t, d.State.Final(), "transaction %s is %s", d.ID.Hex(), d.State)
+		if d.State == twopc.StateDone {
+			for _, l := range d.AllLegs() {
+				want[l.Ledger+"/"+l.Account.(string)] += l.Amount
+			}
+		}
+	}
+	for i, name := range bankNames {
+		cur, err := bk.database(i).Collection("accounts").Find(ctx, bson.D{{Key: "tombstone", Value: bson.D{{Key: "$ne", Value: true}}}})
+		require.NoError(bk.t, err)
+		var docs []struct {
+			ID      string          `bson:"_id"`
+			Balance int64           `bson:"balance"`
+			Pending []bson.ObjectID `bson:"pendingTransactions"`
+			Credit  int64           `bson:"pendingCredit"`
+			Debit   int64           `bson:"pendingDebit"`
+		}
+		require.NoError(bk.t, cur.All(ctx, &docs))
+		for _, a := range docs {
+			key := name + "/" + a.ID
+			require.Equalf(bk.t, want[key], a.Balance, "balance of %s", key)
+			require.Emptyf(bk.t, a.Pending, "markers on %s", key)
+			require.Zerof(bk.t, a.Credit, "pending credit on %s", key)
+			require.Zerof(bk.t, a.Debit, "held debit on %s", key)
+			delete(want, key)
+		}
+	}
+	for key, bal := range want {
+		require.Zerof(bk.t, bal, "account %s is missing", key)
+	}
+}
+
+var seed004 = map[string]map[string]int64{"shanghai": {"A": 1000}, "beijing": {"B": 0}}
+
+func crossLegs(value int64) []twopc.Leg {
+	return []twopc.Leg{{Ledger: "shanghai", Account: "A", Amount: -value}, {Ledger: "beijing", Account: "B", Amount: value}}
+}
+
+// Seed 004's transfer: from an account at the bank of Shanghai to one at
+// the bank of Beijing, each bank its own deployment, the decision in the
+// coordinator's log.
+func TestLedgersAcrossDeployments(t *testing.T) {
+	ctx := testCtx(t)
+	bk := newBanks(t, twopc.WithSyncSettle())
+	bk.open(seed004)
+	txn, err := bk.c.TransferLegs(ctx, crossLegs(100))
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateDone, txn.State)
+	assert.Equal(t, int64(900), bk.balance("shanghai", "A"))
+	assert.Equal(t, int64(100), bk.balance("beijing", "B"))
+	n, err := bk.database(1).Collection("transactions").CountDocuments(ctx, bson.D{})
+	require.NoError(t, err)
+	assert.Zero(t, n, "the log is at the coordinator's deployment only")
+	bk.check(seed004)
+
+	_, err = bk.c.TransferLegs(ctx, []twopc.Leg{{Ledger: "tokyo", Account: "A", Amount: -1}, {Ledger: "beijing", Account: "B", Amount: 1}})
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+	require.ErrorIs(t, err, twopc.ErrUnknownLedger)
+	_, err = bk.c.TransferLegs(ctx, []twopc.Leg{{Ledger: "beijing", Account: "B", Amount: -1}, {Ledger: "beijing", Account: "B", Amount: 1}})
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer, "one account twice")
+	_, err = bk.c.TransferLegs(ctx, []twopc.Leg{{Ledger: "beijing", Account: "A", Amount: -1}, {Ledger: "shanghai", Account: "A", Amount: 1}})
+	require.ErrorIs(t, err, twopc.ErrAccountNotFound, "one id in two ledgers is two accounts (beijing has no A)")
+	bk.check(seed004)
+}
+
+// A cross-deployment transfer killed before each of its operations is
+// finished by recovery: the money moves once across both banks, or not at
+// all if no leg applied.
+func TestLedgersCrashAtEveryStepThenRecover(t *testing.T) {
+	for _, step := range transferSteps {
+		t.Run(step.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			bk := newBanks(t, twopc.WithStepHook(crashAt(step)), twopc.WithSyncSettle())
+			bk.open(seed004)
+			_, err := bk.c.TransferLegs(ctx, crossLegs(100))
+			require.ErrorIs(t, err, errCrash)
+			bk.recoverAll()
+			bk.check(seed004)
+			moved := step != twopc.StepInsert && step != twopc.StepApply
+			assert.Equal(t, map[bool]int64{true: 100, false: 0}[moved], bk.balance("beijing", "B"))
+		})
+	}
+}
+
+// One bank's deployment stops (SIGTERM) in the middle of a transfer: the
+// transfer fails or waits, nothing is lost, and once the deployment is back
+// on the same data, recovery finishes it from the log.
+func TestLedgersDeploymentDownMidTransfer(t *testing.T) {
+	for _, step := range []twopc.Step{twopc.StepApply, twopc.StepCommit, twopc.StepSettle} {
+		t.Run(step.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			var bk *banks
+			var once sync.Once
+			bk = newBanks(t, twopc.WithSyncSettle(), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+				if s == step {
+					once.Do(func() { require.NoError(t, bk.servers[1].Stop()) })
+				}
+				return nil
+			}))
+			bk.open(seed004)
+			_, err := bk.c.TransferLegs(ctx, crossLegs(100))
+			if step != twopc.StepCommit {
+				require.Error(t, err, "beijing is down")
+			}
+			bk.restart(1)
+			bk.recoverAll()
+			bk.check(seed004)
+		})
+	}
+}
+
+// Transfers between both banks, two- and three-legged, from several
+// workers with crashes injected, while the bank of Beijing's deployment is
+// stopped and started again on the same data; then recovery and the
+// checker across both deployments.
+func TestLedgersSimulationWithRestart(t *testing.T) {
+	ctx := testCtx(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var mu sync.Mutex
+	crash := func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if rng.Float64() < 0.02 {
+			return errCrash
+		}
+		return nil
+	}
+	bk := newBanks(t)
+	bk.recorders = [2]*writeRecorder{{}, {}}
+	c := bk.coordinator(twopc.WithStepHook(crash), twopc.WithStaleAfter(2*time.Second))
+	opening := map[string]map[string]int64{"shanghai": {}, "beijing": {}}
+	var accounts []twopc.Leg
+	for _, name := range bankNames {
+		for i := 0; i < 4; i++ {
+			id := fmt.Sprint("acct-", i)
+			opening[name][id] = 500
+			accounts = append(accounts, twopc.Leg{Ledger: name, Account: id})
+		}
+	}
+	bk.open(opening)
+	const workers, each = 4, 30
+	var wg sync.WaitGroup
+	restarted := make(chan struct{})
+	var errs sync.Map
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for n := 0; n < each; n++ {
+				if w == 0 && n == each/2 {
+					bk.restart(1)
+					close(restarted)
+				}
+				perm := r.Perm(len(accounts))
+				value := 3 + r.Int64N(50)
+				legs := []twopc.Leg{accounts[perm[0]], accounts[perm[1]]}
+				legs[0].Amount, legs[1].Amount = -value, value
+				if r.IntN(3) == 0 {
+					third := accounts[perm[2]]
+					third.Amount = value / 3
+					legs[1].Amount -= value / 3
+					legs = append(legs, third)
+				}
+				_, err := c.TransferLegs(ctx, legs, twopc.WithKey(fmt.Sprintf("w%d-%d", w, n)))
+				if err != nil {
+					errs.Store(err.Error(), true)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	<-restarted
+	require.NoError(t, c.Settle(ctx))
+	bk.recoverAll()
+	bk.check(opening)
+
+	// Every write command of the run, to either deployment, delivered
+	// again once everything is finished and unfenced: no balance moves.
+	bk.unfenceAll()
+	before := bk.states()
+	for i := range bk.recorders {
+		cmds := bk.recorders[i].recorded()
+		require.NotEmpty(t, cmds)
+		resendAll(t, bk.database(i), cmds)
+		t.Logf("%s: %d write commands delivered again", bankNames[i], len(cmds))
+	}
+	bk.recoverAll()
+	require.Equal(t, before, bk.states(), "a replayed write moved money")
+	bk.check(opening)
+	var done int64
+	cur, err := bk.log.Collection("transactions").CountDocuments(ctx, bson.D{{Key: "state", Value: "done"}})
+	require.NoError(t, err)
+	done = cur
+	n := 0
+	errs.Range(func(any, any) bool { n++; return true })
+	t.Logf("%d transfers across two deployments, one restarted mid-run: %d done, %d distinct errors", workers*each, done, n)
+	assert.Positive(t, done)
+}
+
+// commandLog records, in order, when each data command of a set of
+// clients starts and ends, by the deployment it went to.
+type commandLog struct {
+	mu     sync.Mutex
+	events []string // "start shanghai update", "end shanghai update", ...
+}
+
+func (cl *commandLog) monitor(deployment string) *event.CommandMonitor {
+	add := func(what, name string) {
+		if !dataCommands[name] {
+			return
+		}
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		cl.events = append(cl.events, what+" "+deployment+" "+name)
+	}
+	return &event.CommandMonitor{
+		Started:   func(_ context.Context, e *event.CommandStartedEvent) { add("start", e.CommandName) },
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) { add("end", e.CommandName) },
+		Failed:    func(_ context.Context, e *event.CommandFailedEvent) { add("end", e.CommandName) },
+	}
+}
+
+func (cl *commandLog) index(event string) int {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	for i, e := range cl.events {
+		if e == event {
+			return i
+		}
+	}
+	return -1
+}
+
+// The legs of a cross-deployment transfer are sent at once: with the
+// bank of Shanghai's reply held back, the bank of Beijing's leg is sent
+// before it comes. So the transfer reaches its commit point in three round
+// trips of latency (insert; both legs together; commit), as on one
+// deployment.
+func TestLedgersLegsInParallel(t *testing.T) {
+	ctx := testCtx(t)
+	bk := newBanks(t)
+	bk.open(seed004)
+	var cl commandLog
+	connect := func(i int) *mongo.Database {
+		return mongotest.ConnectURI(t, bk.servers[i].URI, options.Client().SetRetryWrites(false).
+			SetMonitor(cl.monitor(bankNames[i]))).Database(bk.name)
+	}
+	c, err := twopc.NewCoordinator(connect(0),
+		twopc.WithLedger("shanghai", connect(0).Collection("accounts")),
+		twopc.WithLedger("beijing", connect(1).Collection("accounts")),
+		twopc.WithStepHook(func(ctx context.Context, s twopc.Step, _ *twopc.Txn) error {
+			if s == twopc.StepApply {
+				return bk.servers[0].Faults.Add(ctx, mongotest.Fault{Command: "update", Kind: mongotest.Delay, Delay: time.Second, Count: 1})
+			}
+			return nil
+		}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	_, err = c.TransferLegs(ctx, crossLegs(100))
+	require.NoError(t, err)
+	require.NoError(t, c.Settle(ctx))
+	t.Logf("commands: %v", cl.events)
+	beijingStart, shanghaiEnd := cl.index("start beijing update"), cl.index("end shanghai update")
+	require.NotEqual(t, -1, beijingStart)
+	require.NotEqual(t, -1, shanghaiEnd)
+	assert.Less(t, beijingStart, shanghaiEnd, "Beijing's leg waited for Shanghai's")
+	assert.Less(t, cl.index("start shanghai update"), cl.index("end beijing update"), "Shanghai's leg waited for Beijing's")
+	// Round trips on the caller's path: the insert, then both legs, then
+	// the commit, each starting after the previous ended.
+	assert.Less(t, cl.index("end shanghai findAndModify"), cl.index("start shanghai update"))
+	var fams []int // the insert, the commit, the move to done
+	for i, e := range cl.events {
+		if e == "start shanghai findAndModify" {
+			fams = append(fams, i)
+		}
+	}
+	require.GreaterOrEqual(t, len(fams), 2)
+	commit := fams[1]
+	assert.Less(t, max(shanghaiEnd, cl.index("end beijing update")), commit, "the commit waited for both legs")
+	bk.check(seed004)
+}

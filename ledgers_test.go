@@ -475,3 +475,40 @@ func TestLedgersLegsInParallel(t *testing.T) {
 	assert.Less(t, max(shanghaiEnd, cl.index("end beijing update")), commit, "the commit waited for both legs")
 	bk.check(seed004)
 }
+
+// The tutorial's hazard across deployments: the owner stalls before
+// sending the legs, or before its commit; a recoverer takes the transfer
+// over and finishes it (no leg applied: rolled back; both applied: rolled
+// forward); then the owner resumes. No leg applies twice at either bank,
+// and the owner reports what happened.
+func TestLedgersStalledOwnerResumes(t *testing.T) {
+	for _, step := range []twopc.Step{twopc.StepApply, twopc.StepCommit} {
+		t.Run(step.String(), func(t *testing.T) {
+			s := newStall(step)
+			bk := newBanks(t, twopc.WithStepHook(s.hook), twopc.WithApplication("owner"), twopc.WithSyncSettle())
+			bk.open(seed004)
+			res := make(chan error, 1)
+			go func() {
+				_, err := bk.c.TransferLegs(testCtx(t), crossLegs(100))
+				res <- err
+			}()
+			<-s.reached
+			rep := bk.recoverAll()
+			bk.check(seed004)
+			close(s.release)
+			err := <-res
+			began := step == twopc.StepCommit
+			if began {
+				assert.Equal(t, 1, rep.RolledForward)
+				require.NoError(t, err, "the transfer happened, by the recoverer's hand")
+			} else {
+				assert.Equal(t, 1, rep.RolledBack)
+				require.ErrorIs(t, err, twopc.ErrCanceled)
+			}
+			bk.check(seed004)
+			want := map[bool]int64{true: 100, false: 0}[began]
+			assert.Equal(t, 1000-want, bk.balance("shanghai", "A"))
+			assert.Equal(t, want, bk.balance("beijing", "B"))
+		})
+	}
+}

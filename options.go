@@ -119,7 +119,10 @@ func WithFenceRetention(d time.Duration) Option {
 // error, the caller stops right there as if its process had died: it
 // returns the error (as a *StepError) and makes no further write for that
 // transaction, leaving it for recovery. If the hook blocks, the caller
-// stalls. It is for tests of failure handling; t is a copy.
+// stalls. It is for tests of failure handling; t is a copy. It may be
+// called from several goroutines at once: by concurrent transfers, and,
+// for a transfer whose legs are on several ledgers, once per ledger at the
+// same time (StepInspect, StepFence, StepUndo).
 func WithStepHook(h func(ctx context.Context, step Step, t *Txn) error) Option {
 	return func(c *config) error {
 		c.hook = h

@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -60,7 +61,21 @@ func (b *bank) start(ctx context.Context) error {
 	return err
 }
 
-func run(ctx context.Context, out io.Writer) error {
+// lockedWriter serializes writes: the step hook runs once per ledger at the
+// same time.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func run(ctx context.Context, w io.Writer) error {
+	out := &lockedWriter{w: w}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	root, err := os.MkdirTemp("", "twopc-banks-")

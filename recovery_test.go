@@ -82,7 +82,11 @@ func (b *bank) recoverAll(opts ...twopc.Option) twopc.RecoveryReport {
 	var sum twopc.RecoveryReport
 	for pass := 0; pass < 5; pass++ {
 		b.backdateAll(time.Hour)
-		rep, err := r.RecoverOnce(testCtx(b.t))
+		// A pass over a soak's thousands of transactions on the dev server
+		// takes minutes: more than testCtx gives.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		rep, err := r.RecoverOnce(ctx)
+		cancel()
 		require.NoError(b.t, err)
 		sum.RolledForward += rep.RolledForward
 		sum.Settled += rep.Settled

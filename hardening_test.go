@@ -162,11 +162,7 @@ func TestReview4RecordedPolicy(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepApply)))
 	b.open(map[string]int64{"A": 50, "B": 0})
-	txn, err := b.c.Transfer(ctx, "A", "B", 100)
-	require.ErrorIs(t, err, errCrash)
-	// The credit applied before the process died (as a step-by-step
-	// applier would have): recovery rolls forward, applying the debit.
-	b.applyLegByHand(txn, 1)
+	txn := b.diedAfterCredit("A", "B", 100)
 	b.backdate(txn.ID, time.Hour)
 	rep, err := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("lenient"), twopc.WithAllowNegative())).RecoverOnce(ctx)
 	require.NoError(t, err)

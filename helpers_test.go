@@ -97,6 +97,18 @@ func (b *bank) applyLegByHand(txn *twopc.Txn, i int) {
 	require.NoError(b.t, err)
 }
 
+// diedAfterCredit starts a transfer on b's coordinator, whose step hook
+// must be crashAt(StepApply), and applies its credit leg by hand: a
+// transfer whose process died after one leg, which recovery rolls forward
+// by applying the debit.
+func (b *bank) diedAfterCredit(src, dst string, value int64) *twopc.Txn {
+	b.t.Helper()
+	txn, err := b.c.Transfer(testCtx(b.t), src, dst, value)
+	require.ErrorIs(b.t, err, errCrash)
+	b.applyLegByHand(txn, 1)
+	return txn
+}
+
 // accountDoc is an account as stored.
 type accountDoc struct {
 	ID      any             `bson:"_id"`

@@ -541,17 +541,13 @@ func (l *Ledger) inspect(ctx context.Context, r *record, legs []leg) ([]*account
 	return out, nil
 }
 
-// fenceAndUndo closes the legs of a canceling transaction: first it fences
-// both accounts, so no leg of it can apply there from now on, whoever sends
+// fenceAndUndo closes legs, the legs on l of canceling transaction r: first
+// it fences their accounts, so no leg of it can apply there from now on, whoever sends
 // it; then it undoes the legs that were applied (guarded by the id still
 // being in pendingTransactions, so an undo happens once). Fencing first is
 // what makes the undo final: an apply that raced ahead of the fence is seen
 // and undone, one that comes after it matches nothing.
-func (l *Ledger) fenceAndUndo(ctx context.Context, r *record) error {
-	legs, _ := l.own(r.legs())
-	if len(legs) == 0 {
-		return nil
-	}
+func (l *Ledger) fenceAndUndo(ctx context.Context, r *record, legs []leg) error {
 	fences := make([]mongo.WriteModel, len(legs))
 	undos := make([]mongo.WriteModel, len(legs))
 	for i, lg := range legs {

@@ -69,16 +69,7 @@ func (bk *banks) states() map[string]accountState {
 	bk.t.Helper()
 	out := map[string]accountState{}
 	for i, name := range bankNames {
-		cur, err := bk.database(i).Collection("accounts").Find(testCtx(bk.t), bson.D{{Key: "tombstone", Value: bson.D{{Key: "$ne", Value: true}}}})
-		require.NoError(bk.t, err)
-		var docs []struct {
-			ID    string       `bson:"_id"`
-			State accountState `bson:",inline"`
-		}
-		require.NoError(bk.t, cur.All(testCtx(bk.t), &docs))
-		for _, d := range docs {
-			out[name+"/"+d.ID] = d.State
-		}
+		accountStatesIn(bk.t, bk.database(i), name+"/", out)
 	}
 	return out
 }
@@ -89,10 +80,7 @@ func (bk *banks) unfenceAll() {
 	bk.t.Helper()
 	ctx := testCtx(bk.t)
 	for i := 0; i < 5; i++ {
-		_, err := bk.log.Collection("transactions").UpdateMany(ctx,
-			bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"done", "canceled"}}}}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: time.Now().Add(-2 * time.Hour)}}}})
-		require.NoError(bk.t, err)
+		ageFinalIn(bk.t, bk.log)
 		bk.recoverAll()
 		n, err := bk.log.Collection("transactions").CountDocuments(ctx, bson.D{{Key: "fences", Value: true}})
 		require.NoError(bk.t, err)

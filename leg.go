@@ -363,22 +363,60 @@ func cmpErr(first, next error) error {
 	return next
 }
 
-// onLedgers runs f on every ledger of the coordinator, at once when there
-// are several (each may be another deployment: their round trips overlap),
-// and returns the first error. f must do nothing on a ledger none of its
-// legs are on.
+// onLedgers runs f on every ledger of the coordinator (see parallel), and
+// returns the first error. f must do nothing on a ledger none of its work
+// is on.
 func (c *Coordinator) onLedgers(f func(*Ledger) error) error {
-	if len(c.ledgers) == 1 {
-		return f(c.ledger)
+	ledgers := make([]*Ledger, 0, len(c.ledgers))
+	for _, l := range c.ledgers {
+		ledgers = append(ledgers, l)
+	}
+	return parallel(len(ledgers), func(i int) error { return f(ledgers[i]) })
+}
+
+// perLedger runs f once for each ledger that legs are on, with that
+// ledger's legs and their indexes in legs (see parallel), and returns the
+// first error; ErrUnknownLedger if a leg is on a ledger the coordinator
+// was not given.
+func (c *Coordinator) perLedger(legs []leg, f func(l *Ledger, mine []leg, idx []int) error) error {
+	type part struct {
+		l    *Ledger
+		mine []leg
+		idx  []int
+	}
+	var parts []*part
+	byName := map[string]*part{}
+	for i, lg := range legs {
+		p := byName[lg.ledger]
+		if p == nil {
+			l, ok := c.ledgers[lg.ledger]
+			if !ok {
+				return fmt.Errorf("%w: %q", ErrUnknownLedger, lg.ledger)
+			}
+			p = &part{l: l}
+			byName[lg.ledger] = p
+			parts = append(parts, p)
+		}
+		p.mine = append(p.mine, lg)
+		p.idx = append(p.idx, i)
+	}
+	return parallel(len(parts), func(i int) error { return f(parts[i].l, parts[i].mine, parts[i].idx) })
+}
+
+// parallel runs f(0) to f(n-1), at once when n > 1 (each may be a round
+// trip to another deployment: they overlap), and returns the first error.
+func parallel(n int, f func(i int) error) error {
+	if n == 1 {
+		return f(0)
 	}
 	var mu sync.Mutex
 	var first error
 	var wg sync.WaitGroup
-	for _, l := range c.ledgers {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := f(l); err != nil {
+			if err := f(i); err != nil {
 				mu.Lock()
 				first = cmpErr(first, err)
 				mu.Unlock()
@@ -404,17 +442,10 @@ func (c *Coordinator) knows(legs []leg) error {
 // reasons for the legs it refused (by index in legs), and any other error:
 // a failure whose outcome is unknown, or a write-concern error.
 func (c *Coordinator) applyAll(ctx context.Context, r *record, legs []leg) (int64, map[int]string, error) {
-	if err := c.knows(legs); err != nil {
-		return 0, nil, err
-	}
 	var mu sync.Mutex
 	var modified int64
 	refused := map[int]string{}
-	err := c.onLedgers(func(l *Ledger) error {
-		mine, idx := l.own(legs)
-		if len(mine) == 0 {
-			return nil
-		}
+	err := c.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
 		n, err := l.apply(ctx, r, mine)
 		mu.Lock()
 		defer mu.Unlock()
@@ -441,26 +472,13 @@ func (c *Coordinator) applyAll(ctx context.Context, r *record, legs []leg) (int6
 // inspect reads the accounts of legs, in order, from their ledgers (at
 // once); nil for a missing one.
 func (c *Coordinator) inspect(ctx context.Context, r *record, legs []leg) ([]*account, error) {
-	if err := c.knows(legs); err != nil {
-		return nil, err
-	}
 	out := make([]*account, len(legs))
-	var mu sync.Mutex
-	err := c.onLedgers(func(l *Ledger) error {
-		mine, idx := l.own(legs)
-		if len(mine) == 0 {
-			return nil
-		}
+	err := c.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
 		accts, err := l.inspect(ctx, r, mine)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for j, a := range accts {
+		for j, a := range accts { // distinct indexes: no lock needed
 			out[idx[j]] = a
 		}
-		return nil
+		return err
 	})
 	return out, err
 }
@@ -506,8 +524,5 @@ func (c *Coordinator) eachLedgerFailed(ctx context.Context, recs []*record, writ
 // fenceAndUndo closes the legs of canceling transaction r on every ledger
 // (see Ledger.fenceAndUndo).
 func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
-	if err := c.knows(r.legs()); err != nil {
-		return err
-	}
-	return c.onLedgers(func(l *Ledger) error { return l.fenceAndUndo(ctx, r) })
+	return c.perLedger(r.legs(), func(l *Ledger, mine []leg, _ []int) error { return l.fenceAndUndo(ctx, r, mine) })
 }

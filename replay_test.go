@@ -91,30 +91,41 @@ type accountState struct {
 
 func (b *bank) accountStates() map[string]accountState {
 	b.t.Helper()
-	cur, err := b.db.Collection("accounts").Find(testCtx(b.t), bson.D{{Key: "tombstone", Value: bson.D{{Key: "$ne", Value: true}}}})
-	require.NoError(b.t, err)
+	out := map[string]accountState{}
+	accountStatesIn(b.t, b.db, "", out)
+	require.NotEmpty(b.t, out)
+	return out
+}
+
+// accountStatesIn adds to out the state of every account of db (not
+// tombstones), keyed by prefix and id.
+func accountStatesIn(t *testing.T, db *mongo.Database, prefix string, out map[string]accountState) {
+	t.Helper()
+	cur, err := db.Collection("accounts").Find(testCtx(t), bson.D{{Key: "tombstone", Value: bson.D{{Key: "$ne", Value: true}}}})
+	require.NoError(t, err)
 	var docs []struct {
 		ID    string       `bson:"_id"`
 		State accountState `bson:",inline"`
 	}
-	require.NoError(b.t, cur.All(testCtx(b.t), &docs))
-	out := map[string]accountState{}
+	require.NoError(t, cur.All(testCtx(t), &docs))
 	for _, d := range docs {
-		out[d.ID] = d.State
+		out[prefix+d.ID] = d.State
 	}
-	require.NotEmpty(b.t, out)
-	return out
 }
 
 // ageFinal makes every final transaction look finished an hour ago, so that
 // the next recovery pass removes their fences: a write delivered after that
 // meets only the accounts' fence lines.
-func (b *bank) ageFinal() {
-	b.t.Helper()
-	_, err := b.db.Collection("transactions").UpdateMany(testCtx(b.t),
+func (b *bank) ageFinal() { ageFinalIn(b.t, b.db) }
+
+// ageFinalIn makes every final transaction in db's log look finished two
+// hours ago.
+func ageFinalIn(t *testing.T, db *mongo.Database) {
+	t.Helper()
+	_, err := db.Collection("transactions").UpdateMany(testCtx(t),
 		bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"done", "canceled"}}}}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: time.Now().Add(-2 * time.Hour)}}}})
-	require.NoError(b.t, err)
+	require.NoError(t, err)
 }
 
 // unfenceAll ages every final transaction and recovers until no fence is

@@ -181,11 +181,18 @@ func checkBank(b *testing.B, db *mongo.Database, n int) {
 }
 
 // runBench runs b.N transfers with the given number of workers (1:
-// sequential) and reports the counts.
+// sequential) on a fresh bank and reports the counts.
 func runBench(b *testing.B, open func(*testing.B, *mongo.Database) transferer, workers int) {
 	var bc benchCounter
 	db := benchBank(b, &bc)
-	impl := open(b, db)
+	runTransfers(b, &bc, open(b, db), workers)
+	checkBank(b, db, b.N)
+}
+
+// runTransfers runs b.N transfers of 1 through impl from workers
+// goroutines, waits until every one is done, and reports the commands bc
+// counted: caller-rts/op and cmds/op.
+func runTransfers(b *testing.B, bc *benchCounter, impl transferer, workers int) {
 	ctx := context.WithValue(benchCtx(b), callerKey{}, true)
 	bg := benchCtx(b)
 	bc.reset()
@@ -223,7 +230,6 @@ func runBench(b *testing.B, open func(*testing.B, *mongo.Database) transferer, w
 	}
 	b.ReportMetric(float64(bc.caller.Load())/float64(b.N), "caller-rts/op")
 	b.ReportMetric(float64(bc.total.Load())/float64(b.N), "cmds/op")
-	checkBank(b, db, b.N)
 }
 
 // BenchmarkTransfer runs transfers one after another: the latency of one
@@ -241,6 +247,112 @@ func BenchmarkTransferParallel(b *testing.B) {
 		b.Run(fmt.Sprintf("impl=%s/workers=%d", impl.name, benchWorkers), func(b *testing.B) {
 			runBench(b, impl.open, benchWorkers)
 		})
+	}
+}
+
+// ledgerImpl makes each transfer with TransferLegs: from the default
+// ledger's account to the same id in the default ledger (within one
+// deployment) or in ledger "beijing" (across two).
+type ledgerImpl struct {
+	c  *twopc.Coordinator
+	to string
+}
+
+func (l ledgerImpl) transfer(ctx context.Context, src, dst string, value int64) error {
+	_, err := l.c.TransferLegs(ctx, []twopc.Leg{{Account: src, Amount: -value}, {Ledger: l.to, Account: dst, Amount: value}})
+	return err
+}
+
+func (l ledgerImpl) finish(ctx context.Context) error { return l.c.Settle(ctx) }
+
+// BenchmarkTransferAcrossDeployments runs the same transfers within one
+// deployment and across two, seed 004's banks: two dev servers of the
+// benchmark's own (whatever the harness's backend), the log and the
+// default ledger at the first, ledger "beijing" at the second. Each leg
+// command of a cross-deployment transfer goes to its own deployment at the
+// same time as the other (TestLedgersLegsInParallel), so caller-rts/op
+// counts one command more than the round trips a caller waits for.
+func BenchmarkTransferAcrossDeployments(b *testing.B) {
+	var servers [2]*mongotest.DevServer
+	for i := range servers {
+		s, err := mongotest.StartDevServer(benchCtx(b), "", "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Stop() })
+		servers[i] = s
+	}
+	for _, workers := range []int{1, benchWorkers} {
+		for _, deployments := range []int{1, 2} {
+			b.Run(fmt.Sprintf("workers=%d/deployments=%d", workers, deployments), func(b *testing.B) {
+				var bc benchCounter
+				name := mongotest.DatabaseName(b)
+				var ledgers [2]*mongo.Database
+				for i := range ledgers {
+					ledgers[i] = mongotest.ConnectURI(b, servers[i].URI, options.Client().SetMonitor(bc.monitor())).Database(name)
+					b.Cleanup(func() { _ = ledgers[i].Drop(context.Background()) })
+				}
+				c, err := twopc.NewCoordinator(ledgers[0], twopc.WithLedger("beijing", ledgers[1].Collection("accounts")))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = c.Close(context.Background()) })
+				names := []string{"", "beijing"}[:deployments]
+				for _, name := range names {
+					l, err := c.Ledger(name)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for i := 0; i < benchAccounts; i++ {
+						if err := l.OpenAccount(benchCtx(b), accountID(i), benchOpening); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				to := names[deployments-1]
+				runTransfers(b, &bc, ledgerImpl{c: c, to: to}, workers)
+				checkLedgers(b, ledgers[:deployments], b.N)
+			})
+		}
+	}
+}
+
+// checkLedgers fails the benchmark unless the log (at the first database)
+// holds n done transactions and nothing else, and the accounts of all the
+// databases hold, in all, what they were opened with.
+func checkLedgers(b *testing.B, dbs []*mongo.Database, n int) {
+	b.Helper()
+	ctx := benchCtx(b)
+	done, err := dbs[0].Collection("transactions").CountDocuments(ctx, bson.D{{Key: "state", Value: "done"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	all, err := dbs[0].Collection("transactions").CountDocuments(ctx, bson.D{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if done != int64(n) || all != int64(n) {
+		b.Fatalf("%d transactions, %d done; want %d done", all, done, n)
+	}
+	var sum, accounts int64
+	for _, db := range dbs {
+		cur, err := db.Collection("accounts").Find(ctx, bson.D{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var accts []struct {
+			Balance int64 `bson:"balance"`
+		}
+		if err := cur.All(ctx, &accts); err != nil {
+			b.Fatal(err)
+		}
+		for _, a := range accts {
+			sum += a.Balance
+			accounts++
+		}
+	}
+	if want := benchOpening * accounts; sum != want {
+		b.Fatalf("%d accounts hold %d in all, want %d", accounts, sum, want)
 	}
 }
 

@@ -55,13 +55,14 @@ func newBanks(t *testing.T, opts ...twopc.Option) *banks {
 }
 
 // database is deployment i's database through a new client with short
-// timeouts, so that a stopped deployment fails fast.
-func (bk *banks) database(i int) *mongo.Database {
+// timeouts, so that a stopped deployment fails fast; more options, if
+// given, are applied after those.
+func (bk *banks) database(i int, more ...*options.ClientOptions) *mongo.Database {
 	opts := options.Client().SetRetryWrites(false).SetServerSelectionTimeout(2 * time.Second).SetTimeout(10 * time.Second)
 	if bk.recorders[i] != nil {
 		opts.SetMonitor(bk.recorders[i].monitor())
 	}
-	return mongotest.ConnectURI(bk.t, bk.servers[i].URI, opts).Database(bk.name)
+	return mongotest.ConnectURI(bk.t, bk.servers[i].URI, append([]*options.ClientOptions{opts}, more...)...).Database(bk.name)
 }
 
 // states reads every account of both deployments.
@@ -109,11 +110,22 @@ func (bk *banks) coordinator(opts ...twopc.Option) *twopc.Coordinator {
 // address and data.
 func (bk *banks) restart(i int) {
 	bk.t.Helper()
-	addr := bk.servers[i].Addr()
+	bk.stop(i)
+	bk.start(i)
+}
+
+// stop stops deployment i with SIGTERM.
+func (bk *banks) stop(i int) {
+	bk.t.Helper()
 	if err := bk.servers[i].Stop(); !errors.Is(err, os.ErrProcessDone) {
 		require.NoError(bk.t, err)
 	}
-	s, err := mongotest.StartDevServer(testCtx(bk.t), addr, bk.dirs[i])
+}
+
+// start starts deployment i, stopped, again on the same address and data.
+func (bk *banks) start(i int) {
+	bk.t.Helper()
+	s, err := mongotest.StartDevServer(testCtx(bk.t), bk.servers[i].Addr(), bk.dirs[i])
 	require.NoError(bk.t, err)
 	bk.servers[i] = s
 }

@@ -168,7 +168,7 @@ func TestDuplicateAndDelay(t *testing.T) {
 				{Kind: mongotest.DropBeforeForward, Probability: 0.01, Seed: int64(seed) + 1},
 			}
 			cfg.recorder = &writeRecorder{}
-			stats := runSimulation(t, b, cfg)
+			stats := runSimulation(t, &simBank{bank: b}, cfg)
 			t.Logf("seed %d: %s", seed, stats)
 
 			b.unfenceAll()

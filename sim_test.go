@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -29,6 +32,7 @@ var (
 	simAccounts  = flag.Int("sim.accounts", 12, "accounts")
 	simTimeout   = flag.Duration("sim.timeout", 10*time.Minute, "how long one simulation run may take")
 	simStale     = flag.Duration("sim.staleafter", 2*time.Second, "the coordinators' StaleAfter (stalls last 1 to 2 times as long)")
+	simProfile   = flag.Bool("sim.profile", false, "log where the server's time went: commands by shape, their count and total time")
 )
 
 // simFixedSeeds are run on every `go test`, with one random seed besides.
@@ -66,7 +70,8 @@ type simStats struct {
 	faults                                                                  mongotest.FaultStats
 
 	mu      sync.Mutex
-	samples []string // the first few unexpected errors
+	samples []string      // the first few unexpected errors
+	failed  chan struct{} // a token per call that failed with another error, as long as there is room
 }
 
 func (s *simStats) sample(err error) {
@@ -93,9 +98,23 @@ func TestSimulation(t *testing.T) {
 	for _, seed := range simSeeds() {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			cfg := defaultSimConfig(seed)
-			stats := runSimulation(t, newBank(t), cfg)
+			stats := runSimulation(t, &simBank{bank: newBank(t)}, cfg)
 			t.Logf("seed %d: %s", seed, stats)
 		})
+	}
+}
+
+// TestSimulationAcrossDeployments is TestSimulation across two
+// deployments, seed 004's banks: accounts in both, transfers between them
+// two- and three-legged, crashes, stalls, cancels racing owners and
+// recoverers throughout, and the bank of Beijing's deployment stopped
+// (SIGTERM) halfway through and started again on the same data once three
+// calls have failed; the checker sums across both deployments.
+func TestSimulationAcrossDeployments(t *testing.T) {
+	for _, seed := range simSeeds()[:1] {
+		cfg := defaultSimConfig(seed)
+		stats := runSimulation(t, &simBanks{banks: newBanks(t)}, cfg)
+		t.Logf("seed %d: %s", seed, stats)
 	}
 }
 
@@ -113,7 +132,7 @@ func TestSimulationLostReplies(t *testing.T) {
 			{Kind: mongotest.DropBeforeForward, Probability: 0.01, Seed: int64(seed) + 1},
 			{Command: "update", Kind: mongotest.Delay, Delay: 3 * time.Second, Probability: 0.005, Seed: int64(seed) + 2},
 		}
-		stats := runSimulation(t, newFaultBank(t), cfg)
+		stats := runSimulation(t, &simBank{bank: newFaultBank(t)}, cfg)
 		t.Logf("seed %d: %s", seed, stats)
 		require.Positive(t, stats.faults.DropAfterForward+stats.faults.DropBeforeForward, "faults were injected")
 	}
@@ -129,16 +148,36 @@ func simSeeds() []uint64 {
 // simKey carries a worker's random source to the step hook.
 type simKey struct{}
 
+// simRand is a worker's random source. The worker draws from r between
+// calls; the step hook draws under mu, since a step may run once per
+// ledger at the same time.
+type simRand struct {
+	mu sync.Mutex
+	r  *rand.Rand
+}
+
+func (s *simRand) float64() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.r.Float64()
+}
+
+func (s *simRand) int64N(n int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.r.Int64N(n)
+}
+
 // simHook injects crashes and stalls with the random source of the worker
 // whose call reached the step; calls from background work (no worker) are
 // left alone.
 func simHook(cfg simConfig, stats *simStats) func(context.Context, twopc.Step, *twopc.Txn) error {
 	return func(ctx context.Context, step twopc.Step, _ *twopc.Txn) error {
-		rng, _ := ctx.Value(simKey{}).(*rand.Rand)
+		rng, _ := ctx.Value(simKey{}).(*simRand)
 		if rng == nil {
 			return nil
 		}
-		switch r := rng.Float64(); {
+		switch r := rng.float64(); {
 		case r < cfg.crash:
 			stats.crashes.Add(1)
 			return errCrash
@@ -146,7 +185,7 @@ func simHook(cfg simConfig, stats *simStats) func(context.Context, twopc.Step, *
 			// A pause past StaleAfter, like a long GC or a partition: the
 			// transaction may be taken over or canceled meanwhile.
 			stats.stalls.Add(1)
-			pause := cfg.staleAfter + time.Duration(rng.Int64N(int64(cfg.staleAfter)))
+			pause := cfg.staleAfter + time.Duration(rng.int64N(int64(cfg.staleAfter)))
 			select {
 			case <-time.After(pause):
 			case <-ctx.Done():
@@ -157,21 +196,171 @@ func simHook(cfg simConfig, stats *simStats) func(context.Context, twopc.Step, *
 	}
 }
 
-func runSimulation(t *testing.T, b *bank, cfg simConfig) *simStats {
+// simWorld is where a simulation runs: one deployment (simBank) or two
+// (simBanks), seen by runSimulation through the same few calls.
+type simWorld interface {
+	// openAccounts opens n accounts with opening balances drawn from setup
+	// and returns them, each as a leg of no amount.
+	openAccounts(setup *rand.Rand, n int) []twopc.Leg
+	// app is a coordinator for application name on clients of its own,
+	// made with clientOpts.
+	app(name string, clientOpts *options.ClientOptions, opts ...twopc.Option) *twopc.Coordinator
+	// log is the transactions' database.
+	log() *mongo.Database
+	// faults is the fault front of the deployment, nil if it has none.
+	faults() *mongotest.Faults
+	// stopDeployment is called once, on the test's goroutine, when half
+	// the transfers have been started: it stops a deployment and reports
+	// whether it did. startDeployment starts it again, on the same data,
+	// once three calls have failed or the load has ended.
+	stopDeployment() bool
+	startDeployment()
+	// finish runs the final recovery and the checker, every balance non-
+	// negative too unless allowNegative; it counts the transactions it
+	// finished and the final ones by state.
+	finish(allowNegative bool) (recovered, done, canceled int)
+}
+
+// simBank is the simulation on one deployment, every account in the
+// default ledger.
+type simBank struct {
+	*bank
+	opening map[string]int64
+}
+
+func (b *simBank) openAccounts(setup *rand.Rand, n int) []twopc.Leg {
+	b.opening = map[string]int64{}
+	accounts := make([]twopc.Leg, n)
+	for i := range accounts {
+		id := fmt.Sprintf("acct-%03d", i)
+		b.opening[id] = setup.Int64N(1000)
+		accounts[i] = twopc.Leg{Account: id}
+	}
+	b.open(b.opening)
+	return accounts
+}
+
+func (b *simBank) app(name string, clientOpts *options.ClientOptions, opts ...twopc.Option) *twopc.Coordinator {
+	db := mongotest.ConnectURI(b.t, b.server.URI, clientOpts).Database(b.db.Name())
+	c, err := twopc.NewCoordinator(db, append([]twopc.Option{twopc.WithApplication(name)}, opts...)...)
+	require.NoError(b.t, err)
+	return c
+}
+
+func (b *simBank) log() *mongo.Database      { return b.db }
+func (b *simBank) faults() *mongotest.Faults { return b.server.Faults }
+func (b *simBank) stopDeployment() bool      { return false }
+func (b *simBank) startDeployment()          {}
+
+func (b *simBank) finish(allowNegative bool) (recovered, done, canceled int) {
+	rep := b.recoverAll()
+	b.checkSettled(b.opening)
+	if !allowNegative {
+		for id := range b.opening {
+			require.GreaterOrEqualf(b.t, b.balance(id), int64(0), "balance of %s", id)
+		}
+	}
+	done, canceled = countFinal(b.t, b.db)
+	return rep.Finished(), done, canceled
+}
+
+// simBanks is the simulation across two deployments, seed 004's banks:
+// accounts alternate between the two ledgers, the log is at the first
+// deployment, and the second is stopped (SIGTERM) halfway through and
+// started again on the same data once three calls have failed.
+type simBanks struct {
+	*banks
+	opening map[string]map[string]int64
+	down    time.Time // when the deployment was stopped
+}
+
+func (bk *simBanks) openAccounts(setup *rand.Rand, n int) []twopc.Leg {
+	bk.opening = map[string]map[string]int64{bankNames[0]: {}, bankNames[1]: {}}
+	accounts := make([]twopc.Leg, n)
+	for i := range accounts {
+		ledger, id := bankNames[i%2], fmt.Sprintf("acct-%03d", i)
+		bk.opening[ledger][id] = setup.Int64N(1000)
+		accounts[i] = twopc.Leg{Ledger: ledger, Account: id}
+	}
+	bk.open(bk.opening)
+	return accounts
+}
+
+func (bk *simBanks) app(name string, clientOpts *options.ClientOptions, opts ...twopc.Option) *twopc.Coordinator {
+	var dbs [2]*mongo.Database
+	for i := range dbs {
+		dbs[i] = bk.database(i, clientOpts)
+	}
+	all := append([]twopc.Option{
+		twopc.WithApplication(name),
+		twopc.WithLedger(bankNames[0], dbs[0].Collection("accounts")),
+		twopc.WithLedger(bankNames[1], dbs[1].Collection("accounts")),
+	}, opts...)
+	c, err := twopc.NewCoordinator(dbs[0], all...)
+	require.NoError(bk.t, err)
+	return c
+}
+
+func (bk *simBanks) log() *mongo.Database      { return bk.banks.log }
+func (bk *simBanks) faults() *mongotest.Faults { return nil }
+func (bk *simBanks) stopDeployment() bool {
+	bk.stop(1)
+	bk.down = time.Now()
+	return true
+}
+
+func (bk *simBanks) startDeployment() {
+	bk.start(1)
+	bk.t.Logf("the bank of %s's deployment was down (SIGTERM, then restarted on the same data) for %v, mid-run",
+		bankNames[1], time.Since(bk.down).Round(time.Millisecond))
+}
+
+func (bk *simBanks) finish(allowNegative bool) (recovered, done, canceled int) {
+	rep := bk.recoverAll()
+	bk.check(bk.opening)
+	if !allowNegative {
+		for key, a := range bk.states() {
+			require.GreaterOrEqualf(bk.t, a.Balance, int64(0), "balance of %s", key)
+		}
+	}
+	done, canceled = countFinal(bk.t, bk.banks.log)
+	cur, err := bk.banks.log.Collection("transactions").Find(testCtx(bk.t), bson.D{{Key: "state", Value: twopc.StateDone}})
+	require.NoError(bk.t, err)
+	var txns []twopc.Txn
+	require.NoError(bk.t, cur.All(testCtx(bk.t), &txns))
+	cross := 0
+	for _, d := range txns {
+		ledgers := map[string]bool{}
+		for _, l := range d.AllLegs() {
+			ledgers[l.Ledger] = true
+		}
+		if len(ledgers) == 2 {
+			cross++
+		}
+	}
+	require.Positive(bk.t, cross, "transfers done across both deployments")
+	return rep.Finished(), done, canceled
+}
+
+// countFinal counts the transactions in db done and canceled.
+func countFinal(t *testing.T, db *mongo.Database) (done, canceled int) {
 	t.Helper()
-	t.Logf("simulation seed %d: %d apps × %d workers, %d accounts (%d hot), %d transfers; reproduce with -run 'TestSimulation' -sim.seed=%d",
-		cfg.seed, cfg.apps, cfg.workers, cfg.accounts, cfg.hot, cfg.transfers, cfg.seed)
+	for state, n := range map[twopc.State]*int{twopc.StateDone: &done, twopc.StateCanceled: &canceled} {
+		c, err := db.Collection("transactions").CountDocuments(testCtx(t), bson.D{{Key: "state", Value: state}})
+		require.NoError(t, err)
+		*n = int(c)
+	}
+	return done, canceled
+}
+
+func runSimulation(t *testing.T, w simWorld, cfg simConfig) *simStats {
+	t.Helper()
+	t.Logf("simulation seed %d: %d apps × %d workers, %d accounts (%d hot), %d transfers; reproduce with -run '%s' -sim.seed=%d",
+		cfg.seed, cfg.apps, cfg.workers, cfg.accounts, cfg.hot, cfg.transfers, t.Name(), cfg.seed)
 	ctx, cancel := context.WithTimeout(context.Background(), *simTimeout)
 	defer cancel()
-	setup := rand.New(rand.NewPCG(cfg.seed, 0))
-	opening := map[string]int64{}
-	ids := make([]string, cfg.accounts)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("acct-%03d", i)
-		opening[ids[i]] = setup.Int64N(1000)
-	}
-	b.open(opening)
-	stats := &simStats{}
+	accounts := w.openAccounts(rand.New(rand.NewPCG(cfg.seed, 0)), cfg.accounts)
+	stats := &simStats{failed: make(chan struct{}, cfg.transfers)}
 
 	clientOpts := options.Client().SetRetryWrites(false)
 	if cfg.clientTimeout > 0 {
@@ -180,18 +369,19 @@ func runSimulation(t *testing.T, b *bank, cfg simConfig) *simStats {
 	if cfg.recorder != nil {
 		clientOpts.SetMonitor(cfg.recorder.monitor())
 	}
+	if *simProfile {
+		p := &commandProfile{started: map[int64]profileStart{}, total: map[string]*profileEntry{}}
+		clientOpts.SetMonitor(p.monitor())
+		defer func() { t.Logf("where the server's time went:\n%s", p) }()
+	}
 	newApp := func(name string, hook func(context.Context, twopc.Step, *twopc.Txn) error) *twopc.Coordinator {
-		db := mongotest.ConnectURI(t, b.server.URI, clientOpts).Database(b.db.Name())
 		opts := []twopc.Option{
-			twopc.WithApplication(name), twopc.WithStaleAfter(cfg.staleAfter),
-			twopc.WithFenceRetention(10 * cfg.staleAfter), twopc.WithStepHook(hook),
+			twopc.WithStaleAfter(cfg.staleAfter), twopc.WithFenceRetention(10 * cfg.staleAfter), twopc.WithStepHook(hook),
 		}
 		if cfg.allowNegative {
 			opts = append(opts, twopc.WithAllowNegative())
 		}
-		c, err := twopc.NewCoordinator(db, opts...)
-		require.NoError(t, err)
-		return c
+		return w.app(name, clientOpts, opts...)
 	}
 
 	// Recoverers of other applications run during the load.
@@ -206,12 +396,15 @@ func runSimulation(t *testing.T, b *bank, cfg simConfig) *simStats {
 		}()
 	}
 
+	faults := w.faults()
 	if len(cfg.faults) > 0 {
+		require.NotNil(t, faults, "faults need a fault front")
 		for _, f := range cfg.faults {
-			require.NoError(t, b.server.Faults.Add(ctx, f))
+			require.NoError(t, faults.Add(ctx, f))
 		}
 	}
 	var next atomic.Int64
+	half := make(chan struct{})
 	var workers sync.WaitGroup
 	apps := make([]*twopc.Coordinator, cfg.apps)
 	for a := range apps {
@@ -222,49 +415,56 @@ func runSimulation(t *testing.T, b *bank, cfg simConfig) *simStats {
 		background.Add(1)
 		go func(a int) {
 			defer background.Done()
-			simCancel(loadCtx, b.db, canceler, fmt.Sprintf("app-%d", a), cfg, stats)
+			simCancel(loadCtx, w.log(), canceler, fmt.Sprintf("app-%d", a), cfg, stats)
 		}(a)
-		for w := 0; w < cfg.workers; w++ {
-			rng := rand.New(rand.NewPCG(cfg.seed, uint64(a*1000+w+1)))
+		for wk := 0; wk < cfg.workers; wk++ {
+			rng := &simRand{r: rand.New(rand.NewPCG(cfg.seed, uint64(a*1000+wk+1)))}
 			workers.Add(1)
 			go func(c *twopc.Coordinator) {
 				defer workers.Done()
 				wctx := context.WithValue(ctx, simKey{}, rng)
 				for n := next.Add(1); n <= int64(cfg.transfers); n = next.Add(1) {
-					simTransfer(wctx, c, rng, ids, cfg, n, stats)
+					if n == int64(cfg.transfers+1)/2 {
+						close(half)
+					}
+					simTransfer(wctx, c, rng.r, accounts, cfg, n, stats)
 				}
 			}(apps[a])
 		}
 	}
-	workers.Wait()
+	loadDone := make(chan struct{})
+	go func() {
+		workers.Wait()
+		close(loadDone)
+	}()
+	<-half
+	if w.stopDeployment() {
+		for failed := 0; failed < 3; failed++ {
+			select {
+			case <-stats.failed:
+			case <-loadDone:
+				failed = 3
+			}
+		}
+		w.startDeployment()
+	}
+	<-loadDone
 	stopLoad()
 	background.Wait()
 	for _, c := range apps {
 		require.NoError(t, c.Close(ctx))
 	}
 	if len(cfg.faults) > 0 {
-		fs, err := b.server.Faults.Stats(ctx)
+		fs, err := faults.Stats(ctx)
 		require.NoError(t, err)
 		stats.faults = fs
-		require.NoError(t, b.server.Faults.Clear(ctx))
+		require.NoError(t, faults.Clear(ctx))
 	}
 
 	// Every process has stopped: a final recovery finishes what is left.
-	rep := b.recoverAll()
-	stats.recovered.Add(int64(rep.Finished()))
-	b.checkSettled(opening)
-	for _, d := range b.txns() {
-		if d.State == twopc.StateDone {
-			stats.done++
-		} else {
-			stats.canceledTxns++
-		}
-	}
-	if !cfg.allowNegative {
-		for _, id := range ids {
-			require.GreaterOrEqualf(t, b.balance(id), int64(0), "balance of %s", id)
-		}
-	}
+	recovered, done, canceled := w.finish(cfg.allowNegative)
+	stats.recovered.Add(int64(recovered))
+	stats.done, stats.canceledTxns = done, canceled
 	require.Positive(t, stats.committed.Load(), "some transfers committed")
 	return stats
 }
@@ -272,25 +472,30 @@ func runSimulation(t *testing.T, b *bank, cfg simConfig) *simStats {
 // simTransfer makes transfer n: random accounts (hot ones half the time),
 // a random amount, and one time in four a third leg (the source pays two
 // accounts); half of them with an idempotency key, retried with the same
-// key after a crash or a database error.
-func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, ids []string, cfg simConfig, n int64, stats *simStats) {
-	pick := func() string {
+// key after a crash or a database error. A two-leg transfer within the
+// default ledger goes through Transfer, any other through TransferLegs.
+func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, accounts []twopc.Leg, cfg simConfig, n int64, stats *simStats) {
+	pick := func() twopc.Leg {
 		if rng.IntN(2) == 0 {
-			return ids[rng.IntN(cfg.hot)]
+			return accounts[rng.IntN(cfg.hot)]
 		}
-		return ids[rng.IntN(len(ids))]
+		return accounts[rng.IntN(len(accounts))]
 	}
 	src, dst := pick(), pick()
 	for dst == src {
-		dst = ids[rng.IntN(len(ids))]
+		dst = accounts[rng.IntN(len(accounts))]
 	}
 	value := 1 + rng.Int64N(200)
-	var third string
-	if rng.IntN(4) == 0 && len(ids) > 2 && value >= 3 {
-		third = ids[rng.IntN(len(ids))]
+	legs := []twopc.Leg{src, dst}
+	legs[0].Amount, legs[1].Amount = -value, value
+	if rng.IntN(4) == 0 && len(accounts) > 2 && value >= 3 {
+		third := accounts[rng.IntN(len(accounts))]
 		for third == src || third == dst {
-			third = ids[rng.IntN(len(ids))]
+			third = accounts[rng.IntN(len(accounts))]
 		}
+		third.Amount = value / 3
+		legs[1].Amount -= value / 3
+		legs = append(legs, third)
 	}
 	var opts []twopc.TransferOption
 	keyed := rng.IntN(2) == 0
@@ -300,10 +505,10 @@ func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, ids 
 	for attempt := 0; ; attempt++ {
 		stats.calls.Add(1)
 		var err error
-		if third == "" {
-			_, err = c.Transfer(ctx, src, dst, value, opts...)
+		if len(legs) == 2 && src.Ledger == "" && dst.Ledger == "" {
+			_, err = c.Transfer(ctx, src.Account, dst.Account, value, opts...)
 		} else {
-			_, err = c.TransferLegs(ctx, []twopc.Leg{{Account: src, Amount: -value}, {Account: dst, Amount: value - value/3}, {Account: third, Amount: value / 3}}, opts...)
+			_, err = c.TransferLegs(ctx, legs, opts...)
 		}
 		switch {
 		case err == nil:
@@ -321,6 +526,10 @@ func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, ids 
 			if stats.otherErrors.Add(1) <= 3 {
 				stats.sample(err)
 			}
+			select {
+			case stats.failed <- struct{}{}:
+			default:
+			}
 		}
 		settled := err == nil || errors.Is(err, twopc.ErrCanceled) || errors.Is(err, twopc.ErrInsufficientFunds) ||
 			errors.Is(err, twopc.ErrAccountNotFound) || errors.Is(err, twopc.ErrBalanceOverflow) || errors.Is(err, twopc.ErrInvalidAccount)
@@ -330,6 +539,88 @@ func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, ids 
 		}
 		stats.keyedRetries.Add(1)
 	}
+}
+
+// commandProfile sums, by command shape (name, collection and the fields
+// of its first filter), how many commands the clients sent and how long
+// they waited for them: on the serializing dev server, where its time
+// goes. Only for diagnosis (-sim.profile).
+type commandProfile struct {
+	mu      sync.Mutex
+	started map[int64]profileStart
+	total   map[string]*profileEntry
+}
+
+type profileStart struct {
+	shape string
+	at    time.Time
+}
+
+type profileEntry struct {
+	n    int
+	time time.Duration
+}
+
+func (p *commandProfile) monitor() *event.CommandMonitor {
+	end := func(id int64) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		s, ok := p.started[id]
+		if !ok {
+			return
+		}
+		delete(p.started, id)
+		e := p.total[s.shape]
+		if e == nil {
+			e = &profileEntry{}
+			p.total[s.shape] = e
+		}
+		e.n++
+		e.time += time.Since(s.at)
+	}
+	return &event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			if !dataCommands[e.CommandName] {
+				return
+			}
+			shape := e.CommandName + " " + fmt.Sprint(e.Command.Lookup(e.CommandName))
+			filter := e.Command.Lookup("filter")
+			if u, ok := e.Command.Lookup("updates").ArrayOK(); ok {
+				if first, err := u.IndexErr(0); err == nil {
+					if d, ok := first.DocumentOK(); ok {
+						filter = d.Lookup("q")
+					}
+				}
+			}
+			if f, ok := filter.DocumentOK(); ok {
+				elems, _ := f.Elements()
+				for _, el := range elems {
+					shape += " " + el.Key()
+				}
+			}
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.started[e.RequestID] = profileStart{shape: shape, at: time.Now()}
+		},
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) { end(e.RequestID) },
+		Failed:    func(_ context.Context, e *event.CommandFailedEvent) { end(e.RequestID) },
+	}
+}
+
+func (p *commandProfile) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	shapes := make([]string, 0, len(p.total))
+	for s := range p.total {
+		shapes = append(shapes, s)
+	}
+	sort.Slice(shapes, func(i, j int) bool { return p.total[shapes[i]].time > p.total[shapes[j]].time })
+	var b strings.Builder
+	for _, s := range shapes {
+		e := p.total[s]
+		fmt.Fprintf(&b, "%8d %10v %8v/cmd  %s\n", e.n, e.time.Round(time.Millisecond), (e.time / time.Duration(e.n)).Round(time.Microsecond), s)
+	}
+	return b.String()
 }
 
 // simCancel cancels, now and then, a pending transaction of its own

@@ -287,13 +287,15 @@
 //
 // # Durability, read and write concerns
 //
-// Every write is as durable as the write concern of the database given to
-// NewCoordinator. Use majority write concern on a replica set: every step
-// needs it (insert, apply, commit, settle, done, fence, undo, canceled,
-// unfence), since a step acknowledged by a primary that then loses its
-// unreplicated writes would be forgotten, and the commit write is what
-// Transfer reports. Every read the library decides by is made at majority
-// read concern, whatever the database's: after a lost reply (was the
+// Every write the library sends is a majority write, on the primary,
+// whatever the write concern and read preference of the database given to
+// NewCoordinator or of its client (WithWriteConcern changes the write
+// concern; the guarantees assume majority). Every step needs it (insert,
+// apply, commit, settle, done, fence, undo, canceled, unfence), since a
+// step acknowledged by a primary that then loses its unreplicated writes
+// would be forgotten, and the commit write is what Transfer reports. Every
+// read the library decides by is made at majority read concern, whatever
+// the database's: after a lost reply (was the
 // insert, the commit, the move made?), the group commit's read after a
 // failed write, the inspection of the accounts after a leg write, and
 // recovery's scans. So the library never reports a commit, or rolls a
@@ -301,6 +303,21 @@
 // write that fails with a write-concern error is reported as an error,
 // never as success; the transaction's state then tells, and recovery
 // finishes it.
+//
+// # Servers
+//
+// The library needs single-document atomicity, the hello command's
+// localTime (MongoDB 4.4.2 and later; 4.4.0 and 4.4.1 have no hello) and
+// majority read concern (on MongoDB 4.4 it can be turned off, with
+// enableMajorityReadConcern: false, as some primary-secondary-arbiter
+// deployments are; that setup is not supported: recovery, Cancel and Get
+// then fail). It is tested on MongoDB 6.0, 7.0 and 8.0, standalone and as
+// a replica set, by the repository's GitHub workflow, and on FerretDB v1.24
+// behind a serializing front (see the README: FerretDB alone loses
+// updates). COMMANDS.md in the repository lists every command it sends,
+// the behaviour each relies on and where FerretDB differs. Where only
+// MongoDB has a feature the library uses, it detects it at run time: the
+// partial index of EnsureIndexes.
 //
 // # Scale-out
 //

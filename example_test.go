@@ -91,7 +91,7 @@ func ExampleWithKey() {
 	defer cleanup()
 	c, _ := twopc.NewCoordinator(db)
 	defer c.Close(ctx)
-	_ = c.EnsureIndexes(ctx) // the unique index on key
+	_ = c.EnsureIndexes(ctx)
 	_ = c.OpenAccount(ctx, "A", 100)
 	_ = c.OpenAccount(ctx, "B", 0)
 

@@ -13,6 +13,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/mongotest"
@@ -197,35 +199,78 @@ func TestReview5CancelHonoursRecordedLease(t *testing.T) {
 // reply, the group commit's read of its group, the inspection of the
 // accounts, and recovery's scans would otherwise see writes a failover can
 // roll back.
+// And every write is a majority write, on the primary, whatever the
+// client's defaults (COMMANDS.md, finding F7): a commit reported to a
+// caller cannot be rolled back by a failover.
 func TestReview6DecisionsReadMajority(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t)
 	b.open(map[string]int64{"A": 100, "B": 0})
 	var mu sync.Mutex
-	var reads []bson.Raw
-	db := mongotest.ConnectURI(t, b.server.URI, options.Client().SetMonitor(&event.CommandMonitor{
-		Started: func(_ context.Context, e *event.CommandStartedEvent) {
-			if e.CommandName == "find" || e.CommandName == "aggregate" {
+	var reads, writes []bson.Raw
+	// The client's own defaults are weaker: w:1, reads from a secondary
+	// if there is one. The coordinator must not inherit them.
+	db := mongotest.ConnectURI(t, b.server.URI, options.Client().
+		SetWriteConcern(writeconcern.W1()).SetReadPreference(readpref.SecondaryPreferred()).
+		SetMonitor(&event.CommandMonitor{
+			Started: func(_ context.Context, e *event.CommandStartedEvent) {
 				mu.Lock()
-				reads = append(reads, append(bson.Raw(nil), e.Command...))
-				mu.Unlock()
-			}
-		}})).Database(b.db.Name())
+				defer mu.Unlock()
+				switch e.CommandName {
+				case "find", "aggregate":
+					reads = append(reads, append(bson.Raw(nil), e.Command...))
+				case "insert", "update", "delete", "findAndModify":
+					writes = append(writes, append(bson.Raw(nil), e.Command...))
+				}
+			}})).Database(b.db.Name())
 	c, err := twopc.NewCoordinator(db, twopc.WithSyncSettle())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	require.NoError(t, c.OpenAccount(ctx, "C", 10))
 	_, err = c.Transfer(ctx, "A", "B", 500) // insufficient: inspects the accounts
 	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	_, err = c.Transfer(ctx, "A", "C", 5)
+	require.NoError(t, err)
 	_, err = c.Get(ctx, bson.NewObjectID())
 	require.ErrorIs(t, err, twopc.ErrTxnNotFound)
+	_, err = twopc.NewCanceler(c).Cancel(ctx, bson.NewObjectID()) // writes a canceled placeholder
+	require.NoError(t, err)
+	b.backdateAll(time.Hour)
 	_, err = twopc.NewRecoverer(c).RecoverOnce(ctx)
 	require.NoError(t, err)
 	mu.Lock()
 	defer mu.Unlock()
 	require.NotEmpty(t, reads)
+	require.NotEmpty(t, writes)
 	for _, cmd := range reads {
 		level, _ := cmd.Lookup("readConcern", "level").StringValueOK()
 		assert.Equalf(t, "majority", level, "read without majority read concern: %s", cmd)
+		mode, _ := cmd.Lookup("$readPreference", "mode").StringValueOK()
+		assert.Containsf(t, []string{"", "primary"}, mode, "read not from the primary: %s", cmd)
+	}
+	for _, cmd := range writes {
+		w, _ := cmd.Lookup("writeConcern", "w").StringValueOK()
+		assert.Equalf(t, "majority", w, "write without majority write concern: %s", cmd)
+	}
+
+	// WithWriteConcern replaces majority; it refuses what would give the
+	// protocol nothing to decide by.
+	writes = writes[:0]
+	mu.Unlock()
+	c1, err := twopc.NewCoordinator(db, twopc.WithWriteConcern(writeconcern.W1()), twopc.WithSyncSettle())
+	require.NoError(t, err)
+	_, err = c1.Transfer(ctx, "A", "C", 5)
+	require.NoError(t, err)
+	require.NoError(t, c1.Close(ctx))
+	mu.Lock()
+	require.NotEmpty(t, writes)
+	for _, cmd := range writes {
+		w, _ := cmd.Lookup("writeConcern", "w").AsInt64OK()
+		assert.Equalf(t, int64(1), w, "write concern of WithWriteConcern(W1) not used: %s", cmd)
+	}
+	for _, wc := range []*writeconcern.WriteConcern{nil, writeconcern.Unacknowledged()} {
+		_, err := twopc.NewCoordinator(db, twopc.WithWriteConcern(wc))
+		assert.Error(t, err)
 	}
 }
 

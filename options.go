@@ -2,6 +2,7 @@ package twopc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 )
 
 // Defaults of the options.
@@ -40,6 +42,7 @@ type config struct {
 	now            func() time.Time // the claim clock; tests replace it
 	newID          func() bson.ObjectID
 	ledgers        []ledgerSpec
+	writeConcern   *writeconcern.WriteConcern
 }
 
 // ledgerSpec is a ledger given with WithLedger.
@@ -56,6 +59,7 @@ func defaultConfig() config {
 		accounts:     DefaultAccounts,
 		transactions: DefaultTransactions,
 		retries:      DefaultRetries,
+		writeConcern: writeconcern.Majority(),
 		writeBatch:   DefaultWriteBatch,
 		logger:       slog.New(slog.DiscardHandler),
 		now:          time.Now,
@@ -161,6 +165,25 @@ func WithLedger(name string, accounts *mongo.Collection) Option {
 			}
 		}
 		c.ledgers = append(c.ledgers, ledgerSpec{name: name, accounts: accounts})
+		return nil
+	}
+}
+
+// WithWriteConcern sets the write concern of every write the coordinator
+// sends, in place of the default, majority (which NewCoordinator applies
+// whatever the database's or client's own default). The guarantees assume
+// majority on a replica set: with a weaker one, a step reported done can be
+// rolled back by a failover. Use it only for a server that refuses
+// majority, or a standalone where the two are the same.
+func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
+	return func(c *config) error {
+		if wc == nil {
+			return errors.New("WithWriteConcern: nil write concern")
+		}
+		if !wc.Acknowledged() {
+			return errors.New("WithWriteConcern: an unacknowledged write concern gives the protocol nothing to decide by")
+		}
+		c.writeConcern = wc
 		return nil
 	}
 }

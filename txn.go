@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 )
 
 // Txn is a transfer as stored in the transactions collection: the
@@ -59,8 +60,10 @@ type Coordinator struct {
 }
 
 // NewCoordinator returns a coordinator for the accounts and transactions
-// collections of db. The write concern of db (or of the client behind it)
-// is the durability of every step: use majority on a replica set.
+// collections of db. Whatever db's (or its client's) defaults, every read
+// the library decides by uses majority read concern, every write majority
+// write concern (WithWriteConcern changes that), and both go to the
+// primary: a step the library reports done survives a failover.
 func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	if db == nil {
 		return nil, errors.New("twopc: NewCoordinator: nil database")
@@ -77,9 +80,12 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	if cfg.fenceRetention < cfg.staleAfter {
 		cfg.fenceRetention = cfg.staleAfter
 	}
-	// Every read the library decides by is a majority read: on a replica
-	// set, a write that a failover could roll back is never taken as done.
-	majority := options.Collection().SetReadConcern(readconcern.Majority())
+	// Every read the library decides by is a majority read, and every
+	// write a majority write, on the primary: on a replica set, a write
+	// that a failover could roll back is never taken as done, nor reported
+	// done to a caller.
+	majority := options.Collection().SetReadConcern(readconcern.Majority()).
+		SetWriteConcern(cfg.writeConcern).SetReadPreference(readpref.Primary())
 	c := &Coordinator{
 		config: cfg,
 		db:     db,
@@ -101,21 +107,80 @@ func (c *Coordinator) Application() string { return c.application }
 
 // EnsureIndexes creates the indexes the protocol's scans use, idempotently:
 // {state, lastModified} for recovery, {state, created} for the unfinished
-// transactions fence removal must wait for, and a sparse {fences,
-// lastModified} for fence removal. No index is needed for correctness: accounts and
-// transactions are read and written by _id, and idempotency keys are
-// enforced by the _id derived from them.
+// transactions fence removal must wait for, and {fences, lastModified} for
+// fence removal. That last one is partial ({fences: true}: only the
+// transactions whose fences are still up) where the server has partial
+// indexes, as MongoDB has; where it refuses them (FerretDB), it is sparse,
+// which holds every transaction. An index of the same name and keys made
+// by an earlier version is kept as it is. No index is needed for
+// correctness: accounts and transactions are read and written by _id, and
+// idempotency keys are enforced by the _id derived from them.
 func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
-	_, err := c.txns.Indexes().CreateMany(ctx, []mongo.IndexModel{
-		{Keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}},
-		{Keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldCreated, Value: 1}}},
-		{Keys: bson.D{{Key: fieldFences, Value: 1}, {Key: fieldLastModified, Value: 1}}, Options: options.Index().SetSparse(true)},
-	})
+	// Only the missing ones are asked for, one per command: an index of
+	// that name, of this version or an earlier one, serves; and FerretDB
+	// v1 drops the connection when one createIndexes names several that
+	// exist.
+	specs, err := c.txns.Indexes().ListSpecifications(ctx)
 	if err != nil {
 		return fmt.Errorf("twopc: ensure indexes: %w", err)
 	}
+	have := map[string]bool{}
+	for _, ix := range specs {
+		have[ix.Name] = true
+	}
+	partial := options.Index().SetName(fencesIndex).SetPartialFilterExpression(bson.D{{Key: fieldFences, Value: true}})
+	sparse := options.Index().SetName(fencesIndex).SetSparse(true)
+	for _, ix := range []struct {
+		keys     bson.D
+		opts     *options.IndexOptionsBuilder
+		fallback *options.IndexOptionsBuilder // if the server refuses opts
+	}{
+		{keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}, opts: options.Index().SetName("state_1_lastModified_1")},
+		{keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldCreated, Value: 1}}, opts: options.Index().SetName("state_1_created_1")},
+		{keys: bson.D{{Key: fieldFences, Value: 1}, {Key: fieldLastModified, Value: 1}}, opts: partial, fallback: sparse},
+	} {
+		if err := c.ensureIndex(ctx, have, ix.keys, ix.opts, ix.fallback); err != nil {
+			return fmt.Errorf("twopc: ensure indexes: %w", err)
+		}
+	}
 	return nil
 }
+
+// ensureIndex creates one index unless have names it; if the server
+// refuses its options and fallback is set, it creates fallback instead.
+func (c *Coordinator) ensureIndex(ctx context.Context, have map[string]bool, keys bson.D, opts, fallback *options.IndexOptionsBuilder) error {
+	var o options.IndexOptions
+	for _, set := range opts.List() {
+		if err := set(&o); err != nil {
+			return err
+		}
+	}
+	if o.Name != nil && have[*o.Name] {
+		return nil
+	}
+	_, err := c.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: opts})
+	var se mongo.ServerError
+	conflict := func() bool {
+		return errors.As(err, &se) && (se.HasErrorCode(codeIndexOptionsConflict) || se.HasErrorCode(codeIndexKeySpecsConflict))
+	}
+	if fallback != nil && errors.As(err, &se) && !conflict() {
+		_, err = c.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: fallback})
+	}
+	if conflict() {
+		return nil // made meanwhile by another process, of the other kind: it serves
+	}
+	return err
+}
+
+// fencesIndex names fence removal's index, partial or sparse.
+const fencesIndex = "fences_1_lastModified_1"
+
+// The server's codes for an index that exists with other options, or other
+// keys, under the name asked for.
+const (
+	codeIndexOptionsConflict  = 85
+	codeIndexKeySpecsConflict = 86
+)
 
 // OpenAccount opens account id in the coordinator's default ledger (see
 // Ledger.OpenAccount).

@@ -5,13 +5,17 @@
 //
 //  1. MONGODB_URI, if set: used as it is.
 //  2. A testcontainers-go MongoDB 8 container (single-node replica set), if a
-//     Docker engine answers.
+//     Docker engine answers. If the container cannot start (the image
+//     cannot be pulled: offline, a registry refusing), the harness logs why
+//     and goes on to 3.
 //  3. Otherwise the project's dev server (FerretDB behind a serializing wire
 //     front, built from the examples module), started on a free loopback port,
 //     shared by the tests of the binary and stopped when they end.
 //
-// TWOPC_TEST_BACKEND=uri|docker|devserver forces a choice. Tests never skip for
-// want of a server: if the chosen backend cannot start, the test fails.
+// TWOPC_TEST_BACKEND=uri|docker|devserver forces a choice, with no fallback:
+// TWOPC_TEST_BACKEND=docker fails, saying what to do, if the container
+// cannot start. Tests never skip for want of a server: if the chosen
+// backend cannot start, the test fails.
 //
 // A test package uses it from TestMain:
 //
@@ -119,8 +123,32 @@ func Shared(tb testing.TB) *Server {
 func start() (*Server, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	choice := os.Getenv("TWOPC_TEST_BACKEND")
-	uri := os.Getenv("MONGODB_URI")
+	return choose(ctx, os.Getenv, backends{
+		dockerAnswers: dockerAnswers,
+		container:     startContainer,
+		devServer:     func(ctx context.Context) (*Server, error) { return startDevServer(ctx, "") },
+		logf:          log.Printf,
+	})
+}
+
+// backends are the ways choose can get a server; a test of choose
+// replaces them.
+type backends struct {
+	dockerAnswers func(context.Context) bool
+	container     func(context.Context) (*Server, error)
+	devServer     func(context.Context) (*Server, error)
+	logf          func(format string, args ...any)
+}
+
+// choose picks the server as the package documentation says, reading the
+// environment through getenv. When Docker answers but the container
+// cannot start (the image cannot be pulled: offline, a registry refusing)
+// it logs why and falls back to the dev server, unless
+// TWOPC_TEST_BACKEND=docker demands the container: then it fails, saying
+// what to do.
+func choose(ctx context.Context, getenv func(string) string, b backends) (*Server, error) {
+	choice := getenv("TWOPC_TEST_BACKEND")
+	uri := getenv("MONGODB_URI")
 	switch {
 	case choice == BackendURI || (choice == "" && uri != ""):
 		if uri == "" {
@@ -128,16 +156,26 @@ func start() (*Server, error) {
 		}
 		return &Server{Backend: BackendURI, URI: uri}, nil
 	case choice == BackendDocker:
-		return startContainer(ctx)
+		s, err := b.container(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("TWOPC_TEST_BACKEND=docker: %w; make the image available (docker pull %s), "+
+				"or set MONGODB_URI to a server, or unset TWOPC_TEST_BACKEND to fall back to the dev server", err, containerImage)
+		}
+		return s, nil
 	case choice == BackendDevServer:
-		return startDevServer(ctx, "")
+		return b.devServer(ctx)
 	case choice != "":
 		return nil, fmt.Errorf("TWOPC_TEST_BACKEND=%q: want uri, docker or devserver", choice)
 	}
-	if dockerAnswers(ctx) {
-		return startContainer(ctx)
+	if b.dockerAnswers(ctx) {
+		s, err := b.container(ctx)
+		if err == nil {
+			return s, nil
+		}
+		b.logf("mongotest: Docker answers but the container did not start: %v; falling back to the dev server "+
+			"(TWOPC_TEST_BACKEND=docker makes this an error)", err)
 	}
-	return startDevServer(ctx, "")
+	return b.devServer(ctx)
 }
 
 // Connect returns a client connected to the shared server, disconnected when

@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"github.com/twopc/twopc/examples/devserver"
+	"github.com/twopc/twopc/internal/native"
 )
 
 func main() {
@@ -99,7 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	var impls, levels string
 	fs.StringVar(&c.uri, "uri", os.Getenv("MONGODB_URI"), "MongoDB connection string (default $MONGODB_URI; empty: start the dev server in-process)")
-	fs.StringVar(&impls, "impls", "twopc,tutorial", "implementations to run, comma-separated: twopc, tutorial")
+	fs.StringVar(&impls, "impls", "twopc,tutorial,native", "implementations to run, comma-separated: twopc, tutorial, native (MongoDB's multi-document transactions, run only where the server has them)")
 	fs.StringVar(&levels, "workers", "1,4,16,32", "concurrency levels to sweep: transfers in flight across all processes, comma-separated")
 	fs.IntVar(&c.processes, "processes", 4, "client processes simulated: each has its own client, connection pool and coordinator")
 	fs.Float64Var(&c.rate, "rate", 200, "transfers offered per second across all processes (0: closed loop of -transfers)")
@@ -123,7 +124,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	for _, s := range strings.Split(impls, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case implTwopc, implTutorial:
+		case implTwopc, implTutorial, implNative:
 			c.impls = append(c.impls, s)
 		default:
 			return nil, fmt.Errorf("-impls: unknown implementation %q", s)
@@ -176,6 +177,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	b.server = server + ", " + b.serverVersion(ctx)
 	fmt.Fprintf(stderr, "bench: %s; %s\n", b.server, cfg.describe())
 
+	// Native transactions run only where the server has them; elsewhere
+	// the report says so instead of a figure.
+	var notRun []string
+	if i := slices.Index(cfg.impls, implNative); i >= 0 {
+		ok, err := native.Supported(ctx, b.admin.Database("admin"))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			cfg.impls = slices.Delete(slices.Clone(cfg.impls), i, i+1)
+			notRun = append(notRun, fmt.Sprintf("%s: not run, %s has no multi-document transactions (they need a replica set or a sharded cluster)", implNative, b.server))
+			fmt.Fprintln(stderr, "bench:", notRun[len(notRun)-1])
+		}
+	}
+
 	// A short run of each implementation first, not reported: the first
 	// runs after a server starts are slower than the rest.
 	if cfg.warmup > 0 {
@@ -197,7 +213,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			results = append(results, r)
 		}
 	}
-	rep := &report{cfg: cfg, server: b.server, machine: describeMachine(), results: results, when: time.Now().UTC()}
+	rep := &report{cfg: cfg, server: b.server, machine: describeMachine(), results: results, notRun: notRun, when: time.Now().UTC()}
 	if cfg.chart != "" {
 		if err := drawChart(cfg.chart, results, cfg.impls); err != nil {
 			return fmt.Errorf("chart: %w", err)

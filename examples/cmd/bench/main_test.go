@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestRun runs a tiny sweep of both implementations end to end: the run
+// TestRun runs a tiny sweep of the implementations end to end: the run
 // must check its end state, count the tutorial's eight commands and the
 // library's three round trips, rewrite only the marked part of the file,
 // and draw a PNG chart.
@@ -38,6 +38,10 @@ func TestRun(t *testing.T) {
 	assert.Contains(t, s, "| caller round trips ≤ 3 (tutorial 8) | at most 3.00 (tutorial 8.00) | yes |")
 	assert.NotContains(t, s, "check failed")
 	assert.Contains(t, log.String(), "checked")
+	// The dev server has no multi-document transactions: native
+	// transactions are not run and the report says so.
+	assert.Contains(t, s, "native: not run, dev server (in-process), FerretDB")
+	assert.NotContains(t, s, "| native |")
 
 	updated, err := os.ReadFile(doc)
 	require.NoError(t, err)
@@ -81,7 +85,7 @@ func TestParseFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{1, 8, 32}, c.levels)
 	assert.Equal(t, 25_000, c.total(), "the seed's 1000 per second for 25 iterations")
-	assert.Equal(t, []string{implTwopc, implTutorial}, c.impls)
+	assert.Equal(t, []string{implTwopc, implTutorial, implNative}, c.impls)
 	for _, bad := range [][]string{
 		{"-workers", "0"}, {"-workers", "x"}, {"-impls", "mgo"}, {"-accounts", "1"},
 		{"-rate", "-1"}, {"-rate", "0", "-transfers", "0"}, {"-value", "0"}, {"extra"},

@@ -26,6 +26,7 @@ type report struct {
 	server  string
 	machine string
 	results []result
+	notRun  []string // implementations asked for and not run, and why
 	when    time.Time
 	chart   string // path of the chart, if drawn
 }
@@ -55,6 +56,9 @@ func (r *report) markdown(chartLink string) string {
 		fmt.Fprintf(&b, "| %d | %s | %d | %.1f | %s | %s | %s | %s | %.2f | %.2f |\n",
 			x.workers, name, x.ok, x.throughput(), fmtDur(x.pct(50)), fmtDur(x.pct(95)), fmtDur(x.pct(99)), fmtDur(x.pct(100)),
 			x.callerRTs, x.commands)
+	}
+	for _, why := range r.notRun {
+		fmt.Fprintf(&b, "\n%s.\n", why)
 	}
 
 	pairs := r.pairs()

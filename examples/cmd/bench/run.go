@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/native"
 	"github.com/twopc/twopc/internal/tutorial"
 )
 
@@ -25,6 +26,9 @@ import (
 const (
 	implTwopc    = "twopc"
 	implTutorial = "tutorial"
+	// implNative is MongoDB's multi-document transactions
+	// (internal/native); it runs only where the server has them.
+	implNative = "native"
 )
 
 // dataCommands are the commands that read or write documents; the
@@ -162,6 +166,15 @@ func (t tut) transfer(ctx context.Context, src, dst string, value int64) error {
 func (tut) settle(context.Context) error { return nil }
 func (tut) close(context.Context) error  { return nil }
 
+type nat struct{ b *native.Bank }
+
+func (n nat) transfer(ctx context.Context, src, dst string, value int64) error {
+	_, err := n.b.Transfer(ctx, src, dst, value)
+	return err
+}
+func (nat) settle(context.Context) error { return nil }
+func (nat) close(context.Context) error  { return nil }
+
 // process is one simulated client process.
 type process struct {
 	client *mongo.Client
@@ -234,6 +247,12 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 			}
 		case implTutorial:
 			ps[i].sys = tut{tutorial.New(pdb)}
+		case implNative:
+			nb, err := native.New(ctx, pdb)
+			if err != nil {
+				return res, err
+			}
+			ps[i].sys = nat{nb}
 		}
 	}
 	cnt.caller.Store(0)

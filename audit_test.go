@@ -1,0 +1,214 @@
+package twopc_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/twopc/twopc"
+)
+
+// kinds lists the kinds of a report's violations.
+func kinds(rep *twopc.AuditReport) []string {
+	var out []string
+	for _, v := range rep.Violations {
+		out = append(out, v.Kind)
+	}
+	return out
+}
+
+// An audit of a healthy system, run over and over while transfers (some
+// refused, some crashed and recovered) go on, never reports a violation:
+// a marker read while its transfer settles is read again before it is
+// reported. Once everything is finished, the stated totals are decided
+// and hold.
+func TestAuditLiveSystemIsHealthy(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	fees := b.db.Collection("fees")
+	c := b.coordinator(twopc.WithLedger("fees", fees), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if ctx.Value(simKey{}) != nil && rand.IntN(50) == 0 {
+			return errCrash
+		}
+		return nil
+	}))
+	opening := map[string]int64{}
+	for i := 0; i < 6; i++ {
+		opening[fmt.Sprint("acct-", i)] = 500
+	}
+	b.open(opening)
+	feeLedger, err := c.Ledger("fees")
+	require.NoError(t, err)
+	require.NoError(t, feeLedger.OpenAccount(ctx, "fee", 0))
+
+	const workers, each = 4, 25
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 3))
+			wctx := context.WithValue(ctx, simKey{}, true)
+			for n := 0; n < each; n++ {
+				src, dst := fmt.Sprint("acct-", rng.IntN(6)), fmt.Sprint("acct-", rng.IntN(6))
+				if src == dst {
+					continue
+				}
+				v := 1 + rng.Int64N(300)
+				_, _ = c.TransferLegs(wctx, []twopc.Leg{{Account: src, Amount: -v}, {Account: dst, Amount: v - 1}, {Ledger: "fees", Account: "fee", Amount: 1}})
+			}
+		}(w)
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	audits := 0
+	for running := true; running; audits++ {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		rep, err := c.Audit(ctx, twopc.WithAuditBatch(2), twopc.WithExpectedTotal("", 3000), twopc.WithExpectedTotal("fees", 0))
+		require.NoError(t, err)
+		require.Emptyf(t, rep.Violations, "audit %d during the load", audits)
+		require.NoError(t, rep.Err())
+	}
+	require.NoError(t, c.Settle(ctx))
+	b.recoverAll(twopc.WithLedger("fees", fees))
+
+	rep, err := c.Audit(ctx, twopc.WithExpectedTotal("", 3000-int64(feesHeld(t, c))), twopc.WithExpectedTotal("fees", int64(feesHeld(t, c))))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep.Violations)
+	assert.Zero(t, rep.Unfinished)
+	assert.Zero(t, rep.Markers)
+	assert.Equal(t, 6, rep.Accounts[""])
+	assert.Equal(t, 1, rep.Accounts["fees"])
+	require.Len(t, rep.Totals, 2)
+	for _, tc := range rep.Totals {
+		assert.True(t, tc.Decided && tc.OK, "%+v", tc)
+	}
+	assert.Positive(t, rep.Transactions[twopc.StateDone])
+	t.Logf("%d audits during the load, none found a violation; at the end: %v", audits, rep.Transactions)
+
+	// A stated total the accounts do not hold, with nothing in flight, is
+	// a violation.
+	rep, err = c.Audit(ctx, twopc.WithExpectedTotal("", 1))
+	require.NoError(t, err)
+	require.Equal(t, []string{twopc.ViolationTotal}, kinds(rep))
+	require.ErrorIs(t, rep.Err(), twopc.ErrAuditFailed)
+	_, err = c.Audit(ctx, twopc.WithExpectedTotal("tokyo", 1))
+	require.ErrorIs(t, err, twopc.ErrUnknownLedger)
+}
+
+// feesHeld is the fee account's balance.
+func feesHeld(t *testing.T, c *twopc.Coordinator) int64 {
+	t.Helper()
+	l, err := c.Ledger("fees")
+	require.NoError(t, err)
+	b, err := l.Balance(testCtx(t), "fee")
+	require.NoError(t, err)
+	return b
+}
+
+// The audit finds what the protocol never leaves: a marker of a finished
+// transfer, or of none, on an account of either ledger; a transaction
+// untouched past its lease; an account past its marker bounds; an account
+// of the wrong shape. And a total stated while a transfer is in flight is
+// not decided.
+func TestAuditFindsBrokenInvariants(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	fees := b.db.Collection("fees")
+	c := b.coordinator(twopc.WithLedger("fees", fees), twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0, "C": 7})
+	l, err := c.Ledger("fees")
+	require.NoError(t, err)
+	require.NoError(t, l.OpenAccount(ctx, "fee", 0))
+	txn, err := c.TransferLegs(ctx, []twopc.Leg{{Account: "A", Amount: -10}, {Account: "B", Amount: 9}, {Ledger: "fees", Account: "fee", Amount: 1}})
+	require.NoError(t, err)
+	require.Equal(t, twopc.StateDone, txn.State)
+	rep, err := c.Audit(ctx, twopc.WithExpectedTotal("", 106), twopc.WithExpectedTotal("fees", 1))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "healthy before the corruption: %v", rep.Violations)
+
+	// A marker of the done transfer put back on B, and one of a
+	// transaction that never was on the fee account.
+	ghost := bson.NewObjectID()
+	ghost[len(ghost)-1] = 0 // a transaction id, as the library makes them
+	push := func(coll string, id string, marker bson.ObjectID) {
+		_, err := b.db.Collection(coll).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+			bson.D{{Key: "$push", Value: bson.D{{Key: "pendingTransactions", Value: marker}}}})
+		require.NoError(t, err)
+	}
+	push("accounts", "B", twopc.LegMarker(txn.ID, 1))
+	push("fees", "fee", ghost)
+	rep, err = c.Audit(ctx)
+	require.NoError(t, err)
+	require.Len(t, rep.Violations, 2, "%v", rep.Violations)
+	byTxn := map[bson.ObjectID]twopc.Violation{}
+	for _, v := range rep.Violations {
+		assert.Equal(t, twopc.ViolationOrphanMarker, v.Kind)
+		byTxn[v.Txn] = v
+	}
+	assert.Equal(t, "B", byTxn[txn.ID].Account)
+	assert.Equal(t, "", byTxn[txn.ID].Ledger)
+	assert.Contains(t, byTxn[txn.ID].Detail, "is done")
+	assert.Equal(t, "fee", byTxn[ghost].Account)
+	assert.Equal(t, "fees", byTxn[ghost].Ledger)
+	assert.Contains(t, byTxn[ghost].Detail, "does not exist")
+	require.ErrorIs(t, rep.Err(), twopc.ErrAuditFailed)
+	assert.Contains(t, rep.Err().Error(), "orphan-marker account \"\"/B txn "+txn.ID.Hex())
+
+	// Cleaned up, then a transfer left pending by a crash: not stale at
+	// first, stale once untouched past its lease and the grace; its
+	// marker is not an orphan; totals are not decided while it is in
+	// flight; and with bounds of zero markers, A is past them.
+	for coll, id := range map[string]string{"accounts": "B", "fees": "fee"} {
+		_, err := b.db.Collection(coll).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "pendingTransactions", Value: bson.A{}}}}})
+		require.NoError(t, err)
+	}
+	crashing := b.coordinator(twopc.WithStepHook(crashAt(twopc.StepCommit)), twopc.WithStaleAfter(time.Minute))
+	stuck, err := crashing.Transfer(ctx, "A", "C", 5)
+	require.ErrorIs(t, err, errCrash)
+	rep, err = c.Audit(ctx, twopc.WithExpectedTotal("", 106))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep.Violations)
+	assert.Equal(t, 1, rep.Unfinished)
+	assert.Equal(t, 2, rep.Markers)
+	require.Len(t, rep.Totals, 1)
+	assert.False(t, rep.Totals[0].Decided, "a transfer in flight")
+	b.backdate(stuck.ID, 2*time.Minute)
+	rep, err = c.Audit(ctx, twopc.WithStaleGrace(30*time.Second), twopc.WithMarkerBounds(0, 0))
+	require.NoError(t, err)
+	require.Equal(t, []string{twopc.ViolationStale}, kinds(rep), "bounds of 0 mean the defaults")
+	assert.Equal(t, stuck.ID, rep.Violations[0].Txn)
+	assert.GreaterOrEqual(t, rep.OldestUnfinished, 2*time.Minute)
+	rep, err = c.Audit(ctx, twopc.WithStaleGrace(time.Hour))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "within its lease and the grace: %v", rep.Violations)
+	crashing2 := b.coordinator(twopc.WithStepHook(crashAt(twopc.StepCommit)))
+	_, err = crashing2.Transfer(ctx, "A", "C", 1)
+	require.ErrorIs(t, err, errCrash)
+	rep, err = c.Audit(ctx, twopc.WithStaleGrace(time.Hour), twopc.WithMarkerBounds(1, 5))
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{twopc.ViolationMarkerBound, twopc.ViolationMarkerBound}, kinds(rep), "A and C hold two markers each")
+
+	// An account of the wrong shape.
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "B"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "balance", Value: "nine"}}}})
+	require.NoError(t, err)
+	rep, err = c.Audit(ctx, twopc.WithStaleGrace(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, []string{twopc.ViolationMalformed}, kinds(rep))
+	assert.Contains(t, rep.Violations[0].Detail, "balance is a string")
+}

@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:27017
 GO   ?= go
 SHELL := /bin/bash
 
-.PHONY: test demo banks devserver vet fmt check soak bench
+.PHONY: test demo banks metrics devserver vet fmt check soak bench
 
 # test runs every test of both modules with the race detector, against
 # MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev server,
@@ -35,6 +35,13 @@ demo:
 # (started in-process), printing each step; one bank stops mid-transfer.
 banks:
 	cd examples && $(GO) run ./cmd/banks
+
+# metrics runs transfers in a loop (some overdrawn, some dying before their
+# commit point for a Recoverer to finish) and serves their Prometheus
+# metrics on http://$(METRICS_ADDR)/metrics until interrupted.
+METRICS_ADDR ?= 127.0.0.1:2112
+metrics:
+	cd examples && $(GO) run ./cmd/metrics -addr $(METRICS_ADDR)
 
 # devserver runs the dev server in the foreground; its first line is the URI.
 devserver:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -183,13 +184,30 @@ func (g *committer) lead(w *commitWait) {
 	}
 	g.mu.Unlock()
 
-	g.write(w, group)
+	start := time.Now()
+	grouped := g.write(w, group)
+	type decided struct {
+		ctx   context.Context
+		id    bson.ObjectID
+		moved bool
+		err   error
+	}
+	outcomes := make([]decided, len(grouped))
+	for i, q := range grouped {
+		outcomes[i] = decided{q.ctx, q.rec.ID, q.moved, q.err}
+	}
 	for _, q := range group {
 		if q != w {
 			close(q.turn)
 		}
 	}
 	g.handOff()
+	// The observers hear of the group's moves once its members and the
+	// next group have gone on: only this leader waits for them.
+	m := move{step: StepCommit, from: StatePending, to: StateApplied}
+	for _, o := range outcomes {
+		g.c.transition(o.ctx, o.id, m, start, len(outcomes), o.moved, o.err)
+	}
 }
 
 // handOff ends a write: the first commit that waits leads the next group.
@@ -229,8 +247,11 @@ func (g *committer) one(ctx context.Context, r *record) (*record, bool, error) {
 }
 
 // write commits group, led by leader, under the leader's context, and
-// leaves each member's outcome in it.
-func (g *committer) write(leader *commitWait, group []*commitWait) {
+// leaves each member's outcome in it. It returns the members whose
+// outcome a grouped write decided, for the observers (a write of one is
+// advance's, which tells them itself; a member that will commit again has
+// no outcome yet).
+func (g *committer) write(leader *commitWait, group []*commitWait) []*commitWait {
 	var live []*commitWait
 	for _, q := range group {
 		if err := q.ctx.Err(); err != nil && q != leader {
@@ -242,7 +263,7 @@ func (g *committer) write(leader *commitWait, group []*commitWait) {
 	if len(live) == 1 {
 		q := live[0]
 		q.cur, q.moved, q.err = g.one(q.ctx, q.rec)
-		return
+		return nil
 	}
 	c := g.c
 	ctx := leader.ctx
@@ -268,7 +289,7 @@ func (g *committer) write(leader *commitWait, group []*commitWait) {
 			cp.State = StateApplied
 			q.cur, q.moved = &cp, true
 		}
-		return
+		return live
 	}
 	// Fewer moved than asked, or the write failed (maybe after it
 	// happened): read which moved. A transaction moved if it is applied
@@ -296,13 +317,13 @@ func (g *committer) write(leader *commitWait, group []*commitWait) {
 				q.again = true
 			}
 		}
-		return
+		return []*commitWait{leader}
 	}
 	if rerr != nil {
 		for _, q := range live {
 			q.cur, q.err = q.rec, cmpErr(err, rerr)
 		}
-		return
+		return live
 	}
 	for _, q := range live {
 		q.cur, q.moved = q.rec, false
@@ -324,4 +345,5 @@ func (g *committer) write(leader *commitWait, group []*commitWait) {
 			}
 		}
 	}
+	return live
 }

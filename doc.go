@@ -260,11 +260,27 @@
 // about f×(R+I) markers: at the defaults (R one minute, I 30 seconds), 100
 // transfers a second keep it under 9,000 markers, about 160 kB, far under
 // MongoDB's 16 MB document limit. Without a Recoverer it grows with every
-// transfer. TestReview7HotAccountStaysBounded checks the bound. A
+// transfer. TestHistoryStaysBounded checks the bound. A
 // tombstone holds only its fence line and its fences; tombstones are kept
 // (their line refuses late legs), one document, under 100 bytes once its
 // fences are gone, per id that a rolled-back transfer named while it had
 // no account.
+//
+// The transactions collection keeps every transaction for good unless
+// WithHistory bounds it: then a Recoverer's pass moves each final
+// transaction, once its fences are removed and its recorded time to keep
+// has passed, to an archive collection (or removes it). With a Recoverer
+// every interval I, the collection holds the transactions unfinished, plus
+// those final within retention R plus keep K plus I: about f×(R+K+I) at f
+// transfers a second. TestHistoryStaysBounded pushes 20,000 transfers
+// through one account and checks the collection and every account
+// document stay bounded. Placeholders and tombstones are kept (see
+// WithHistory).
+//
+// Audit checks the invariants above on a live system: markers against
+// unfinished transactions, transactions past their lease, the marker
+// bounds, and totals the caller states. It reads in batches and writes
+// nothing; an application can serve its report from a health check.
 //
 // Settling and unfencing many transactions at once update their accounts
 // in write commands of at most WithWriteBatch statements (48 by default).
@@ -360,6 +376,20 @@
 // All are matched with errors.Is. Any other error leaves the transaction
 // where it stood, for recovery; with an idempotency key (WithKey) the
 // Transfer can be repeated safely.
+//
+// # Observing
+//
+// WithObserver gives an Observer every state transition a process writes
+// (transaction, from and to states, step, the write's duration, and
+// whether it moved the transaction, found it moved by someone else, or
+// failed) and every recovery action (takeover, roll forward, settle, roll
+// back, cancel initial, unfence). It is called synchronously and must be
+// fast; a panic in it is recovered and logged, never passed on.
+// examples/observe has Prometheus and OpenTelemetry observers. Every log
+// line about a transaction carries the attributes txn (its _id in hex),
+// step (when the line is about one) and application; a recovery pass's
+// summary carries application and the pass's report, and each transaction
+// it took on and failed has a line of its own.
 //
 // # Testing failure handling
 //

@@ -2,7 +2,6 @@ package twopc_test
 
 import (
 	"context"
-	"flag"
 	"math"
 	"sync"
 	"testing"
@@ -297,55 +296,6 @@ func TestReview7LateRollbackLeavesNoFence(t *testing.T) {
 	require.ErrorIs(t, err, twopc.ErrAccountNotFound)
 }
 
-// 7. An account's marker arrays stay bounded however many transfers pass
-// through it: pendingTransactions holds only legs in flight, and
-// fencedTransactions only transactions finished within the retention (or
-// behind an unfinished older one), since each recovery pass removes the
-// rest. Here the hot account takes hotTransfers transfers, with a recovery
-// pass after each batch.
-func TestReview7HotAccountStaysBounded(t *testing.T) {
-	n := *hotTransfers
-	if testing.Short() {
-		n = min(n, 200)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute+time.Duration(n)*100*time.Millisecond)
-	defer cancel()
-	b := newBank(t)
-	const batch = 50
-	b.open(map[string]int64{"hot": int64(n) * 10, "a": 0, "c": 0})
-	most, largest := 0, 0
-	for i := 0; i < n; i++ {
-		dst := []string{"a", "c"}[i%2]
-		_, err := b.c.Transfer(ctx, "hot", dst, 1)
-		require.NoError(t, err)
-		if (i+1)%batch == 0 || i == n-1 {
-			require.NoError(t, b.c.Settle(ctx))
-			raw, err := b.db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: "hot"}}).Raw()
-			require.NoError(t, err)
-			largest = max(largest, len(raw))
-			most = max(most, len(b.account("hot").Fenced))
-			b.ageFinal()
-			b.recoverAll()
-			require.Empty(t, b.account("hot").Fenced, "the pass removed every fence")
-			// Archive the finished, unfenced transactions, as an operator
-			// keeping the log small would: the dev server scans the
-			// collection for most filters, and the account's size, which
-			// is what is measured, does not depend on the log.
-			_, err = b.db.Collection("transactions").DeleteMany(ctx, bson.D{
-				{Key: "state", Value: "done"}, {Key: "fences", Value: bson.D{{Key: "$exists", Value: false}}}})
-			require.NoError(t, err)
-		}
-	}
-	t.Logf("%d transfers through one account: at most %d fences, %d bytes", n, most, largest)
-	assert.LessOrEqual(t, most, batch, "fences between passes are the transfers since the last pass")
-	// 12 bytes an id plus the array overhead; the account's own fields.
-	assert.LessOrEqual(t, largest, 200+batch*20)
-	assert.Equal(t, int64(n*9), b.balance("hot"))
-	assert.Equal(t, int64(n/2), b.balance("a"))
-	assert.Equal(t, int64(n-n/2), b.balance("c"))
-	assert.Empty(t, b.account("hot").Pending)
-}
-
 // 8a. An account opened where a rollback left a tombstone, after that
 // tombstone's fences were removed (tombstones used to be deleted then,
 // racing OpenAccount), adopts the tombstone's fence line: the stalled
@@ -443,8 +393,6 @@ func TestReview8ForeignDocumentsLeftAlone(t *testing.T) {
 	_, err = twopc.NewCanceler(b.c).Cancel(ctx, initial)
 	require.ErrorIs(t, err, twopc.ErrMalformedTxn)
 }
-
-var hotTransfers = flag.Int("hot.transfers", 10000, "transfers through one account in TestReview7HotAccountStaysBounded (200 with -short)")
 
 // The tests below replay what a review of the fixes above found.
 

@@ -128,44 +128,72 @@ func (c *Coordinator) renew(ctx context.Context, o *owned) error {
 // then moves those whose legs all closed to done (one write for the
 // batch). Both writes are guarded and idempotent, so anyone may settle an
 // applied transaction, any number of times. It returns the transactions it
-// moved to done.
-func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, error) {
+// moved to done, and those it left applied with the step it stopped at and
+// why.
+func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, []unsettled, error) {
 	var batch []*record
+	var left []unsettled
 	var firstErr error
 	for _, r := range recs {
 		if err := c.at(ctx, StepSettle, r); err != nil {
 			firstErr = cmpErr(firstErr, err)
+			left = append(left, unsettled{r, StepSettle, err})
 			continue
 		}
 		batch = append(batch, r)
 	}
 	if len(batch) == 0 {
-		return nil, firstErr
+		return nil, left, firstErr
 	}
 	failed, err := c.closeLegs(ctx, batch)
 	firstErr = cmpErr(firstErr, err)
 	var ready []*record
 	for i, r := range batch {
 		if failed[i] {
+			why := err
+			if why == nil {
+				why = fmt.Errorf("transaction %s: a leg may not have closed", r.ID.Hex())
+			}
+			left = append(left, unsettled{r, StepSettle, why})
 			continue
 		}
 		if err := c.at(ctx, StepDone, r); err != nil {
 			firstErr = cmpErr(firstErr, err)
+			left = append(left, unsettled{r, StepDone, err})
 			continue
 		}
 		ready = append(ready, r)
 	}
 	done, err := c.finish(ctx, ready, move{step: StepDone, from: StateApplied, to: StateDone, anyClaim: true})
-	return done, cmpErr(firstErr, err)
+	if err != nil {
+		for _, r := range ready {
+			left = append(left, unsettled{r, StepDone, err})
+		}
+	}
+	return done, left, cmpErr(firstErr, err)
+}
+
+// unsettled is a committed transaction settle left applied: the step it
+// stopped at, and why.
+type unsettled struct {
+	rec  *record
+	step Step
+	err  error
 }
 
 // finish moves recs, whose step hooks were already called, with the
 // claim-free move m: one guarded update for all of them, or one
 // find-and-modify for a single transaction so that its caller gets the
 // stored document back.
+//
+// The observers are told of each transaction's move. A single one that
+// does not match was finished by someone else (or by an attempt whose
+// reply was lost): not moved. The update of several says only how many
+// moved, so each is reported moved when it succeeds.
 func (c *Coordinator) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
 	m.set = append(m.set, bson.E{Key: fieldFences, Value: true})
 	m.retain = c.fenceRetention
+	start := time.Now()
 	switch len(recs) {
 	case 0:
 		return nil, nil
@@ -179,11 +207,13 @@ func (c *Coordinator) finish(ctx context.Context, recs []*record, m move) ([]*re
 			// Finished already: by someone else, or by an attempt whose
 			// reply was lost. Re-read to say which state it is in.
 			now, err := c.read(ctx, recs[0].ID)
+			c.transition(ctx, recs[0].ID, m, start, 1, false, nil)
 			if err != nil || now.State != m.to {
 				return nil, err
 			}
 			return []*record{now}, nil
 		}
+		c.transition(ctx, recs[0].ID, m, start, 1, err == nil, err)
 		if err != nil {
 			return nil, err
 		}
@@ -199,6 +229,9 @@ func (c *Coordinator) finish(ctx context.Context, recs []*record, m move) ([]*re
 		_, err := c.txns.UpdateMany(ctx, filter, m.update())
 		return err
 	})
+	for _, r := range recs {
+		c.transition(ctx, r.ID, m, start, len(recs), err == nil, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +255,11 @@ func (c *Coordinator) finish(ctx context.Context, recs []*record, m move) ([]*re
 // was created at or before it: the line would refuse that transaction's
 // remaining legs (which is safe, it rolls back, but needless). Time and
 // retention only decide when fences go, never whether a leg applies.
-func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) {
+//
+// It tells report what became of each transaction it takes on: unfenced
+// (moved), held back by an older unfinished transaction (not moved), or
+// failed.
+func (c *Coordinator) unfence(ctx context.Context, recs []*record, report func(r *record, outcome Outcome, err error)) (int, error) {
 	var firstErr error
 	var due []*record
 	for _, r := range recs {
@@ -231,6 +268,7 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) 
 		}
 		if err := c.at(ctx, StepUnfence, r); err != nil {
 			firstErr = cmpErr(firstErr, err)
+			report(r, OutcomeError, err)
 			continue
 		}
 		due = append(due, r)
@@ -240,21 +278,34 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) 
 	}
 	open, err := c.openBefore(ctx, due)
 	if err != nil {
+		for _, r := range due {
+			report(r, OutcomeError, err)
+		}
 		return 0, cmpErr(firstErr, err)
 	}
 	var ready []*record
 	for _, r := range due {
 		if open.clear(r) { // else an older unfinished transaction shares an account
 			ready = append(ready, r)
+		} else {
+			report(r, OutcomeNotMoved, nil)
 		}
 	}
 	failed, err := c.unfenceLegs(ctx, ready)
 	firstErr = cmpErr(firstErr, err)
 	var ids bson.A
+	var cleared []*record
 	for i, r := range ready {
-		if !failed[i] {
-			ids = append(ids, r.ID)
+		if failed[i] {
+			why := err
+			if why == nil {
+				why = fmt.Errorf("transaction %s: a fence may not have been removed", r.ID.Hex())
+			}
+			report(r, OutcomeError, why)
+			continue
 		}
+		ids = append(ids, r.ID)
+		cleared = append(cleared, r)
 	}
 	if len(ids) == 0 {
 		return 0, firstErr
@@ -269,6 +320,9 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record) (int, error) 
 		}
 		return err
 	})
+	for _, r := range cleared {
+		report(r, outcomeOf(err == nil, err), err)
+	}
 	return int(n), cmpErr(firstErr, err)
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -136,4 +137,33 @@ func TestTransferLegsKeyAndReverse(t *testing.T) {
 	assert.Equal(t, two.ID, same.ID)
 	b.checkSettled(opening)
 	assert.Equal(t, int64(95), b.balance("A"))
+}
+
+// A recoverer not given a ledger that a stale transaction has a leg on
+// leaves it alone, before any claim, and says why; a recoverer that has
+// the ledger then finishes it at once, not a lease later.
+func TestRecoveryLeavesUnknownLedgersToOthers(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	fees := b.db.Collection("fees")
+	c := b.coordinator(twopc.WithLedger("fees", fees), twopc.WithStepHook(crashAt(twopc.StepCommit)))
+	b.open(map[string]int64{"A": 100})
+	l, err := c.Ledger("fees")
+	require.NoError(t, err)
+	require.NoError(t, l.OpenAccount(ctx, "fee", 0))
+	txn, err := c.TransferLegs(ctx, []twopc.Leg{{Account: "A", Amount: -10}, {Ledger: "fees", Account: "fee", Amount: 10}})
+	require.ErrorIs(t, err, errCrash)
+	b.backdate(txn.ID, time.Hour)
+	before := b.txn(txn.ID)
+
+	_, err = twopc.NewRecoverer(b.coordinator(twopc.WithApplication("without-fees"))).RecoverOnce(ctx)
+	require.ErrorIs(t, err, twopc.ErrUnknownLedger)
+	after := b.txn(txn.ID)
+	assert.Equal(t, before.Claim, after.Claim, "not taken over")
+	assert.Equal(t, before.LastModified, after.LastModified)
+
+	rep, err := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("with-fees"), twopc.WithLedger("fees", fees))).RecoverOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.RolledForward)
+	assert.Equal(t, int64(90), b.balance("A"))
 }

@@ -39,10 +39,27 @@ type config struct {
 	retries        int
 	writeBatch     int
 	logger         *slog.Logger
+	observers      []Observer
 	now            func() time.Time // the claim clock; tests replace it
 	newID          func() bson.ObjectID
 	ledgers        []ledgerSpec
 	writeConcern   *writeconcern.WriteConcern
+	history        history
+}
+
+// history is WithHistory's setting.
+type history struct {
+	keep    time.Duration     // 0: keep for good
+	archive *mongo.Collection // nil: remove
+}
+
+// archiveName is the name recorded in each transaction: the archive
+// collection's, "" for removal.
+func (h history) archiveName() string {
+	if h.archive == nil {
+		return ""
+	}
+	return h.archive.Name()
 }
 
 // ledgerSpec is a ledger given with WithLedger.
@@ -188,6 +205,45 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 	}
 }
 
+// WithHistory bounds the transactions collection: each transaction this
+// coordinator creates records keep, and once it is final, its fences are
+// removed and keep has passed since it was last modified (by the server's
+// clock), a Recoverer's pass moves it to archive, or removes it if archive
+// is nil. Without WithHistory transactions are kept for good.
+//
+// What it costs and what it does not: an idempotency key is honoured for
+// at least keep plus the fence retention after its transaction became
+// final; after that, Transfer with the same key is a new transfer. Removing
+// a transaction never lets money move: it is removed only after every
+// account it touched has its fence line at or past the transaction's time,
+// so a leg write of it, delivered however late, is refused by the server,
+// and a late insert of it becomes a pending transaction with no leg
+// applied, which recovery cancels. Placeholders (Cancel of an unknown id)
+// are never removed: nothing records the accounts a late insert of that id
+// would touch, so they are what refuses it (one per such Cancel). The
+// log's limit: a removed transaction's own write commands, delivered again
+// after its removal (a network that duplicates and delays), can bring its
+// document back and move it to done or canceled; none of its legs
+// applies, and the copy is removed in turn, but until then the
+// transactions collection shows a second record of that id with no effect
+// on any balance. With an archive, the archive keeps the first record (a
+// copy's archiving finds the id there and leaves it). The archive's name
+// is recorded in each transaction with keep, and only a Recoverer whose
+// coordinator has WithHistory with an archive of that name moves it (one
+// without an archive removes only the transactions recorded for removal):
+// a Recoverer configured otherwise leaves the transaction. Archiving is
+// an insert into archive, then a guarded delete; a pass that stops between
+// them leaves the transaction in both, and the next pass finishes the move.
+func WithHistory(keep time.Duration, archive *mongo.Collection) Option {
+	return func(c *config) error {
+		if keep <= 0 {
+			return fmt.Errorf("WithHistory(%v): want a positive time to keep", keep)
+		}
+		c.history = history{keep: keep, archive: archive}
+		return nil
+	}
+}
+
 // WithAllowNegative lets a debit take a balance below zero (credit lines).
 // By default a debit applies only if balance >= value. The policy is
 // recorded in each transaction this coordinator creates, and whoever
@@ -245,13 +301,30 @@ func WithWriteBatch(n int) Option {
 }
 
 // WithLogger sets the logger for background work: settling and recovery
-// (default: discard).
+// (default: discard), and for an Observer's panics. Every line about a
+// transaction carries its id (txn), the step when there is one, and the
+// application (see Observing in the package documentation).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
 			return fmt.Errorf("WithLogger: nil logger")
 		}
 		c.logger = l
+		return nil
+	}
+}
+
+// WithObserver adds an Observer: it is told of every state transition and
+// every recovery action of the Coordinator, its Cancelers and its
+// Recoverers (see Observer for what each event means). It may be given
+// more than once; the observers are called in the order given. They are
+// called synchronously: keep them fast.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		if o.Transition == nil && o.Recovery == nil {
+			return errors.New("WithObserver: an Observer with no funcs")
+		}
+		c.observers = append(c.observers, o)
 		return nil
 	}
 }

@@ -69,6 +69,7 @@ type RecoveryReport struct {
 	Skipped       int // transactions another process took or moved first
 	Failed        int // transactions left as they were after an error (see the error)
 	Unfenced      int // settled transactions whose fences were removed
+	Removed       int // final transactions moved to the archive or removed (WithHistory)
 }
 
 // Finished is how many transactions the pass took to done or canceled.
@@ -101,10 +102,17 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 
 	// Applied: settle, whatever the age, in batches.
 	err = r.each(ctx, bson.D{{Key: fieldState, Value: StateApplied}}, fail, func(recs []*record) {
-		done, err := c.settle(ctx, recs)
+		start := time.Now()
+		done, left, err := c.settle(ctx, recs)
 		rep.Settled += len(done)
 		if err != nil {
 			fail(err)
+		}
+		for _, t := range done {
+			r.report(ctx, t.ID, StateApplied, RecoverySettle, start, OutcomeMoved, 0, nil)
+		}
+		for _, u := range left {
+			r.report(ctx, u.rec.ID, StateApplied, RecoverySettle, start, OutcomeError, u.step, u.err)
 		}
 	})
 	if err != nil {
@@ -133,6 +141,13 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 	// Fences past their retention.
 	n, err := r.unfence(ctx, now)
 	rep.Unfenced = n
+	if err != nil {
+		firstErr = cmpErr(firstErr, err)
+	}
+
+	// History past its time to keep, once unfenced.
+	n, err = r.prune(ctx, now)
+	rep.Removed = n
 	if err != nil {
 		firstErr = cmpErr(firstErr, err)
 	}
@@ -187,15 +202,26 @@ func (r *Recoverer) each(ctx context.Context, filter bson.D, bad func(error), fn
 	return cur.Err()
 }
 
-// recover takes over one stale transaction and finishes it.
+// recover takes over one stale transaction and finishes it. The takeover
+// and the action that follows are each reported to the observers.
 func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport) error {
 	c := r.c
+	// A transaction with a leg on a ledger this coordinator was not given
+	// is left to a recoverer that has it, before any claim: taking it
+	// over would only hold it from that recoverer for a whole lease.
+	for _, lg := range t.legs() {
+		if _, ok := c.ledgers[lg.ledger]; !ok {
+			return fmt.Errorf("%w: %q: left to a recoverer that has it", ErrUnknownLedger, lg.ledger)
+		}
+	}
 	sent := c.now()
+	start := time.Now()
 	cur, moved, err := c.advance(ctx, t, move{
 		step: StepTakeover, from: t.State, to: t.State,
 		claim: t.Claim, lastModified: t.LastModified,
 		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
 	})
+	r.report(ctx, t.ID, t.State, RecoveryTakeover, start, outcomeOf(moved, err), StepTakeover, err)
 	if err != nil {
 		return err
 	}
@@ -203,12 +229,33 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 		rep.Skipped++
 		return nil
 	}
-	r.logger.DebugContext(ctx, "twopc: took over", "txn", cur.ID.Hex(), "state", cur.State, "from", t.Application)
+	r.logger.DebugContext(ctx, "twopc: took over",
+		append(c.logAttrs(cur.ID, StepTakeover), "state", cur.State, "taken_from", t.Application)...)
+	start = time.Now()
+	// done reports action a: done (moved), skipped (not moved: another
+	// process moved the transaction first), or failed.
+	done := func(a RecoveryAction, outcome Outcome, err error) error {
+		r.report(ctx, cur.ID, cur.State, a, start, outcome, 0, err)
+		switch outcome {
+		case OutcomeNotMoved:
+			rep.Skipped++
+		case OutcomeMoved:
+			switch a {
+			case RecoveryRollForward:
+				rep.RolledForward++
+			case RecoveryRollBack:
+				rep.RolledBack++
+			case RecoveryCancelInitial:
+				rep.Canceled++
+			}
+		}
+		return err
+	}
 	switch cur.State {
 	case StatePending:
 		begun, err := c.begun(ctx, cur)
 		if err != nil {
-			return err
+			return done(RecoveryRollForward, OutcomeError, err)
 		}
 		if !begun {
 			// No leg was applied: presume abort. Its owner stopped (or
@@ -217,48 +264,58 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 			if _, err := c.abort(ctx, cur, errStalePending); err != nil && !errors.Is(err, errStalePending) {
 				switch {
 				case errors.Is(err, ErrInProgress), errors.Is(err, ErrCanceled), isLegReason(err):
-					rep.Skipped++
-					return nil
+					return done(RecoveryRollBack, OutcomeNotMoved, nil)
 				}
-				return err
+				return done(RecoveryRollBack, OutcomeError, err)
 			}
-			rep.RolledBack++
-			return nil
+			return done(RecoveryRollBack, OutcomeMoved, nil)
 		}
 		_, err = c.drive(ctx, &owned{rec: cur, claimedAt: sent}, true)
 		switch {
 		case err == nil:
-			rep.RolledForward++
+			return done(RecoveryRollForward, OutcomeMoved, nil)
 		case isLegReason(err):
-			rep.RolledBack++
+			return done(RecoveryRollBack, OutcomeMoved, nil)
 		case errors.Is(err, ErrInProgress), errors.Is(err, ErrCanceled):
-			rep.Skipped++
+			return done(RecoveryRollForward, OutcomeNotMoved, nil)
 		default:
-			return err
+			return done(RecoveryRollForward, OutcomeError, err)
 		}
 	case StateCanceling:
 		if _, err := c.rollback(ctx, cur); err != nil {
-			return err
+			return done(RecoveryRollBack, OutcomeError, err)
 		}
-		rep.RolledBack++
+		return done(RecoveryRollBack, OutcomeMoved, nil)
 	case StateInitial:
-		cur, moved, err := c.advance(ctx, cur, move{
+		next, moved, err := c.advance(ctx, cur, move{
 			step: StepCancel, from: StateInitial, to: StateCanceling, claim: cur.Claim,
 			set: bson.D{{Key: fieldReason, Value: reasonStaleInitial}},
 		})
-		if err != nil {
-			return err
+		if err != nil || !moved {
+			return done(RecoveryCancelInitial, outcomeOf(moved, err), err)
 		}
-		if !moved {
-			rep.Skipped++
-			return nil
+		if _, err := c.rollback(ctx, next); err != nil {
+			return done(RecoveryCancelInitial, OutcomeError, err)
 		}
-		if _, err := c.rollback(ctx, cur); err != nil {
-			return err
-		}
-		rep.Canceled++
+		return done(RecoveryCancelInitial, OutcomeMoved, nil)
 	}
 	return nil
+}
+
+// report tells the observers of recovery action a on transaction id,
+// found in state found and begun at start, and, if it failed, logs it to
+// the recoverer's logger with the step it failed at: step if not zero,
+// else the step whose hook stopped it, if one did.
+func (r *Recoverer) report(ctx context.Context, id bson.ObjectID, found State, a RecoveryAction, start time.Time, outcome Outcome, step Step, err error) {
+	r.c.recovered(ctx, id, found, a, start, outcome, err)
+	if outcome != OutcomeError {
+		return
+	}
+	if step == 0 {
+		step = stepOf(err)
+	}
+	r.logger.WarnContext(ctx, "twopc: recovery left the transaction for the next pass",
+		append(r.c.logAttrs(id, step), "action", a, "state", found, "err", err)...)
 }
 
 // errStalePending is why recovery rolls back a stale pending transaction
@@ -314,7 +371,10 @@ func (r *Recoverer) unfence(ctx context.Context, now time.Time) (int, error) {
 				due = append(due, t)
 			}
 		}
-		n, err := r.c.unfence(ctx, due)
+		start := time.Now()
+		n, err := r.c.unfence(ctx, due, func(t *record, outcome Outcome, err error) {
+			r.report(ctx, t.ID, t.State, RecoveryUnfence, start, outcome, StepUnfence, err)
+		})
 		total += n
 		firstErr = cmpErr(firstErr, err)
 	})
@@ -332,9 +392,9 @@ func (r *Recoverer) Run(ctx context.Context) error {
 		rep, err := r.RecoverOnce(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			r.logger.ErrorContext(ctx, "twopc: recovery pass", "err", err, "report", rep)
+			r.logger.ErrorContext(ctx, "twopc: recovery pass", logApplication, r.c.application, "err", err, "report", rep)
 		case rep != (RecoveryReport{}):
-			r.logger.InfoContext(ctx, "twopc: recovery pass", "report", rep)
+			r.logger.InfoContext(ctx, "twopc: recovery pass", logApplication, r.c.application, "report", rep)
 		}
 		select {
 		case <-ctx.Done():

@@ -123,6 +123,8 @@ var errArrived = errors.New("twopc: the transaction arrived")
 // on the _id's uniqueness (errArrived) and the caller looks again.
 func (c *Coordinator) placeholder(ctx context.Context, id bson.ObjectID) (*record, error) {
 	var cur record
+	start := time.Now()
+	created := c.now().UTC().Truncate(time.Millisecond)
 	err := c.try(ctx, StepCancel, &record{Txn: Txn{ID: id}}, func(ctx context.Context) error {
 		return c.txns.FindOneAndUpdate(ctx,
 			bson.D{{Key: "_id", Value: id}, {Key: fieldPlaceholder, Value: true}},
@@ -132,15 +134,21 @@ func (c *Coordinator) placeholder(ctx context.Context, id bson.ObjectID) (*recor
 					{Key: fieldReason, Value: reasonCanceled},
 					{Key: fieldPlaceholder, Value: true},
 					{Key: fieldApplication, Value: c.application},
-					{Key: fieldCreated, Value: c.now().UTC().Truncate(time.Millisecond)},
+					{Key: fieldCreated, Value: created},
 				}},
 				{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
 			},
 			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&cur)
 	})
+	// Reported to the observers as a transaction created canceled; moved
+	// only if this call wrote it (a placeholder found is an earlier
+	// Cancel's: its transaction time is not this call's).
+	m := move{step: StepCancel, to: StateCanceled}
 	if mongo.IsDuplicateKeyError(err) {
+		c.transition(ctx, id, m, start, 1, false, nil)
 		return nil, errArrived
 	}
+	c.transition(ctx, id, m, start, 1, err == nil && cur.Created.Equal(created), err)
 	if err != nil {
 		return nil, err
 	}

@@ -95,12 +95,12 @@ func (s *settler) drain() {
 		s.busy = true
 		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-		done, err := s.c.settle(ctx, batch)
-		cancel()
-		if err != nil {
-			s.c.logger.Warn("twopc: settling left transactions applied for recovery",
-				"batch", len(batch), "settled", len(done), "err", err)
+		_, left, _ := s.c.settle(ctx, batch)
+		for _, u := range left {
+			s.c.logger.WarnContext(ctx, "twopc: settling left the transaction applied for recovery",
+				append(s.c.logAttrs(u.rec.ID, u.step), "batch", len(batch), "err", u.err)...)
 		}
+		cancel()
 	}
 }
 

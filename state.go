@@ -84,6 +84,8 @@ const (
 	fieldFences        = "fences"
 	fieldLease         = "leaseMs"
 	fieldRetain        = "retainMs"
+	fieldKeep          = "keepMs"
+	fieldArchive       = "archive"
 	fieldCreated       = "created"
 	fieldAllowNegative = "allowNegative"
 	fieldPlaceholder   = "placeholder"
@@ -106,6 +108,11 @@ type record struct {
 	// RetainMs is the longest fence retention of any process that claimed
 	// or finished it: fences stay at least that long after it is final.
 	RetainMs int64 `bson:"retainMs,omitempty"`
+	// KeepMs is how long the transaction is kept once final and unfenced
+	// (WithHistory), written with it; 0: for good.
+	KeepMs int64 `bson:"keepMs,omitempty"`
+	// Archive names the collection it is moved to then; "": removed.
+	Archive string `bson:"archive,omitempty"`
 	// AllowNegative is the transfer's overdraft policy, written with it:
 	// whoever applies its legs obeys it, not its own configuration.
 	AllowNegative bool `bson:"allowNegative,omitempty"`
@@ -223,7 +230,8 @@ func (m move) update() bson.D {
 // as it now stands and whether this call (or an earlier attempt of it whose
 // reply was lost) made the move. After an ambiguous failure it re-reads the
 // document rather than assume: the move happened if the document is in To
-// under the claim the move leaves.
+// under the claim the move leaves. The observers are told of every move it
+// tries (see Observer).
 func (c *Coordinator) advance(ctx context.Context, r *record, m move) (*record, bool, error) {
 	return c.advanceHooked(ctx, r, m, false)
 }
@@ -239,6 +247,7 @@ func (c *Coordinator) advanceHooked(ctx context.Context, r *record, m move, hook
 		holder = m.newClaim
 	}
 	var now record
+	start := time.Now()
 	err := c.retry(ctx, func(ctx context.Context) error {
 		if !hooked {
 			if err := c.at(ctx, m.step, r); err != nil {
@@ -255,17 +264,21 @@ func (c *Coordinator) advanceHooked(ctx context.Context, r *record, m move, hook
 		return err
 	})
 	if err != nil {
+		c.transition(ctx, r.ID, m, start, 1, false, err)
 		return r, false, err
 	}
 	if now.ID.IsZero() {
 		// Not moved by this attempt: re-read to learn what happened.
 		cur, err := c.read(ctx, r.ID)
 		if err != nil {
+			c.transition(ctx, r.ID, m, start, 1, false, err)
 			return r, false, err
 		}
 		moved := cur.State == m.to && (m.anyClaim || cur.Claim == holder)
+		c.transition(ctx, r.ID, m, start, 1, moved, nil)
 		return cur, moved, nil
 	}
+	c.transition(ctx, r.ID, m, start, 1, true, nil)
 	return &now, true, nil
 }
 

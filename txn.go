@@ -91,6 +91,9 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		db:     db,
 		txns:   db.Collection(cfg.transactions, majority),
 	}
+	if c.history.archive != nil {
+		c.history.archive = c.history.archive.Clone(majority)
+	}
 	c.ledger = &Ledger{config: &c.config, accounts: db.Collection(cfg.accounts, majority)}
 	c.ledgers = map[string]*Ledger{"": c.ledger}
 	for _, spec := range cfg.ledgers {
@@ -276,6 +279,8 @@ func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (
 		AllowNegative: c.allowNegative,
 		LeaseMs:       c.staleAfter.Milliseconds(),
 		RetainMs:      c.fenceRetention.Milliseconds(),
+		KeepMs:        c.history.keep.Milliseconds(),
+		Archive:       c.history.archiveName(),
 	}
 	o := &owned{claimedAt: c.now()}
 	cur, err := c.insert(ctx, r)
@@ -326,6 +331,12 @@ func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 	if r.AllowNegative {
 		doc = append(doc, bson.E{Key: fieldAllowNegative, Value: true})
 	}
+	if r.KeepMs > 0 {
+		doc = append(doc, bson.E{Key: fieldKeep, Value: r.KeepMs})
+		if r.Archive != "" {
+			doc = append(doc, bson.E{Key: fieldArchive, Value: r.Archive})
+		}
+	}
 	if r.Key != "" {
 		doc = append(doc, bson.E{Key: fieldKey, Value: r.Key})
 	}
@@ -347,20 +358,31 @@ func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 		{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
 	}
 	var cur record
+	start := time.Now()
+	created := move{step: StepInsert, to: StatePending} // from no state: reported to the observers
 	err := c.try(ctx, StepInsert, r, func(ctx context.Context) error {
 		return c.txns.FindOneAndUpdate(ctx, filter, update,
 			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&cur)
 	})
 	if mongo.IsDuplicateKeyError(err) {
 		prior, err := c.read(ctx, r.ID)
+		if prior == nil && errors.Is(err, ErrTxnNotFound) {
+			// Taken, then not found: removed since (WithHistory), or not
+			// yet visible at majority. Not ErrTxnNotFound: it may exist.
+			err = fmt.Errorf("the _id was taken by a document that is not found now (removed by WithHistory, or not yet majority-committed): %v", err)
+		}
 		if prior == nil {
+			c.transition(ctx, r.ID, created, start, 1, false, err)
 			return nil, err
 		}
+		c.transition(ctx, r.ID, created, start, 1, false, nil) // another transaction has the _id
 		return prior, nil
 	}
 	if err != nil {
+		c.transition(ctx, r.ID, created, start, 1, false, err)
 		return nil, err
 	}
+	c.transition(ctx, r.ID, created, start, 1, cur.Claim == r.Claim, nil)
 	return &cur, nil
 }
 
@@ -437,7 +459,7 @@ func (c *Coordinator) drive(ctx context.Context, o *owned, sync bool) (*Txn, err
 			return cur.txn(), nil
 		}
 	}
-	done, err := c.settle(ctx, []*record{cur})
+	done, _, err := c.settle(ctx, []*record{cur})
 	if err != nil {
 		return cur.txn(), fmt.Errorf("twopc: transfer %s committed; settling: %w", cur.ID.Hex(), err)
 	}

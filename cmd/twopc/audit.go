@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twopc/twopc"
+)
+
+var auditCommand = &command{
+	name:    "audit",
+	summary: "check the protocol's invariants on the live system; exit 1 on a violation",
+	help: `Audit checks, without stopping anything and writing nothing (twopc's
+Coordinator.Audit), the invariants the protocol keeps, over the
+transactions and the accounts of the default ledger and of every ledger
+given with --ledger (a ledger not given is not audited):
+
+  orphan-marker  an account holds the marker of a leg in flight whose
+                 transaction is final or does not exist
+  stale          an unfinished transaction untouched for longer than its
+                 recorded lease (never less than --min-lease) plus
+                 --grace: no recoverer is finishing it
+  marker-bound   an account holds more markers than --max-pending or
+                 fences than --max-fences
+  malformed      an account or transaction of a shape the protocol does
+                 not write
+  total          a ledger does not hold the total --total states (checked
+                 only when no transaction is in flight)
+
+It prints the counts it read and every violation, with progress on
+stderr, and exits 1 if it found any.
+
+--total LEDGER=N states the money ledger LEDGER holds, in minor units:
+the sum of its balances and held debits; "" or "default" is the default
+ledger (--total =100000 or --total default=100000). Repeatable.
+
+Examples:
+  twopc audit
+  twopc audit --total default=100000 --grace 5m
+  twopc audit --ledger shanghai=accounts_sh --total shanghai=5000 --json | jq .violations`,
+	run: runAudit,
+}
+
+// totalList is the repeatable --total LEDGER=N flag.
+type totalList []struct {
+	ledger string
+	total  int64
+}
+
+func (l *totalList) String() string {
+	parts := make([]string, len(*l))
+	for i, t := range *l {
+		parts[i] = fmt.Sprintf("%s=%d", ledgerName(t.ledger), t.total)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *totalList) Set(s string) error {
+	name, n, ok := strings.Cut(s, "=")
+	if !ok {
+		return fmt.Errorf("want LEDGER=N, not %q", s)
+	}
+	total, err := strconv.ParseInt(n, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q: the total is not an integer", s)
+	}
+	if name == "default" {
+		name = ""
+	}
+	*l = append(*l, struct {
+		ledger string
+		total  int64
+	}{name, total})
+	return nil
+}
+
+// auditReport is the audit's report, and whether it found nothing.
+type auditReport struct {
+	OK       bool   `json:"ok"`
+	Database string `json:"database"`
+	*twopc.AuditReport
+}
+
+func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
+	fs := cl.flagSet(cmd)
+	var g globals
+	g.register(fs, withApplication|withLedgers)
+	var totals totalList
+	fs.Var(&totals, "total", "the total `LEDGER=N` a ledger holds (repeatable)")
+	grace := fs.Duration("grace", twopc.DefaultInterval, "how long past its lease an unfinished transaction may stay untouched")
+	batch := fs.Int("batch", twopc.DefaultAuditBatch, "how many documents to read at a time")
+	maxPending := fs.Int("max-pending", twopc.DefaultPendingBound, "the most markers of legs in flight an account may hold")
+	maxFences := fs.Int("max-fences", twopc.DefaultFencedBound, "the most fences an account may hold")
+	minLease := fs.Duration("min-lease", defaultMinLease, "the shortest lease a transaction is judged by, whatever its recorded one")
+	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	if _, err := cl.parse(cmd, fs, args, 0, 0); err != nil {
+		return err
+	}
+	switch {
+	case *grace < 0:
+		return cl.usage(cmd, fs, "--grace must not be negative")
+	case *batch <= 0 || *maxPending <= 0 || *maxFences <= 0:
+		return cl.usage(cmd, fs, "--batch, --max-pending and --max-fences must be positive")
+	case *minLease <= 0:
+		return cl.usage(cmd, fs, "--min-lease must be positive")
+	}
+	opts := []twopc.AuditOption{twopc.WithStaleGrace(*grace), twopc.WithAuditBatch(*batch), twopc.WithMarkerBounds(*maxPending, *maxFences)}
+	for _, t := range totals {
+		if _, ok := g.collection(t.ledger); !ok {
+			return cl.usage(cmd, fs, "--total %s=%d: no ledger %q (give it with --ledger %s=COLLECTION)", t.ledger, t.total, t.ledger, t.ledger)
+		}
+		opts = append(opts, twopc.WithExpectedTotal(t.ledger, t.total))
+	}
+	cn, err := g.connect(ctx, cl)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	c, err := cn.coordinator(twopc.WithStaleAfter(*minLease))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closeCoordinator(c) }()
+	sent := cn.commands.Load()
+	p := startProgress(cl.stderr, *quiet, "audit", func() string {
+		return plural(cn.commands.Load()-sent, "command") + " sent"
+	})
+	rep, err := c.Audit(ctx, opts...)
+	p.end()
+	if err != nil {
+		return err
+	}
+	out := auditReport{OK: rep.OK(), Database: cn.db.Name(), AuditReport: rep}
+	if g.json {
+		if err := cl.printJSON(out); err != nil {
+			return err
+		}
+	} else {
+		out.print(cl.stdout)
+	}
+	if !rep.OK() {
+		return errCheckFailed
+	}
+	return nil
+}
+
+func (r *auditReport) print(w io.Writer) {
+	n := int64(len(r.Violations) + r.Dropped)
+	verdict := "OK, no violation"
+	if !r.OK {
+		verdict = "FAILED, " + plural(n, "violation")
+	}
+	fmt.Fprintf(w, "Audit of database %s: %s (%v)\n", r.Database, verdict, r.Finished.Sub(r.Started).Round(time.Millisecond))
+	var parts []string
+	for _, s := range states {
+		parts = append(parts, fmt.Sprintf("%s %d", s, r.Transactions[twopc.State(s)]))
+	}
+	fmt.Fprintf(w, "  transactions: %s\n", strings.Join(parts, ", "))
+	if r.Unfinished > 0 {
+		fmt.Fprintf(w, "  unfinished: %d, the oldest untouched for %v\n", r.Unfinished, r.OldestUnfinished.Round(time.Millisecond))
+	}
+	parts = parts[:0]
+	names := make([]string, 0, len(r.Accounts))
+	for name := range r.Accounts {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		parts = append(parts, fmt.Sprintf("%s %d", ledgerName(name), r.Accounts[name]))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "none")
+	}
+	fmt.Fprintf(w, "  accounts by ledger: %s; %s of legs in flight, %s\n",
+		strings.Join(parts, ", "), plural(int64(r.Markers), "marker"), plural(int64(r.Fences), "fence"))
+	for _, t := range r.Totals {
+		switch {
+		case !t.Decided:
+			fmt.Fprintf(w, "  total of ledger %s: %d, want %d: not decided, transactions were in flight\n", ledgerName(t.Ledger), t.Actual, t.Expected)
+		case t.OK:
+			fmt.Fprintf(w, "  total of ledger %s: %d, as stated\n", ledgerName(t.Ledger), t.Actual)
+		default:
+			fmt.Fprintf(w, "  total of ledger %s: %d, want %d\n", ledgerName(t.Ledger), t.Actual, t.Expected)
+		}
+	}
+	if r.OK {
+		return
+	}
+	fmt.Fprintln(w, "Violations:")
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "  %s\n", v)
+	}
+	if r.Dropped > 0 {
+		fmt.Fprintf(w, "  and %d more not listed\n", r.Dropped)
+	}
+}

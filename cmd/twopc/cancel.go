@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twopc/twopc"
+)
+
+var cancelCommand = &command{
+	name:    "cancel",
+	args:    "ID",
+	summary: "roll back a transaction that has not reached its commit point",
+	help: `Cancel cancels transaction ID (twopc's Canceler.Cancel): an initial or
+pending transaction is claimed for the tool's application, moved to
+canceling, its applied legs are fenced and undone, and it ends canceled;
+a canceling one has its rollback finished; a canceled one is left as it
+is. Cancel refuses (exit status 1) a transaction past its commit point
+(applied or done: use reverse), and one another application owns and
+has touched within its lease (still in progress; wait, or stop its
+process), judged by the lease recorded in it, never less than
+--min-lease. Given --application with the owner's name, the tool
+cancels as the owner may, at once: money is safe either way (a live
+owner finds its claim gone and can move nothing; the rollback fences
+every account before it undoes a leg), but the transfer its owner is
+driving is then refused.
+
+An id that names no transaction is refused unless --placeholder is
+given: then Cancel writes a canceled placeholder under the id, so that a
+Transfer whose reply was lost, and whose insert may still arrive, can
+never become a transfer (the way to settle an ambiguous Transfer error
+for good).
+
+Examples:
+  twopc cancel 6740c1a2e4b0a1b2c3d4e500
+  twopc cancel --placeholder 6740c1a2e4b0a1b2c3d4e500
+  twopc cancel --ledger shanghai=accounts_sh 6740c1a2e4b0a1b2c3d4e500 --json`,
+	run: runCancel,
+}
+
+// outcomeReport is what cancel and reverse did.
+type outcomeReport struct {
+	ID          string   `json:"id"`
+	Before      string   `json:"before"` // the state the transaction was in; "" if there was none
+	State       string   `json:"state"`
+	Transaction jsonDoc  `json:"transaction"`
+	Reversal    *jsonDoc `json:"reversal,omitempty"` // reverse: the transfer back
+}
+
+func runCancel(ctx context.Context, cl *cli, cmd *command, args []string) error {
+	fs := cl.flagSet(cmd)
+	var g globals
+	g.register(fs, withApplication|withLedgers)
+	placeholder := fs.Bool("placeholder", false, "if no transaction has the id, write a canceled placeholder under it")
+	minLease := fs.Duration("min-lease", defaultMinLease, "cancel no transaction of another application untouched for less than this, whatever its recorded lease")
+	id, cn, err := cl.oneID(ctx, cmd, fs, &g, args)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	if *minLease <= 0 {
+		return cl.usage(cmd, fs, "--min-lease must be positive")
+	}
+	before, err := cn.findTxn(ctx, id)
+	switch {
+	case err != nil:
+		return err
+	case before == nil && !*placeholder:
+		return refused(fmt.Errorf("%w: %s; nothing was written (--placeholder writes a canceled placeholder under the id, "+
+			"to settle for good a Transfer whose outcome is unknown)", twopc.ErrTxnNotFound, id.Hex()))
+	case before != nil:
+		if err := cn.needLedgers(before); err != nil {
+			return err
+		}
+	}
+	c, err := cn.coordinator(twopc.WithStaleAfter(*minLease))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closeCoordinator(c) }()
+	_, cerr := twopc.NewCanceler(c).Cancel(ctx, id)
+	after, err := cn.findTxn(ctx, id)
+	if err != nil {
+		return err
+	}
+	rep := outcomeReport{ID: id.Hex()}
+	if before != nil {
+		rep.Before = before.state
+	}
+	if after != nil {
+		rep.State = after.state
+		rep.Transaction = jsonDoc{after}
+	}
+	if cerr != nil {
+		if !g.json && after != nil {
+			fmt.Fprintf(cl.stderr, "twopc cancel: transaction %s is %s\n", id.Hex(), after.state)
+		}
+		return cerr
+	}
+	if g.json {
+		return cl.printJSON(rep)
+	}
+	switch {
+	case before == nil:
+		fmt.Fprintf(cl.stdout, "No transaction had id %s: wrote a canceled placeholder, so none ever will.\n", id.Hex())
+	case before.state == "canceled":
+		fmt.Fprintf(cl.stdout, "Transaction %s was already canceled.\n", id.Hex())
+	default:
+		fmt.Fprintf(cl.stdout, "Transaction %s was %s; it is %s: its applied legs are undone.\n", id.Hex(), before.state, rep.State)
+	}
+	return nil
+}

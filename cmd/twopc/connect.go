@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+
+	"github.com/twopc/twopc"
+)
+
+// conn is a connection to the database the flags name.
+type conn struct {
+	g      *globals
+	client *mongo.Client
+	db     *mongo.Database
+	txns   *mongo.Collection // the log, read at majority from the primary
+	// commands counts the commands sent, for progress reports.
+	commands atomic.Int64
+}
+
+// majority reads at majority read concern from the primary, as the
+// library decides by.
+var majority = options.Collection().SetReadConcern(readconcern.Majority()).SetReadPreference(readpref.Primary())
+
+// target returns the connection string and the database the flags and the
+// environment name.
+func (g *globals) target(getenv func(string) string) (uri, db string, err error) {
+	uri = g.uri
+	if uri == "" {
+		uri = getenv("MONGODB_URI")
+	}
+	if uri == "" {
+		return "", "", usageErrorf("no server: pass --uri mongodb://HOST:PORT/DATABASE or set MONGODB_URI")
+	}
+	db = g.db
+	if db == "" {
+		if db, err = databaseOf(uri); err != nil {
+			return "", "", usageErrorf("connection string %s: %v", redact(uri), err)
+		}
+	}
+	if db == "" {
+		return "", "", usageErrorf("no database: pass --db NAME, or name it in the connection string's path "+
+			"(mongodb://HOST:PORT/NAME, as mongosh does); %s names none", redact(uri))
+	}
+	return uri, db, nil
+}
+
+// databaseOf returns the database a connection string's path names
+// (mongodb://user:pass@host1,host2/NAME?options), "" if none. The user
+// name and password cannot hold an unescaped "/", "?" or "#".
+func databaseOf(uri string) (string, error) {
+	_, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return "", errors.New(`no "mongodb://" scheme`)
+	}
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	_, path, ok := strings.Cut(rest, "/")
+	if !ok {
+		return "", nil
+	}
+	return url.PathUnescape(path)
+}
+
+// redact hides a connection string's password.
+func redact(uri string) string {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return uri
+	}
+	host := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		host = rest[:i]
+	}
+	at := strings.LastIndex(host, "@")
+	if at < 0 {
+		return uri
+	}
+	user, _, _ := strings.Cut(host[:at], ":")
+	return scheme + "://" + user + ":***" + rest[at:]
+}
+
+// connect connects to the server and checks that it answers.
+func (g *globals) connect(ctx context.Context, cl *cli) (*conn, error) {
+	if err := g.check(); err != nil {
+		return nil, err
+	}
+	uri, name, err := g.target(cl.getenv)
+	if err != nil {
+		return nil, err
+	}
+	cn := &conn{g: g}
+	monitor := &event.CommandMonitor{Started: func(context.Context, *event.CommandStartedEvent) { cn.commands.Add(1) }}
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName(g.application).
+		SetServerSelectionTimeout(g.timeout).SetMonitor(monitor))
+	if err != nil {
+		return nil, usageErrorf("connection string %s: %v", redact(uri), err)
+	}
+	cn.client = client
+	pctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	if err := client.Ping(pctx, readpref.Primary()); err != nil {
+		cn.close()
+		return nil, fmt.Errorf("cannot connect to %s: %w", redact(uri), err)
+	}
+	cn.db = client.Database(name)
+	cn.txns = cn.db.Collection(g.transactions, majority)
+	return cn, nil
+}
+
+// close disconnects, even after ctx ended.
+func (cn *conn) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = cn.client.Disconnect(ctx)
+}
+
+// ledger returns the accounts collection of ledger name ("" is the
+// default ledger), read as the library reads it; false if the flags do
+// not give that ledger.
+func (cn *conn) ledger(name string) (*mongo.Collection, bool) {
+	coll, ok := cn.g.collection(name)
+	if !ok {
+		return nil, false
+	}
+	return cn.db.Collection(coll, majority), true
+}
+
+// needLedgers refuses a transaction with a leg on a ledger the flags do not
+// give: the tool could not read or write its accounts.
+func (cn *conn) needLedgers(t *txnDoc) error {
+	for _, l := range t.legs {
+		if _, ok := cn.g.collection(l.ledger); !ok {
+			return usageErrorf("transaction %s has a leg on ledger %q: give its collection with --ledger %s=COLLECTION",
+				t.idString(), l.ledger, l.ledger)
+		}
+	}
+	return nil
+}
+
+// coordinator returns a coordinator on the connection's database, under
+// the tool's application name, with every ledger the flags give.
+func (cn *conn) coordinator(opts ...twopc.Option) (*twopc.Coordinator, error) {
+	all := []twopc.Option{
+		twopc.WithApplication(cn.g.application),
+		twopc.WithCollections(cn.g.accounts, cn.g.transactions),
+	}
+	for _, l := range cn.g.ledgers {
+		all = append(all, twopc.WithLedger(l.name, cn.db.Collection(l.collection)))
+	}
+	c, err := twopc.NewCoordinator(cn.db, append(all, opts...)...)
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	return c, nil
+}
+
+// closeCoordinator closes c, waiting for its background settling, even
+// after ctx ended.
+func closeCoordinator(c *twopc.Coordinator) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return c.Close(ctx)
+}
+
+// serverNow is the server's clock (hello's localTime), by which the library
+// judges staleness.
+func (cn *conn) serverNow(ctx context.Context) (time.Time, error) {
+	var hello struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	if err := cn.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		return time.Time{}, fmt.Errorf("server time: hello: %w", err)
+	}
+	if hello.LocalTime.IsZero() {
+		return time.Time{}, errors.New("server time: hello has no localTime (see twopc doctor)")
+	}
+	return hello.LocalTime, nil
+}
+
+// findTxn reads transaction id as stored; nil if there is none.
+func (cn *conn) findTxn(ctx context.Context, id bson.ObjectID) (*txnDoc, error) {
+	raw, err := cn.txns.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read transaction %s: %w", id.Hex(), err)
+	}
+	t := parseTxn(raw)
+	return &t, nil
+}
+
+// oneID parses the command line of a command that takes one transaction
+// id, and connects: what show, cancel and reverse begin with.
+func (cl *cli) oneID(ctx context.Context, cmd *command, fs *flag.FlagSet, g *globals, args []string) (bson.ObjectID, *conn, error) {
+	pos, err := cl.parse(cmd, fs, args, 1, 1)
+	if err != nil {
+		return bson.ObjectID{}, nil, err
+	}
+	id, err := cl.parseID(cmd, fs, pos[0])
+	if err != nil {
+		return id, nil, err
+	}
+	cn, err := g.connect(ctx, cl)
+	return id, cn, err
+}
+
+// parseID reads a transaction id argument of cmd.
+func (cl *cli) parseID(cmd *command, fs *flag.FlagSet, s string) (bson.ObjectID, error) {
+	id, err := bson.ObjectIDFromHex(s)
+	if err != nil {
+		return id, cl.usage(cmd, fs, "%q is not a transaction id (24 hexadecimal digits)", s)
+	}
+	return id, nil
+}

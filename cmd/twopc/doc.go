@@ -1,0 +1,186 @@
+// Command twopc operates the transfers of github.com/twopc/twopc on a
+// MongoDB database: it shows them, finishes those whose process stopped,
+// cancels and reverses them, audits the protocol's invariants, and checks
+// that a server gives the single-document atomicity the protocol rests on.
+//
+// Install it, or run it from a checkout of the repository:
+//
+//	go install github.com/twopc/twopc/cmd/twopc@latest
+//	go run ./cmd/twopc status
+//
+// # Usage
+//
+//	twopc COMMAND [flags] [arguments]
+//	twopc help [COMMAND]
+//	twopc COMMAND -h
+//
+// The commands:
+//
+//	status   transactions by state, the oldest unfinished one, which applications are active
+//	list     transactions, filtered, least recently touched first
+//	show     one transaction, every field, and the account of each of its legs
+//	recover  finish stale transactions: one recovery pass, or a pass every --interval
+//	cancel   roll back a transaction that has not reached its commit point
+//	reverse  undo a committed transfer with a transfer back
+//	audit    check the protocol's invariants on the live system
+//	doctor   check that the server gives the single-document atomicity twopc needs
+//
+// Flags may be written -flag or --flag, before or after the arguments.
+//
+// # Connecting
+//
+// Every command takes the server's connection string from --uri, else
+// from MONGODB_URI, and the database from --db, else from the connection
+// string's path, as mongosh does (mongodb://127.0.0.1:27017/bank names
+// bank); with neither, it stops with a usage error and says so. The other
+// flags every command takes:
+//
+//	--accounts COLLECTION      the default ledger's accounts (default accounts)
+//	--transactions COLLECTION  the transactions, the log (default transactions)
+//	--application NAME         the name the tool claims transactions under when it
+//	                           takes one over, cancels or reverses (default twopc-cli);
+//	                           in list, a filter instead
+//	--json                     one JSON document on stdout, for scripts
+//	--connect-timeout D        how long to wait for the server (default 10s)
+//
+// and show, recover, cancel, reverse and audit take --ledger
+// NAME=COLLECTION, repeatable: a ledger (see twopc.WithLedger) whose
+// accounts are a collection of the same database. A ledger in another
+// database or deployment cannot be given on the command line: operate
+// such a system with the library (twopc.NewRecoverer, Canceler.Cancel,
+// Coordinator.Audit on a coordinator built with every ledger). recover
+// leaves an unfinished transaction with a leg on a ledger not given to a
+// recoverer that has it, untouched, and exits 1 naming the ledger; cancel
+// and reverse refuse such a transaction.
+//
+// # Status
+//
+// twopc status counts the transactions by state (and those in no state
+// the protocol knows), gives the oldest unfinished one (initial, pending,
+// applied or canceling) and how long it has been untouched, by its
+// lastModified against the server's clock (hello's localTime, as the
+// library judges staleness), and lists, for each application, how many
+// transactions it was the last to write in the last --window (default
+// 10m) and when. A coordinator writes its application name on the
+// transactions it creates, and a recoverer or canceler writes its own on
+// those it takes over, so an old unfinished transaction with no
+// recoverer in that list means none is running.
+//
+// # List
+//
+// twopc list prints the transactions matching every filter given, least
+// recently touched first, at most --limit (default 50; 0 for all):
+// --state STATE (repeatable or comma-separated; "unfinished" and "final"
+// name groups), --account ID (a transfer's source or destination, or any
+// leg's account; matched as a string, and as a number or ObjectID when it
+// reads as one; a document id as Extended JSON), --ledger NAME (a leg in
+// that ledger; "default" or "" for the default ledger; with --account,
+// that account in that ledger), --older-than DURATION (untouched for
+// longer, by the server's clock), --application NAME.
+//
+// # Show
+//
+// twopc show ID prints transaction ID with every field, and for each leg
+// the account document in the leg's ledger: balance, pendingCredit and
+// pendingDebit, the markers in pendingTransactions and
+// fencedTransactions, the fence line fencedBefore, and what the account
+// shows of the leg: applied (its marker is in pendingTransactions),
+// closed (settled or undone: fenced, or behind the fence line), or not
+// applied. A leg's marker is the transaction's id with its last byte set
+// to the leg's index.
+//
+// # Recover
+//
+// twopc recover makes one recovery pass (Recoverer.RecoverOnce) and
+// prints what it did: applied transactions settled, stale pending ones
+// rolled forward (or back when no leg was applied), canceling ones
+// finished, fences past their retention removed, and final transactions
+// past the time to keep recorded in them (twopc.WithHistory) removed, or
+// moved to the archive given with --archive NAME if they were recorded for
+// that archive. A transaction is stale
+// once untouched for longer than the lease recorded in it (the longest
+// StaleAfter of the processes that claimed it), so each is judged by its
+// owners' settings, never sooner than --min-lease (default 10s), which is
+// also the tool's own StaleAfter while it drives one it took over.
+// --watch makes a pass every --interval (default 30s) until SIGINT or
+// SIGTERM, printing each pass's report (with --json, one JSON document
+// per line), and exits 0 when stopped. Progress goes to stderr every two
+// seconds of a long pass; --quiet silences it.
+//
+// # Cancel and reverse
+//
+// twopc cancel ID cancels a transaction that has not reached its commit
+// point (Canceler.Cancel): it ends canceled, its applied legs undone. It
+// is refused for a transaction past its commit point (use reverse), and
+// for one another application owns and touched within its lease. An id
+// that names no transaction is refused unless --placeholder is given:
+// then a canceled placeholder is written under it, which settles for good
+// a Transfer whose outcome was unknown (its insert, if it arrives, cannot
+// become a transfer).
+//
+// twopc reverse ID undoes a committed transfer (Coordinator.Reverse): a
+// new transfer of the same amounts the other way, under a key derived
+// from ID, so reversing twice moves the money back once. The tool waits
+// for the reversal to settle before it exits.
+//
+// # Audit
+//
+// twopc audit checks the invariants (Coordinator.Audit) over the
+// transactions and the accounts of every ledger given, reading at
+// majority, in batches of --batch, and writing nothing: no marker of a
+// leg in flight names a final or missing transaction; no unfinished
+// transaction is untouched past its lease plus --grace (default 30s); no
+// account holds more than --max-pending markers or --max-fences fences;
+// every document has the shape the protocol writes; and, for each --total
+// LEDGER=N ("" or "default" for the default ledger), the ledger's
+// balances and held debits sum to N (checked when nothing is in flight).
+// It prints what it read and every violation, and exits 1 if there is
+// one.
+//
+// # Doctor
+//
+// twopc doctor checks, in a scratch collection of the database that it
+// drops afterwards, what the protocol rests on: 20 goroutines × 50
+// concurrent $inc of one document must end at 1000, and of 20 concurrent
+// conditional claims ({_id, state: "initial"} → "claimed") exactly one must
+// win; and what the library needs besides: hello's localTime, majority
+// read concern, majority write concern. It reports, without requiring
+// them, multi-document transactions (for internal/native's comparison;
+// twopc does not use them), partial indexes (EnsureIndexes makes a sparse
+// index without them), and the server's name and version from buildInfo
+// (FerretDB adds ferretdbVersion). Run it before trusting FerretDB, Amazon
+// DocumentDB, Azure Cosmos DB or any server that speaks MongoDB's
+// protocol with money: FerretDB v1 alone loses concurrent updates and
+// lets two claims win.
+//
+// # Output
+//
+// Results go to stdout, for people by default, and as one JSON document
+// with --json (recover --watch --json: one per line). Documents from the
+// database appear in relaxed Extended JSON ({"$oid": ...}, {"$date":
+// ...}, numbers as numbers). Errors, and progress of long passes, go to
+// stderr.
+//
+// # Exit status
+//
+//	0  done; for audit and doctor, nothing wrong found
+//	1  a check failed (audit found a violation, doctor found the server
+//	   unfit), or the operation was refused: past its commit point, owned by
+//	   a live process, no such transaction, a reversal that cannot apply
+//	2  usage error: an unknown command or flag, a bad argument, no database
+//	   named, a ledger needed and not given
+//	3  cannot connect, the server failed a command, or interrupted
+//
+// # Examples
+//
+// Against the development server (make devserver, in the repository):
+//
+//	export MONGODB_URI=mongodb://127.0.0.1:27017/bank
+//	twopc doctor
+//	twopc status
+//	twopc list --state unfinished --older-than 5m
+//	twopc show 6740c1a2e4b0a1b2c3d4e500
+//	twopc recover --watch --interval 30s
+//	twopc cancel 6740c1a2e4b0a1b2c3d4e500
+//	twopc audit --total default=100000 --json | jq .ok
+package main

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twopc/twopc"
+)
+
+// globals are the flags every command takes: where the data is, and how
+// to print.
+type globals struct {
+	uri          string
+	db           string
+	accounts     string
+	transactions string
+	application  string
+	ledgers      ledgerList
+	json         bool
+	timeout      time.Duration
+}
+
+// defaultApplication is the application name the tool claims transactions
+// under unless --application says otherwise.
+const defaultApplication = "twopc-cli"
+
+// Which of the global flags that some commands use differently a command
+// takes (see register).
+const (
+	// withLedgers: --ledger NAME=COLLECTION, for the commands that read or
+	// write accounts of other ledgers.
+	withLedgers = 1 << iota
+	// withApplication: --application, the tool's own application name.
+	// list has a filter of that name instead.
+	withApplication
+)
+
+// register adds the global flags to fs, and those of with.
+func (g *globals) register(fs *flag.FlagSet, with int) {
+	g.application = defaultApplication
+	fs.StringVar(&g.uri, "uri", "", "the server's connection `string` (default $MONGODB_URI)")
+	fs.StringVar(&g.db, "db", "", "the `database` (default: the connection string's path, as mongosh reads it)")
+	fs.StringVar(&g.accounts, "accounts", twopc.DefaultAccounts, "the default ledger's accounts `collection`")
+	fs.StringVar(&g.transactions, "transactions", twopc.DefaultTransactions, "the transactions `collection` (the log)")
+	fs.BoolVar(&g.json, "json", false, "print one JSON document on stdout, for scripts")
+	fs.DurationVar(&g.timeout, "connect-timeout", 10*time.Second, "how long to wait for the server")
+	if with&withApplication != 0 {
+		fs.StringVar(&g.application, "application", defaultApplication, "the application `name` the tool claims transactions under")
+	}
+	if with&withLedgers != 0 {
+		fs.Var(&g.ledgers, "ledger", "a ledger `NAME=COLLECTION` of the same database (repeatable)")
+	}
+}
+
+// check refuses global flags that cannot work together.
+func (g *globals) check() error {
+	switch {
+	case g.accounts == "" || g.transactions == "":
+		return usageErrorf("--accounts and --transactions may not be empty")
+	case g.accounts == g.transactions:
+		return usageErrorf("--accounts and --transactions are both %q", g.accounts)
+	case g.application == "":
+		return usageErrorf("--application may not be empty")
+	case g.timeout <= 0:
+		return usageErrorf("--connect-timeout must be positive")
+	}
+	return nil
+}
+
+// ledgerFlag is one --ledger NAME=COLLECTION.
+type ledgerFlag struct {
+	name, collection string
+}
+
+// ledgerList is the repeatable --ledger flag.
+type ledgerList []ledgerFlag
+
+func (l *ledgerList) String() string {
+	if l == nil {
+		return ""
+	}
+	parts := make([]string, len(*l))
+	for i, f := range *l {
+		parts[i] = f.name + "=" + f.collection
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *ledgerList) Set(s string) error {
+	name, coll, ok := strings.Cut(s, "=")
+	switch {
+	case !ok || name == "" || coll == "":
+		return fmt.Errorf("want NAME=COLLECTION, not %q", s)
+	case name == "default":
+		return errors.New(`"default" names the default ledger, whose collection is --accounts`)
+	}
+	for _, f := range *l {
+		if f.name == name {
+			return fmt.Errorf("ledger %q given twice", name)
+		}
+	}
+	*l = append(*l, ledgerFlag{name: name, collection: coll})
+	return nil
+}
+
+// collection returns the collection of ledger name ("" is the default
+// ledger) and whether the ledger was given.
+func (g *globals) collection(name string) (string, bool) {
+	if name == "" {
+		return g.accounts, true
+	}
+	for _, f := range g.ledgers {
+		if f.name == name {
+			return f.collection, true
+		}
+	}
+	return "", false
+}
+
+// ledgerName is how output names a ledger.
+func ledgerName(name string) string {
+	if name == "" {
+		return "default"
+	}
+	return name
+}
+
+// flagSet returns the flag set of cmd. It prints parse errors to stderr;
+// parse prints the help.
+func (cl *cli) flagSet(cmd *command) *flag.FlagSet {
+	fs := flag.NewFlagSet("twopc "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(cl.stderr)
+	fs.Usage = func() {} // parse prints the help, where it belongs
+	return fs
+}
+
+// parse parses args for cmd, flags and positional arguments in any order
+// (after "--", everything is positional), and returns the positional
+// ones, of which there must be between least and most. -h prints the help on
+// stdout and ends the command with status 0; a usage error prints the
+// help on stderr and ends it with status 2.
+func (cl *cli) parse(cmd *command, fs *flag.FlagSet, args []string, least, most int) ([]string, error) {
+	var rest []string
+	for i, a := range args {
+		if a == "--" {
+			args, rest = args[:i], args[i+1:]
+			break
+		}
+	}
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				cl.commandHelp(cl.stdout, cmd, fs)
+				return nil, &exitError{code: exitOK}
+			}
+			fmt.Fprintln(cl.stderr)
+			cl.commandHelp(cl.stderr, cmd, fs)
+			return nil, &exitError{code: exitUsage}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	positional = append(positional, rest...)
+	switch {
+	case len(positional) < least:
+		return nil, cl.usage(cmd, fs, "missing %s", cmd.args)
+	case len(positional) > most:
+		return nil, cl.usage(cmd, fs, "unexpected argument %q", positional[most])
+	}
+	return positional, nil
+}
+
+// usage prints a usage error and cmd's help on stderr, and returns the
+// error that ends the command with status 2.
+func (cl *cli) usage(cmd *command, fs *flag.FlagSet, format string, a ...any) error {
+	fmt.Fprintf(cl.stderr, "twopc %s: %s\n\n", cmd.name, fmt.Sprintf(format, a...))
+	cl.commandHelp(cl.stderr, cmd, fs)
+	return &exitError{code: exitUsage}
+}

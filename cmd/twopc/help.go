@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	args    string // its positional arguments, as its usage line shows them
+	summary string
+	help    string // what it does, and examples
+	run     func(ctx context.Context, cl *cli, cmd *command, args []string) error
+}
+
+// commands lists the subcommands, in the order help shows them.
+var commands = []*command{
+	statusCommand, listCommand, showCommand, recoverCommand,
+	cancelCommand, reverseCommand, auditCommand, doctorCommand,
+}
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// dispatch runs the subcommand args name.
+func (cl *cli) dispatch(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		cl.help(cl.stderr)
+		return &exitError{code: exitUsage}
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		if len(args) == 1 {
+			cl.help(cl.stdout)
+			return nil
+		}
+		cmd := lookup(args[1])
+		if cmd == nil {
+			return cl.unknown(args[1])
+		}
+		return cmd.run(ctx, cl, cmd, []string{"-h"})
+	}
+	cmd := lookup(args[0])
+	if cmd == nil {
+		return cl.unknown(args[0])
+	}
+	return cmd.run(ctx, cl, cmd, args[1:])
+}
+
+func (cl *cli) unknown(name string) error {
+	fmt.Fprintf(cl.stderr, "twopc: unknown command %q\n\n", name)
+	cl.help(cl.stderr)
+	return &exitError{code: exitUsage}
+}
+
+// help prints the tool's help.
+func (cl *cli) help(w io.Writer) {
+	fmt.Fprint(w, `twopc operates the transfers of github.com/twopc/twopc on a MongoDB
+database: it shows them, finishes those whose process stopped, cancels
+and reverses them, audits the protocol's invariants, and checks that a
+server gives the single-document atomicity the protocol rests on.
+
+Usage:
+  twopc COMMAND [flags] [arguments]
+
+Commands:
+`)
+	tw := table(w)
+	for _, c := range commands {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(tw, "  help\tthis text, or a command's: twopc help COMMAND\n")
+	_ = tw.Flush()
+	fmt.Fprint(w, `
+Every command takes:
+  -uri STRING             the connection string (default $MONGODB_URI)
+  -db NAME                the database (default: the connection string's path,
+                          as mongosh reads it: mongodb://HOST:PORT/NAME)
+  -accounts COLLECTION    the default ledger's accounts (default accounts)
+  -transactions COLLECTION  the transactions, the log (default transactions)
+  -ledger NAME=COLLECTION another ledger's accounts, in the same database
+                          (show, recover, cancel, reverse, audit; repeatable;
+                          a ledger in another deployment needs the library)
+  -application NAME       the name the tool claims transactions under
+                          (default twopc-cli; in list, a filter)
+  -json                   one JSON document on stdout, for scripts
+  -connect-timeout D      how long to wait for the server (default 10s)
+Flags may be written -flag or --flag, before or after the arguments.
+
+Exit status:
+  0  done; for audit and doctor, nothing wrong found
+  1  a check failed (audit found a violation, doctor found the server
+     unfit), or the operation was refused (past its commit point, owned by
+     a live process, no such transaction)
+  2  usage error: the command line is wrong
+  3  cannot connect, the server failed a command, or interrupted
+
+Examples:
+  MONGODB_URI=mongodb://127.0.0.1:27017/bank twopc status
+  twopc list --uri mongodb://127.0.0.1:27017 --db bank --state pending --older-than 5m
+  twopc recover --watch --interval 30s
+  twopc audit --total default=100000 --json | jq .ok
+
+Run 'twopc help COMMAND' or 'twopc COMMAND -h' for a command's flags and examples.
+`)
+}
+
+// commandHelp prints cmd's help, with the flags fs holds.
+func (cl *cli) commandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
+	usage := "twopc " + cmd.name + " [flags]"
+	if cmd.args != "" {
+		usage += " " + cmd.args
+	}
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags:\n", usage, strings.TrimSpace(cmd.help))
+	out := fs.Output()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+	fmt.Fprintln(w, "\nExit status: 0 done, 1 check failed or refused, 2 usage error, 3 server error (see twopc help).")
+}

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+var listCommand = &command{
+	name:    "list",
+	summary: "transactions, filtered, least recently touched first",
+	help: `List prints the transactions that match every filter given, sorted by
+lastModified, least recently touched first, at most --limit of them.
+
+--state takes a state (initial, pending, applied, done, canceling,
+canceled), "unfinished" (the first four but done) or "final" (done,
+canceled); repeat it or separate states with commas. --account matches
+a transfer's source or destination or any leg's account; the value is
+matched as a string, and also as a number if it is an integer and as an
+ObjectID if it is 24 hexadecimal digits; a document id is given as
+Extended JSON ('{"region": "eu", "n": 7}'). --ledger NAME keeps the
+transactions with a leg in that ledger ("" or "default": the default
+ledger, where source and destination are), and with --account, that
+account in that ledger. List reads only the transactions collection, so
+here --ledger takes a name, not NAME=COLLECTION. --older-than keeps those
+untouched for longer than the duration, by the server's clock.
+--application keeps those whose application field (the process that
+created or last took over the transaction) is NAME; list has no
+application name of its own.
+
+Examples:
+  twopc list --state pending --older-than 5m
+  twopc list --account alice --limit 10
+  twopc list --state unfinished --application payments-1 --json | jq '.transactions[]._id'`,
+	run: runList,
+}
+
+// stateList is the repeatable --state flag.
+type stateList []string
+
+func (l *stateList) String() string { return strings.Join(*l, ",") }
+
+func (l *stateList) Set(s string) error {
+	for _, st := range strings.Split(s, ",") {
+		st = strings.TrimSpace(st)
+		switch {
+		case st == "unfinished":
+			*l = append(*l, unfinishedStates...)
+		case st == "final":
+			*l = append(*l, "done", "canceled")
+		case contains(states, st):
+			*l = append(*l, st)
+		default:
+			return fmt.Errorf("unknown state %q: want one of %s, unfinished or final", st, strings.Join(states, ", "))
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// optionalString is a string flag that knows whether it was given.
+type optionalString struct {
+	value string
+	set   bool
+}
+
+func (o *optionalString) String() string { return o.value }
+func (o *optionalString) Set(s string) error {
+	o.value, o.set = s, true
+	return nil
+}
+
+type listReport struct {
+	ServerTime   time.Time         `json:"serverTime"`
+	Count        int               `json:"count"`
+	Truncated    bool              `json:"truncated"` // more matched than --limit
+	Transactions []json.RawMessage `json:"transactions"`
+	txns         []txnDoc
+}
+
+func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
+	fs := cl.flagSet(cmd)
+	var g globals
+	g.register(fs, 0)
+	var st stateList
+	var ledger optionalString
+	fs.Var(&st, "state", "only transactions in `STATE` (repeatable, or comma-separated)")
+	account := fs.String("account", "", "only transactions with a leg on account `ID`")
+	fs.Var(&ledger, "ledger", "only transactions with a leg in ledger `NAME` (with --account: that account there)")
+	olderThan := fs.Duration("older-than", 0, "only transactions untouched for longer than `DURATION`")
+	application := fs.String("application", "", "only transactions last written by application `NAME`")
+	limit := fs.Int("limit", 50, "print at most `N` transactions (0: all)")
+	if _, err := cl.parse(cmd, fs, args, 0, 0); err != nil {
+		return err
+	}
+	switch {
+	case *limit < 0:
+		return cl.usage(cmd, fs, "--limit must not be negative")
+	case *olderThan < 0:
+		return cl.usage(cmd, fs, "--older-than must not be negative")
+	case strings.Contains(ledger.value, "="):
+		return cl.usage(cmd, fs, "--ledger takes a ledger's name here, not %q: list reads only the transactions collection", ledger.value)
+	}
+	if ledger.value == "default" {
+		ledger.value = ""
+	}
+	var ids []any
+	if *account != "" {
+		var err error
+		if ids, err = accountValues(*account); err != nil {
+			return cl.usage(cmd, fs, "--account %s: %v", *account, err)
+		}
+	}
+
+	cn, err := g.connect(ctx, cl)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	now, err := cn.serverNow(ctx)
+	if err != nil {
+		return err
+	}
+	filter := bson.D{}
+	if len(st) > 0 {
+		filter = append(filter, bson.E{Key: "state", Value: bson.D{{Key: "$in", Value: st}}})
+	}
+	if ids != nil {
+		or := bson.A{bson.D{{Key: "legs.account", Value: bson.D{{Key: "$in", Value: ids}}}}}
+		if !ledger.set || ledger.value == "" {
+			or = append(or,
+				bson.D{{Key: "source", Value: bson.D{{Key: "$in", Value: ids}}}},
+				bson.D{{Key: "destination", Value: bson.D{{Key: "$in", Value: ids}}}})
+		}
+		filter = append(filter, bson.E{Key: "$or", Value: or})
+	}
+	if ledger.set && ledger.value != "" {
+		filter = append(filter, bson.E{Key: "legs.ledger", Value: ledger.value})
+	}
+	if *olderThan > 0 {
+		filter = append(filter, bson.E{Key: "lastModified", Value: bson.D{{Key: "$lt", Value: now.Add(-*olderThan)}}})
+	}
+	if *application != "" {
+		filter = append(filter, bson.E{Key: "application", Value: *application})
+	}
+	// A leg's account and ledger are matched together here: the filter
+	// above matches them on any legs (FerretDB v1 has no $elemMatch on
+	// fields).
+	keep := func(t *txnDoc) bool {
+		if !ledger.set {
+			return true
+		}
+		for _, l := range t.legs {
+			if l.ledger == ledger.value && (ids == nil || sameAccount(l.account, ids)) {
+				return true
+			}
+		}
+		return false
+	}
+	opts := options.Find().SetSort(bson.D{{Key: "lastModified", Value: 1}, {Key: "_id", Value: 1}})
+	if *limit > 0 && !ledger.set {
+		opts.SetLimit(int64(*limit) + 1)
+	}
+	cur, err := cn.txns.Find(ctx, filter, opts)
+	if err != nil {
+		return fmt.Errorf("list transactions: %w", err)
+	}
+	defer cur.Close(ctx)
+	rep := &listReport{ServerTime: now, Transactions: []json.RawMessage{}}
+	for cur.Next(ctx) {
+		t := parseTxn(append(bson.Raw(nil), cur.Current...))
+		if !keep(&t) {
+			continue
+		}
+		if *limit > 0 && len(rep.txns) == *limit {
+			rep.Truncated = true
+			break
+		}
+		rep.txns = append(rep.txns, t)
+		rep.Transactions = append(rep.Transactions, extJSON(t.raw))
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("list transactions: %w", err)
+	}
+	rep.Count = len(rep.txns)
+	if g.json {
+		return cl.printJSON(rep)
+	}
+	rep.print(cl.stdout, *limit)
+	return nil
+}
+
+// accountValues are the values an --account argument matches.
+func accountValues(s string) ([]any, error) {
+	if strings.HasPrefix(s, "{") {
+		var d bson.D
+		if err := bson.UnmarshalExtJSON([]byte(s), false, &d); err != nil {
+			return nil, fmt.Errorf("not an Extended JSON document: %v", err)
+		}
+		return []any{d}, nil
+	}
+	vals := []any{s}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		vals = append(vals, n)
+	}
+	if oid, err := bson.ObjectIDFromHex(s); err == nil {
+		vals = append(vals, oid)
+	}
+	return vals, nil
+}
+
+// sameAccount reports whether account id v is one of ids, as the server
+// compares them (numbers by value).
+func sameAccount(v bson.RawValue, ids []any) bool {
+	for _, id := range ids {
+		switch id := id.(type) {
+		case string:
+			if s, ok := v.StringValueOK(); ok && s == id {
+				return true
+			}
+		case int64:
+			if n, ok := v.AsInt64OK(); ok && n == id && v.Type != bson.TypeDouble {
+				return true
+			}
+			if f, ok := v.DoubleOK(); ok && f == float64(id) {
+				return true
+			}
+		case bson.ObjectID:
+			if oid, ok := v.ObjectIDOK(); ok && oid == id {
+				return true
+			}
+		case bson.D:
+			b, err := bson.Marshal(id)
+			if d, ok := v.DocumentOK(); ok && err == nil && bytes.Equal(d, b) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (r *listReport) print(w io.Writer, limit int) {
+	if len(r.txns) == 0 {
+		fmt.Fprintln(w, "No transaction matches.")
+		return
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "ID\tSTATE\tUNTOUCHED FOR\tAPPLICATION\tLEGS\tREASON")
+	for i := range r.txns {
+		t := &r.txns[i]
+		reason := t.reason
+		if reason == "" {
+			reason = "-"
+		}
+		app := t.application
+		if app == "" {
+			app = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", t.idString(), t.state, age(r.ServerTime, t.lastModified), app, legSummary(t), reason)
+	}
+	_ = tw.Flush()
+	if r.Truncated {
+		fmt.Fprintf(w, "(the %d least recently touched; more match: --limit 0 lists all)\n", limit)
+	}
+}
+
+// legSummary is a transaction's legs in a few words.
+func legSummary(t *txnDoc) string {
+	if t.twoLegged {
+		return fmt.Sprintf("%s → %s %d", human(t.legs[0].account), human(t.legs[1].account), t.legs[1].amount)
+	}
+	if len(t.legs) == 0 {
+		if t.placeholder {
+			return "(placeholder)"
+		}
+		return "-"
+	}
+	var parts []string
+	for i, l := range t.legs {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("+%d more", len(t.legs)-3))
+			break
+		}
+		acct := human(l.account)
+		if l.ledger != "" {
+			acct = l.ledger + "/" + acct
+		}
+		parts = append(parts, fmt.Sprintf("%s %+d", acct, l.amount))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/twopc/twopc"
+)
+
+var showCommand = &command{
+	name:    "show",
+	args:    "ID",
+	summary: "one transaction, every field, and the account of each of its legs",
+	help: `Show prints transaction ID (its _id, 24 hexadecimal digits) with every
+field of its document, and, for each leg, the account document in the
+leg's ledger: its balance, pendingCredit and pendingDebit (credits and
+debits applied and not yet settled), its markers, and what they say of
+the leg: applied and not settled (the leg's marker is in
+pendingTransactions), closed (settled or undone: the marker is in
+fencedTransactions, or the account's fence line fencedBefore is at or
+past the transaction's time), or not applied. A leg's marker is the
+transaction's id with its last byte set to the leg's index. A leg on a
+ledger not given with --ledger is listed without its account.
+
+Examples:
+  twopc show 6740c1a2e4b0a1b2c3d4e500
+  twopc show --ledger shanghai=accounts_sh --ledger beijing=accounts_bj 6740c1a2e4b0a1b2c3d4e500
+  twopc show 6740c1a2e4b0a1b2c3d4e500 --json | jq '.legs[].account.balance'`,
+	run: runShow,
+}
+
+type showReport struct {
+	ServerTime  time.Time       `json:"serverTime"`
+	Transaction json.RawMessage `json:"transaction"`
+	Legs        []legReport     `json:"legs"`
+	txn         *txnDoc
+}
+
+type legReport struct {
+	Index      int             `json:"index"`
+	Ledger     string          `json:"ledger"`
+	Collection string          `json:"collection,omitempty"` // "" if the ledger was not given
+	AccountID  json.RawMessage `json:"accountId"`
+	Amount     int64           `json:"amount"`
+	Marker     string          `json:"marker"`
+	// Leg says what the account shows of the leg: applied, closed,
+	// not-applied, no-account, or unknown-ledger.
+	Leg     string          `json:"leg"`
+	Account json.RawMessage `json:"account"` // the account document; null if none was read
+	acct    bson.Raw
+	id      bson.RawValue
+}
+
+// What an account shows of a leg.
+const (
+	legApplied       = "applied"        // its marker is in pendingTransactions
+	legClosed        = "closed"         // settled or undone: fenced, or behind the fence line
+	legNotApplied    = "not-applied"    // no trace of it
+	legNoAccount     = "no-account"     // no such account
+	legUnknownLedger = "unknown-ledger" // the ledger was not given
+)
+
+func runShow(ctx context.Context, cl *cli, cmd *command, args []string) error {
+	fs := cl.flagSet(cmd)
+	var g globals
+	g.register(fs, withApplication|withLedgers)
+	id, cn, err := cl.oneID(ctx, cmd, fs, &g, args)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	rep, err := show(ctx, cn, id)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return cl.printJSON(rep)
+	}
+	rep.print(cl.stdout)
+	return nil
+}
+
+func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) {
+	now, err := cn.serverNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t, err := cn.findTxn(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if t == nil {
+		return nil, fmt.Errorf("%w: %s", twopc.ErrTxnNotFound, id.Hex())
+	}
+	rep := &showReport{ServerTime: now, Transaction: extJSON(t.raw), Legs: []legReport{}, txn: t}
+	for i, l := range t.legs {
+		lr := legReport{Index: i, Ledger: l.ledger, AccountID: extJSONValue(l.account), Amount: l.amount,
+			Marker: marker(id, i).Hex(), Account: json.RawMessage("null"), id: l.account}
+		coll, ok := cn.ledger(l.ledger)
+		if !ok {
+			lr.Leg = legUnknownLedger
+			rep.Legs = append(rep.Legs, lr)
+			continue
+		}
+		lr.Collection = coll.Name()
+		raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.account}}).Raw()
+		switch {
+		case errors.Is(err, mongo.ErrNoDocuments):
+			lr.Leg = legNoAccount
+		case err != nil:
+			return nil, fmt.Errorf("read account %s of ledger %s: %w", human(l.account), ledgerName(l.ledger), err)
+		default:
+			lr.acct = raw
+			lr.Account = extJSON(raw)
+			lr.Leg = legState(raw, marker(id, i), t.created)
+		}
+		rep.Legs = append(rep.Legs, lr)
+	}
+	return rep, nil
+}
+
+// legState says what account acct shows of the leg whose marker is m, of a
+// transaction created at created.
+func legState(acct bson.Raw, m bson.ObjectID, created time.Time) string {
+	if tomb, _ := acct.Lookup("tombstone").BooleanOK(); tomb && !hasMarker(acct, "fencedTransactions", m) {
+		return legNoAccount
+	}
+	switch {
+	case hasMarker(acct, "pendingTransactions", m):
+		return legApplied
+	case hasMarker(acct, "fencedTransactions", m):
+		return legClosed
+	}
+	if line, ok := acct.Lookup("fencedBefore").TimeOK(); ok && !created.IsZero() && !line.Before(created) {
+		return legClosed
+	}
+	return legNotApplied
+}
+
+// hasMarker reports whether array field of acct holds m.
+func hasMarker(acct bson.Raw, field string, m bson.ObjectID) bool {
+	for _, x := range markers(acct, field) {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+// markers returns the ObjectIDs array field of acct holds.
+func markers(acct bson.Raw, field string) []bson.ObjectID {
+	arr, ok := acct.Lookup(field).ArrayOK()
+	if !ok {
+		return nil
+	}
+	vals, _ := arr.Values()
+	var ids []bson.ObjectID
+	for _, v := range vals {
+		if oid, ok := v.ObjectIDOK(); ok {
+			ids = append(ids, oid)
+		}
+	}
+	return ids
+}
+
+var legWords = map[string]string{
+	legApplied:       "applied, not settled: its marker is in pendingTransactions",
+	legClosed:        "closed (settled or undone): fenced, or behind the account's fence line",
+	legNotApplied:    "not applied: no marker, not behind the fence line",
+	legNoAccount:     "no such account",
+	legUnknownLedger: "ledger not given: pass --ledger NAME=COLLECTION to read its account",
+}
+
+func (r *showReport) print(w io.Writer) {
+	t := r.txn
+	fmt.Fprintf(w, "Transaction %s\n", t.idString())
+	elems, _ := t.raw.Elements()
+	tw := table(w)
+	for _, e := range elems {
+		v := human(e.Value())
+		switch e.Key() {
+		case "_id":
+			continue
+		case "lastModified":
+			v += fmt.Sprintf(" (untouched for %v)", age(r.ServerTime, t.lastModified))
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", e.Key(), v)
+	}
+	_ = tw.Flush()
+	if len(r.Legs) == 0 {
+		fmt.Fprintln(w, "\nNo legs.")
+		return
+	}
+	fmt.Fprintln(w, "\nLegs:")
+	for _, l := range r.Legs {
+		where := "ledger " + ledgerName(l.Ledger)
+		if l.Collection != "" {
+			where += fmt.Sprintf(" (collection %s)", l.Collection)
+		}
+		fmt.Fprintf(w, "  %d. account %s, %s, amount %+d\n", l.Index, human(l.id), where, l.Amount)
+		fmt.Fprintf(w, "     leg (marker %s): %s\n", l.Marker, legWords[l.Leg])
+		if l.acct == nil {
+			continue
+		}
+		a := l.acct
+		fmt.Fprintf(w, "     balance %s, pendingCredit %s, pendingDebit %s\n",
+			human(a.Lookup("balance")), orZero(a.Lookup("pendingCredit")), orZero(a.Lookup("pendingDebit")))
+		pending, fenced := markers(a, "pendingTransactions"), markers(a, "fencedTransactions")
+		fmt.Fprintf(w, "     pendingTransactions: %s\n", markerList(pending))
+		fmt.Fprintf(w, "     fencedTransactions: %s; fence line (fencedBefore) %s", markerList(fenced), human(a.Lookup("fencedBefore")))
+		if tomb, _ := a.Lookup("tombstone").BooleanOK(); tomb {
+			fmt.Fprint(w, "; a tombstone (fences of an account that did not exist)")
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// markerList is a list of markers in a few words.
+func markerList(ids []bson.ObjectID) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	const most = 5
+	var parts []string
+	for i, id := range ids {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ids)-most))
+			break
+		}
+		parts = append(parts, id.Hex())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// orZero is a sum the library keeps on an account, which it reads as 0
+// when absent.
+func orZero(v bson.RawValue) string {
+	if v.Type == 0 {
+		return "0"
+	}
+	return human(v)
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+var statusCommand = &command{
+	name:    "status",
+	summary: "transactions by state, the oldest unfinished one, which applications are active",
+	help: `Status counts the transactions by state, gives the age of the oldest
+unfinished one (initial, pending, applied or canceling: by its
+lastModified, against the server's clock), and, for each application,
+how many transactions it was the last to write in the last --window and
+when. A coordinator writes its name on the transactions it creates; a
+recoverer or canceler writes its own on those it takes over. So a stale
+transaction with no application active means no recoverer is running;
+settling an applied transaction keeps its owner's name.
+
+Examples:
+  MONGODB_URI=mongodb://127.0.0.1:27017/bank twopc status
+  twopc status --uri mongodb://127.0.0.1:27017 --db bank --window 1h
+  twopc status --json | jq .states.pending`,
+	run: runStatus,
+}
+
+// states are the six states, in the order output lists them.
+var states = []string{"initial", "pending", "applied", "done", "canceling", "canceled"}
+
+// unfinishedStates are the states that are not final.
+var unfinishedStates = []string{"initial", "pending", "applied", "canceling"}
+
+type statusReport struct {
+	Database     string           `json:"database"`
+	Collection   string           `json:"collection"`
+	ServerTime   time.Time        `json:"serverTime"`
+	States       map[string]int64 `json:"states"`
+	Other        int64            `json:"other"` // in no state the protocol knows
+	Total        int64            `json:"total"`
+	Unfinished   int64            `json:"unfinished"`
+	Oldest       *oldestTxn       `json:"oldestUnfinished"`
+	Window       float64          `json:"windowSeconds"`
+	Applications []appActivity    `json:"applications"`
+}
+
+type oldestTxn struct {
+	ID           string    `json:"id"`
+	State        string    `json:"state"`
+	Application  string    `json:"application"`
+	LastModified time.Time `json:"lastModified"`
+	Age          float64   `json:"ageSeconds"`
+	age          time.Duration
+}
+
+type appActivity struct {
+	Application  string    `json:"application"`
+	Transactions int64     `json:"transactions"`
+	LastWrite    time.Time `json:"lastWrite"`
+	Age          float64   `json:"ageSeconds"`
+	age          time.Duration
+}
+
+func runStatus(ctx context.Context, cl *cli, cmd *command, args []string) error {
+	fs := cl.flagSet(cmd)
+	var g globals
+	g.register(fs, withApplication)
+	window := fs.Duration("window", 10*time.Minute, "how far back to look for active applications")
+	if _, err := cl.parse(cmd, fs, args, 0, 0); err != nil {
+		return err
+	}
+	if *window <= 0 {
+		return cl.usage(cmd, fs, "--window must be positive")
+	}
+	cn, err := g.connect(ctx, cl)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	rep, err := status(ctx, cn, *window)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return cl.printJSON(rep)
+	}
+	rep.print(cl.stdout, *window)
+	return nil
+}
+
+func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport, error) {
+	now, err := cn.serverNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep := &statusReport{Database: cn.db.Name(), Collection: cn.txns.Name(), ServerTime: now,
+		States: map[string]int64{}, Window: seconds(window), Applications: []appActivity{}}
+	for _, s := range states {
+		n, err := cn.txns.CountDocuments(ctx, bson.D{{Key: "state", Value: s}})
+		if err != nil {
+			return nil, fmt.Errorf("count %s transactions: %w", s, err)
+		}
+		rep.States[s] = n
+		rep.Total += n
+	}
+	for _, s := range unfinishedStates {
+		rep.Unfinished += rep.States[s]
+	}
+	if rep.Other, err = cn.txns.CountDocuments(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$nin", Value: states}}}}); err != nil {
+		return nil, fmt.Errorf("count transactions in other states: %w", err)
+	}
+	rep.Total += rep.Other
+
+	raw, err := cn.txns.FindOne(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
+		options.FindOne().SetSort(bson.D{{Key: "lastModified", Value: 1}})).Raw()
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+	case err != nil:
+		return nil, fmt.Errorf("oldest unfinished transaction: %w", err)
+	default:
+		t := parseTxn(raw)
+		rep.Oldest = &oldestTxn{ID: t.idString(), State: t.state, Application: t.application,
+			LastModified: t.lastModified, Age: seconds(max(now.Sub(t.lastModified), 0)), age: age(now, t.lastModified)}
+	}
+
+	if rep.Applications, err = activity(ctx, cn.txns, now, window); err != nil {
+		return nil, fmt.Errorf("active applications: %w", err)
+	}
+	return rep, nil
+}
+
+// activity counts, per application, the transactions it last wrote since
+// now-window, and when it last wrote one. The filter names the states so
+// that the {state, lastModified} index serves it.
+func activity(ctx context.Context, txns *mongo.Collection, now time.Time, window time.Duration) ([]appActivity, error) {
+	match := bson.D{
+		{Key: "state", Value: bson.D{{Key: "$in", Value: states}}},
+		{Key: "lastModified", Value: bson.D{{Key: "$gte", Value: now.Add(-window)}}},
+	}
+	var rows []struct {
+		App  bson.RawValue `bson:"_id"`
+		N    int64         `bson:"n"`
+		Last time.Time     `bson:"last"`
+	}
+	group := bson.D{{Key: "_id", Value: "$application"}, {Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}
+	cur, err := txns.Aggregate(ctx, mongo.Pipeline{
+		{{Key: "$match", Value: match}},
+		{{Key: "$group", Value: append(group, bson.E{Key: "last", Value: bson.D{{Key: "$max", Value: "$lastModified"}}})}},
+	})
+	latest := err != nil // FerretDB v1 has no $max in $group: read each application's latest
+	var se mongo.ServerError
+	if err != nil && errors.As(err, &se) {
+		cur, err = txns.Aggregate(ctx, mongo.Pipeline{{{Key: "$match", Value: match}}, {{Key: "$group", Value: group}}})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := cur.All(ctx, &rows); err != nil {
+		return nil, err
+	}
+	out := make([]appActivity, 0, len(rows))
+	for _, r := range rows {
+		a := appActivity{Transactions: r.N, LastWrite: r.Last}
+		a.Application, _ = r.App.StringValueOK()
+		if latest {
+			var doc struct {
+				LastModified time.Time `bson:"lastModified"`
+			}
+			f := append(bson.D{}, match...)
+			if a.Application == "" {
+				f = append(f, bson.E{Key: "application", Value: bson.D{{Key: "$in", Value: bson.A{nil, ""}}}})
+			} else {
+				f = append(f, bson.E{Key: "application", Value: a.Application})
+			}
+			err := txns.FindOne(ctx, f, options.FindOne().SetSort(bson.D{{Key: "lastModified", Value: -1}}).
+				SetProjection(bson.D{{Key: "lastModified", Value: 1}})).Decode(&doc)
+			if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+				return nil, err
+			}
+			a.LastWrite = doc.LastModified
+		}
+		a.age = age(now, a.LastWrite)
+		a.Age = seconds(max(now.Sub(a.LastWrite), 0))
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].LastWrite.After(out[j].LastWrite) })
+	return out, nil
+}
+
+func (r *statusReport) print(w io.Writer, window time.Duration) {
+	fmt.Fprintf(w, "Database %s, transactions in %q; server time %s\n\n", r.Database, r.Collection, timestamp(r.ServerTime))
+	fmt.Fprintln(w, "Transactions by state:")
+	tw := table(w)
+	for _, s := range states {
+		fmt.Fprintf(tw, "  %s\t%d\n", s, r.States[s])
+	}
+	if r.Other > 0 {
+		fmt.Fprintf(tw, "  other\t%d\t(in no state the protocol knows: edited by hand, or another program's)\n", r.Other)
+	}
+	fmt.Fprintf(tw, "  total\t%d\n", r.Total)
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	if r.Oldest == nil {
+		fmt.Fprintln(w, "No unfinished transaction.")
+	} else {
+		o := r.Oldest
+		fmt.Fprintf(w, "Oldest unfinished: %s, %s, untouched for %v (application %q); %s unfinished in all.\n",
+			o.ID, o.State, o.age, o.Application, plural(r.Unfinished, "transaction"))
+	}
+	fmt.Fprintln(w)
+	if len(r.Applications) == 0 {
+		fmt.Fprintf(w, "No application wrote a transaction in the last %v: no coordinator created one, no recoverer took one over.\n", window)
+		return
+	}
+	fmt.Fprintf(w, "Applications that last wrote transactions in the last %v:\n", window)
+	tw = table(w)
+	fmt.Fprintln(tw, "  APPLICATION\tTRANSACTIONS\tLAST WRITE")
+	for _, a := range r.Applications {
+		name := a.Application
+		if name == "" {
+			name = "(none)"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%v ago\n", name, a.Transactions, a.age)
+	}
+	_ = tw.Flush()
+}

@@ -1,0 +1,120 @@
+package otel_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/examples/devserver"
+	"github.com/twopc/twopc/examples/observe/otel"
+)
+
+// TestInstrumentsRecord runs transfers with the observer on an SDK meter
+// with a manual reader: the counters go up with each transfer and
+// rollback, and the histograms count the writes.
+func TestInstrumentsRecord(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := database(ctx, t)
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer provider.Shutdown(context.Background())
+	observer, err := otel.NewObserver(provider.Meter("github.com/twopc/twopc"))
+	require.NoError(t, err)
+
+	c, err := twopc.NewCoordinator(db, twopc.WithSyncSettle(), twopc.WithObserver(observer))
+	require.NoError(t, err)
+	defer c.Close(context.Background())
+	require.NoError(t, c.OpenAccount(ctx, "A", 100))
+	require.NoError(t, c.OpenAccount(ctx, "B", 0))
+
+	_, err = c.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	first := collect(ctx, t, reader)
+	commits := attribute.NewSet(attribute.String("from", "pending"), attribute.String("to", "applied"))
+	assert.Equal(t, int64(1), first.count("twopc.transitions", attribute.NewSet(
+		attribute.String("from", "pending"), attribute.String("to", "applied"), attribute.String("outcome", "moved"))))
+	assert.Equal(t, uint64(1), first.histogramCount("twopc.transition.duration", commits))
+
+	_, err = c.Transfer(ctx, "A", "B", 20)
+	require.NoError(t, err)
+	_, err = c.Transfer(ctx, "A", "B", 1000)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	then := collect(ctx, t, reader)
+	assert.Equal(t, int64(3), then.count("twopc.transitions", attribute.NewSet(
+		attribute.String("from", "none"), attribute.String("to", "pending"), attribute.String("outcome", "moved"))))
+	assert.Equal(t, int64(2), then.count("twopc.transitions", attribute.NewSet(
+		attribute.String("from", "applied"), attribute.String("to", "done"), attribute.String("outcome", "moved"))))
+	assert.Equal(t, int64(1), then.count("twopc.transitions", attribute.NewSet(
+		attribute.String("from", "canceling"), attribute.String("to", "canceled"), attribute.String("outcome", "moved"))))
+	assert.Equal(t, uint64(2), then.histogramCount("twopc.transition.duration", commits))
+}
+
+// metrics is what one collection read, by instrument name.
+type metrics map[string]metricdata.Aggregation
+
+func collect(ctx context.Context, t *testing.T, r sdkmetric.Reader) metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, r.Collect(ctx, &rm))
+	out := metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out[m.Name] = m.Data
+		}
+	}
+	return out
+}
+
+// count is the value of counter name at attrs.
+func (m metrics) count(name string, attrs attribute.Set) int64 {
+	sum, _ := m[name].(metricdata.Sum[int64])
+	for _, p := range sum.DataPoints {
+		if p.Attributes.Equals(&attrs) {
+			return p.Value
+		}
+	}
+	return 0
+}
+
+// histogramCount is how many values histogram name recorded at attrs.
+func (m metrics) histogramCount(name string, attrs attribute.Set) uint64 {
+	h, _ := m[name].(metricdata.Histogram[float64])
+	for _, p := range h.DataPoints {
+		if p.Attributes.Equals(&attrs) {
+			return p.Count
+		}
+	}
+	return 0
+}
+
+// database starts a dev server, or uses MONGODB_URI, and returns a fresh
+// database on it.
+func database(ctx context.Context, t *testing.T) *mongo.Database {
+	t.Helper()
+	uri := os.Getenv("MONGODB_URI")
+	if uri == "" {
+		srv, err := devserver.Start(ctx, devserver.Config{Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = srv.Close() })
+		uri = srv.URI()
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	db := client.Database(fmt.Sprintf("twopc_otel_%d", time.Now().UnixNano()))
+	t.Cleanup(func() { _ = db.Drop(context.Background()) })
+	return db
+}

@@ -1,0 +1,124 @@
+package twopc
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// prune moves to the archive (or removes) the final transactions whose
+// recorded time to keep (WithHistory) has passed by now, since they were
+// last modified, and whose fences are off their accounts: the accounts'
+// fence lines are then at or past each one's time, so no leg of it can
+// apply however late it is delivered (see WithHistory). Only those
+// recorded for this coordinator's archive (or for removal, if it has
+// none) are taken. Placeholders are never removed. It returns how many it removed from the transactions
+// collection.
+func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
+	c := r.c
+	filter := bson.D{
+		{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateDone, StateCanceled}}}},
+		{Key: fieldKeep, Value: bson.D{{Key: "$gt", Value: 0}}},
+	}
+	total := 0
+	var firstErr error
+	err := r.each(ctx, filter, func(err error) { firstErr = cmpErr(firstErr, err) }, func(recs []*record) {
+		start := time.Now()
+		var due bson.A
+		states := map[any]State{}
+		for _, t := range recs {
+			if t.Fences || t.Placeholder || t.Archive != c.history.archiveName() ||
+				!t.LastModified.Before(now.Add(-time.Duration(t.KeepMs)*time.Millisecond)) {
+				continue
+			}
+			due = append(due, t.ID)
+			states[t.ID] = t.State
+		}
+		report := func(ids bson.A, outcome Outcome, err error) {
+			for _, id := range ids {
+				oid, _ := id.(bson.ObjectID)
+				if raw, ok := id.(bson.RawValue); ok {
+					oid, _ = raw.ObjectIDOK()
+				}
+				r.report(ctx, oid, states[oid], RecoveryRemove, start, outcome, StepScan, err)
+			}
+		}
+		if len(due) == 0 {
+			return
+		}
+		if c.history.archive != nil {
+			archived, err := r.archive(ctx, due)
+			if err != nil {
+				firstErr = cmpErr(firstErr, fmt.Errorf("archive: %w", err))
+			}
+			due = archived // only what the archive holds is removed
+			if len(due) == 0 {
+				return
+			}
+		}
+		// Guarded as the read was: final, unfenced, no placeholder.
+		res, err := c.txns.DeleteMany(ctx, bson.D{
+			{Key: "_id", Value: bson.D{{Key: "$in", Value: due}}},
+			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateDone, StateCanceled}}}},
+			{Key: fieldFences, Value: bson.D{{Key: "$ne", Value: true}}},
+			{Key: fieldPlaceholder, Value: bson.D{{Key: "$ne", Value: true}}},
+		})
+		if err != nil {
+			report(due, OutcomeError, err)
+			firstErr = cmpErr(firstErr, fmt.Errorf("remove: %w", err))
+			return
+		}
+		total += int(res.DeletedCount)
+		if int(res.DeletedCount) == len(due) {
+			report(due, OutcomeMoved, nil)
+		} else {
+			report(due, OutcomeNotMoved, nil)
+		}
+	})
+	return total, cmpErr(firstErr, err)
+}
+
+// archive copies transactions ids, as stored, into the archive and
+// returns those the archive then holds: a transaction is removed only once
+// its copy is there, whatever a partly failed insert reported.
+func (r *Recoverer) archive(ctx context.Context, ids bson.A) (bson.A, error) {
+	c := r.c
+	cur, err := c.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	if err != nil {
+		return nil, err
+	}
+	var docs []bson.Raw
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, err
+	}
+	held := make(bson.A, 0, len(docs))
+	all := make([]any, len(docs))
+	for i, d := range docs {
+		all[i] = d
+		held = append(held, d.Lookup("_id"))
+	}
+	if len(all) == 0 {
+		return held, nil
+	}
+	if _, err := c.history.archive.InsertMany(ctx, all, options.InsertMany().SetOrdered(false)); err == nil {
+		return held, nil // acknowledged, at the write concern: all there
+	}
+	// Some failed, or the reply was lost: one at a time, so that each
+	// one's fate is known. A duplicate key is a copy already archived (a
+	// pass that stopped after its insert), which serves.
+	held = held[:0]
+	var firstErr error
+	for _, d := range docs {
+		_, err := c.history.archive.InsertOne(ctx, d)
+		if err == nil || mongo.IsDuplicateKeyError(err) {
+			held = append(held, d.Lookup("_id"))
+			continue
+		}
+		firstErr = cmpErr(firstErr, err)
+	}
+	return held, firstErr
+}

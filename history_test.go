@@ -1,0 +1,284 @@
+package twopc_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/twopc/twopc"
+)
+
+var historyTransfers = flag.Int("history.transfers", 20_000, "transfers TestHistoryStaysBounded pushes through (-short: 400)")
+
+// countIn counts the documents of coll matching filter.
+func countIn(t *testing.T, coll *mongo.Collection, filter bson.D) int {
+	t.Helper()
+	n, err := coll.CountDocuments(testCtx(t), filter)
+	require.NoError(t, err)
+	return int(n)
+}
+
+// WithHistory keeps the transactions collection bounded: 20,000 transfers
+// (four workers, every one through one hot account) with a recovery pass
+// after every batch of 200, and the collection never holds more than the
+// batch since the last pass; every account document stays small; the
+// archive holds every
+// transaction, so the checker still finds every balance right, and the
+// audit passes with the total stated.
+func TestHistoryStaysBounded(t *testing.T) {
+	n := *historyTransfers
+	if testing.Short() {
+		n = min(n, 400)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(n)*60*time.Millisecond)
+	defer cancel()
+	b := newBank(t)
+	archive := b.db.Collection("archive")
+	c := b.coordinator(twopc.WithHistory(time.Millisecond, archive))
+	others := []string{"a", "b", "c", "d", "e", "f", "g"}
+	opening := map[string]int64{"hot": int64(n) * 10}
+	for _, id := range others {
+		opening[id] = int64(n)
+	}
+	b.open(opening)
+	const workers, batch = 4, 200
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithHistory(time.Millisecond, archive)))
+	pass := func() twopc.RecoveryReport {
+		ageFinalIn(t, b.db)
+		rep, err := r.RecoverOnce(ctx)
+		require.NoError(t, err)
+		return rep
+	}
+	most, after, largest, removed := 0, 0, 0, 0
+	for done := 0; done < n; done += batch {
+		var wg sync.WaitGroup
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				for i := done + w; i < min(done+batch, n); i += workers {
+					other := others[i%len(others)]
+					src, dst := "hot", other
+					if i%3 == 0 {
+						src, dst = other, "hot"
+					}
+					_, err := c.Transfer(ctx, src, dst, 1)
+					assert.NoError(t, err)
+				}
+			}(w)
+		}
+		wg.Wait()
+		require.NoError(t, c.Settle(ctx))
+		most = max(most, countIn(t, b.db.Collection("transactions"), bson.D{}))
+		removed += pass().Removed // unfences this batch and removes it
+		after = max(after, countIn(t, b.db.Collection("transactions"), bson.D{}))
+		for _, id := range append([]string{"hot"}, others...) {
+			raw, err := b.db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+			require.NoError(t, err)
+			largest = max(largest, len(raw))
+		}
+	}
+	removed += pass().Removed
+	removed += pass().Removed
+	t.Logf("%d transfers: at most %d transactions in the collection before a pass and %d after, account documents at most %d bytes; %d moved to the archive",
+		n, most, after, largest, removed)
+	assert.LessOrEqual(t, most, batch, "the collection holds at most the batch since the last pass")
+	assert.Zero(t, after, "a pass moves every finished transaction out")
+	assert.LessOrEqual(t, largest, 200+batch*20, "an account holds at most one batch of fences")
+	assert.Zero(t, countIn(t, b.db.Collection("transactions"), bson.D{}), "everything archived at the end")
+	assert.Equal(t, n, removed)
+	assert.Equal(t, n, countIn(t, archive, bson.D{{Key: "state", Value: "done"}}))
+
+	// The checker, over the archive: every balance its opening balance
+	// plus the net of its done transfers.
+	want := map[string]int64{}
+	for id, bal := range opening {
+		want[id] = bal
+	}
+	cur, err := archive.Find(ctx, bson.D{})
+	require.NoError(t, err)
+	for cur.Next(ctx) {
+		var d twopc.Txn
+		require.NoError(t, cur.Decode(&d))
+		require.Equal(t, twopc.StateDone, d.State)
+		for _, l := range d.AllLegs() {
+			want[l.Account.(string)] += l.Amount
+		}
+	}
+	require.NoError(t, cur.Err())
+	var total int64
+	for id, bal := range want {
+		a := b.account(id)
+		assert.Equalf(t, bal, a.Balance, "balance of %s", id)
+		assert.Empty(t, a.Pending)
+		assert.Empty(t, a.Fenced)
+		total += bal
+	}
+	rep, err := c.Audit(ctx, twopc.WithExpectedTotal("", total))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep.Violations)
+}
+
+// A transaction removed by WithHistory cannot come back to move money:
+// every write command of its transfer, delivered again after the removal
+// (its insert among them), is refused by the fence lines or becomes a
+// pending transaction with no leg applied, which recovery cancels. A
+// placeholder (Cancel of an unknown id) is never removed. A key is a new
+// transfer once its transaction is gone.
+func TestHistoryRemovedTransactionCannotReturn(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	rec := &writeRecorder{}
+	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithHistory(time.Millisecond, nil), twopc.WithSyncSettle())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	b.open(map[string]int64{"A": 100, "B": 0})
+	first, err := c.Transfer(ctx, "A", "B", 30, twopc.WithKey("order-1"))
+	require.NoError(t, err)
+	_, err = c.Transfer(ctx, "A", "B", 500) // refused: canceled, fenced
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	placeholder := bson.NewObjectID()
+	_, err = twopc.NewCanceler(c).Cancel(ctx, placeholder)
+	require.NoError(t, err)
+
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer")))
+	removed := 0
+	for i := 0; i < 3; i++ {
+		b.ageFinal()
+		rep, err := r.RecoverOnce(ctx)
+		require.NoError(t, err)
+		removed += rep.Removed
+	}
+	require.Equal(t, 2, removed, "the done and the canceled transfer")
+	left := b.txns()
+	require.Len(t, left, 1)
+	assert.Equal(t, placeholder, left[0].ID, "the placeholder is kept")
+
+	before := b.accountStates()
+	resendAll(t, b.db, rec.recorded())
+	b.recoverAll()
+	assert.Equal(t, before, b.accountStates(), "a write of a removed transaction moved money")
+	// The replayed insert brought the documents back, and the replayed
+	// commit and done moved the done one's copy along (WithHistory says
+	// so): final, none of their legs applied, and removed again.
+	for _, d := range b.txns() {
+		assert.Truef(t, d.State.Final(), "%s is %s", d.ID.Hex(), d.State)
+	}
+	assert.Equal(t, int64(70), b.balance("A"))
+	assert.Equal(t, int64(30), b.balance("B"))
+
+	// Once the copies are removed too, the key's transaction is gone:
+	// the same key is honoured no longer than the history is kept.
+	for i := 0; i < 2; i++ {
+		b.ageFinal()
+		b.recoverAll()
+	}
+	require.Len(t, b.txns(), 1, "only the placeholder")
+	again, err := c.Transfer(ctx, "A", "B", 30, twopc.WithKey("order-1"))
+	require.NoError(t, err)
+	assert.Equal(t, first.ID, again.ID, "the key's id")
+	assert.Equal(t, int64(40), b.balance("A"), fmt.Sprintf("a new transfer under the key, %v", again.State))
+}
+
+// With an archive, the archive keeps a transaction's first record: a copy
+// that its own replayed writes brought back after it was archived is
+// removed without replacing it.
+func TestHistoryArchiveKeepsTheFirstRecord(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	archive := b.db.Collection("archive")
+	rec := &writeRecorder{}
+	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	b.open(map[string]int64{"A": 100, "B": 0})
+	txn, err := c.Transfer(ctx, "A", "B", 30)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	removes := map[twopc.Outcome]int{}
+	observer := twopc.Observer{Recovery: func(_ context.Context, e twopc.RecoveryEvent) {
+		if e.Action == twopc.RecoveryRemove {
+			mu.Lock()
+			removes[e.Outcome]++
+			mu.Unlock()
+		}
+	}}
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithHistory(time.Millisecond, archive), twopc.WithObserver(observer)))
+	prune := func() int {
+		removed := 0
+		for i := 0; i < 3; i++ {
+			b.backdateAll(time.Hour)
+			b.ageFinal()
+			rep, err := r.RecoverOnce(ctx)
+			require.NoError(t, err)
+			removed += rep.Removed
+		}
+		return removed
+	}
+	// A recoverer without the archive leaves the transaction: it is
+	// recorded for that archive.
+	for i := 0; i < 2; i++ {
+		b.ageFinal()
+		rep, err := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("no-archive"))).RecoverOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, rep.Removed)
+	}
+	require.Len(t, b.txns(), 1)
+	require.Equal(t, 1, prune())
+	mu.Lock()
+	assert.Equal(t, map[twopc.Outcome]int{twopc.OutcomeMoved: 1}, removes, "the observer is told")
+	mu.Unlock()
+	var first bson.Raw
+	require.NoError(t, archive.FindOne(ctx, bson.D{{Key: "_id", Value: txn.ID}}).Decode(&first))
+
+	resendAll(t, b.db, rec.recorded()) // the insert brings a copy back
+	require.Len(t, b.txns(), 1, "a copy came back")
+	require.Equal(t, 1, prune(), "the copy is removed")
+	assert.Empty(t, b.txns())
+	var kept bson.Raw
+	require.NoError(t, archive.FindOne(ctx, bson.D{{Key: "_id", Value: txn.ID}}).Decode(&kept))
+	assert.Equal(t, first, kept, "the archive kept the first record")
+	assert.Equal(t, 1, countIn(t, archive, bson.D{}))
+	assert.Equal(t, int64(70), b.balance("A"))
+	assert.Equal(t, int64(30), b.balance("B"))
+}
+
+// A keyed Transfer whose key's transaction is removed between its insert
+// (which found the _id taken) and its read of that transaction does not
+// say the transaction does not exist: its outcome is unknown, and
+// repeating the call makes a new transfer.
+func TestHistoryKeyRemovedMidTransfer(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	first, err := b.c.Transfer(ctx, "A", "B", 10, twopc.WithKey("k"))
+	require.NoError(t, err)
+	b.ageFinal()
+	b.recoverAll() // its fences removed, as WithHistory waits for
+	require.False(t, b.txn(first.ID).Fences)
+	var once sync.Once
+	c := b.coordinator(twopc.WithSyncSettle(), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepRead {
+			once.Do(func() { // as a Recoverer with WithHistory would
+				_, err := b.db.Collection("transactions").DeleteOne(ctx, bson.D{{Key: "_id", Value: first.ID}})
+				require.NoError(t, err)
+			})
+		}
+		return nil
+	}))
+	_, err = c.Transfer(ctx, "A", "B", 10, twopc.WithKey("k"))
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, twopc.ErrTxnNotFound, "the outcome is unknown, not known to be nothing")
+	again, err := c.Transfer(ctx, "A", "B", 10, twopc.WithKey("k"))
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateDone, again.State)
+	assert.Equal(t, int64(80), b.balance("A"))
+}

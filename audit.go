@@ -84,10 +84,12 @@ type TotalCheck struct {
 	// debits (pendingDebit): money a debit holds is still its account's
 	// until the transfer settles.
 	Actual int64 `json:"actual"`
-	// Decided is false when transactions were in flight during the audit:
-	// a transfer between its commit and the end of its settling moves
-	// money between ledgers' sums, so the figure is not a snapshot and no
-	// violation is reported.
+	// Decided is false when transactions were in flight during the audit
+	// (unfinished at its start or end, or written since it began): a
+	// transfer between its commit and the end of its settling moves money
+	// between ledgers' sums, and one that ran while the accounts were read
+	// is seen in part, so the figure is not a snapshot and no violation is
+	// reported.
 	Decided bool `json:"decided"`
 	OK      bool `json:"ok"`
 }
@@ -259,8 +261,13 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 		sums[name] = sum
 	}
 	if len(cfg.totals) > 0 && !inFlight {
-		// Nothing was in flight at the start; was anything by the end?
-		n, err := c.unfinished(ctx)
+		// Nothing was in flight at the start. Was anything by the end, or
+		// did a transfer run from start to end while the accounts were
+		// read? Either way it was written since the audit began.
+		n, err := c.txns.CountDocuments(ctx, bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: fieldState, Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
+			bson.D{{Key: fieldLastModified, Value: bson.D{{Key: "$gte", Value: rep.Started}}}},
+		}}})
 		if err != nil {
 			return nil, fmt.Errorf("twopc: audit: %w", err)
 		}
@@ -292,11 +299,6 @@ func (c *Coordinator) ledgerNames() []string {
 }
 
 var unfinishedStates = bson.A{StateInitial, StatePending, StateApplied, StateCanceling}
-
-// unfinished counts the transactions not final.
-func (c *Coordinator) unfinished(ctx context.Context) (int64, error) {
-	return c.txns.CountDocuments(ctx, bson.D{{Key: fieldState, Value: bson.D{{Key: "$in", Value: unfinishedStates}}}})
-}
 
 // auditTransactions counts the transactions by state and checks every
 // unfinished one against its lease, reading them in batches.

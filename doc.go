@@ -272,10 +272,10 @@
 // has passed, to an archive collection (or removes it). With a Recoverer
 // every interval I, the collection holds the transactions unfinished, plus
 // those final within retention R plus keep K plus I: about f×(R+K+I) at f
-// transfers a second. TestHistoryStaysBounded pushes 20,000 transfers
-// through one account and checks the collection and every account
-// document stay bounded. Placeholders and tombstones are kept (see
-// WithHistory).
+// transfers a second, plus every keyed transaction, placeholder and
+// tombstone, which are kept for good (see WithHistory).
+// TestHistoryStaysBounded pushes 20,000 transfers through one account and
+// checks the collection and every account document stay bounded.
 //
 // Audit checks the invariants above on a live system: markers against
 // unfinished transactions, transactions past their lease, the marker

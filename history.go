@@ -16,13 +16,25 @@ import (
 // fence lines are then at or past each one's time, so no leg of it can
 // apply however late it is delivered (see WithHistory). Only those
 // recorded for this coordinator's archive (or for removal, if it has
-// none) are taken. Placeholders are never removed. It returns how many it removed from the transactions
+// none) are taken. Placeholders and keyed transactions (WithKey, and the
+// reversals Reverse keys) are never removed: their _id would be free for
+// the same key again, and a transaction with that _id has the same leg
+// markers, which a late settle or undo of the removed one would then act
+// on. It returns how many it removed from the transactions
 // collection.
 func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 	c := r.c
 	filter := bson.D{
 		{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateDone, StateCanceled}}}},
 		{Key: fieldKeep, Value: bson.D{{Key: "$gt", Value: 0}}},
+		{Key: fieldFences, Value: bson.D{{Key: "$ne", Value: true}}},
+		{Key: fieldKey, Value: bson.D{{Key: "$exists", Value: false}}},
+	}
+	if c.history.keep > 0 {
+		// Scan only what this coordinator's own keep has passed for: a
+		// transaction recorded with a shorter keep waits for it (later,
+		// never sooner), and the pass does not read every kept one.
+		filter = append(filter, bson.E{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: now.Add(-c.history.keep)}}})
 	}
 	total := 0
 	var firstErr error
@@ -31,7 +43,7 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 		var due bson.A
 		states := map[any]State{}
 		for _, t := range recs {
-			if t.Fences || t.Placeholder || t.Archive != c.history.archiveName() ||
+			if t.Fences || t.Placeholder || t.Key != "" || t.Archive != c.history.archiveName() ||
 				!t.LastModified.Before(now.Add(-time.Duration(t.KeepMs)*time.Millisecond)) {
 				continue
 			}
@@ -60,12 +72,13 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 				return
 			}
 		}
-		// Guarded as the read was: final, unfenced, no placeholder.
+		// Guarded as the read was: final, unfenced, no placeholder, no key.
 		res, err := c.txns.DeleteMany(ctx, bson.D{
 			{Key: "_id", Value: bson.D{{Key: "$in", Value: due}}},
 			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateDone, StateCanceled}}}},
 			{Key: fieldFences, Value: bson.D{{Key: "$ne", Value: true}}},
 			{Key: fieldPlaceholder, Value: bson.D{{Key: "$ne", Value: true}}},
+			{Key: fieldKey, Value: bson.D{{Key: "$exists", Value: false}}},
 		})
 		if err != nil {
 			report(due, OutcomeError, err)

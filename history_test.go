@@ -3,7 +3,6 @@ package twopc_test
 import (
 	"context"
 	"flag"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -129,10 +128,10 @@ func TestHistoryStaysBounded(t *testing.T) {
 
 // A transaction removed by WithHistory cannot come back to move money:
 // every write command of its transfer, delivered again after the removal
-// (its insert among them), is refused by the fence lines or becomes a
-// pending transaction with no leg applied, which recovery cancels. A
-// placeholder (Cancel of an unknown id) is never removed. A key is a new
-// transfer once its transaction is gone.
+// (its insert among them), is refused by the fence lines or acts on a copy
+// with no leg applied. Placeholders (Cancel of an unknown id) and keyed
+// transactions, with the reversals Reverse keys, are never removed: a key
+// is honoured for good, and Reverse never reverses twice.
 func TestHistoryRemovedTransactionCannotReturn(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t)
@@ -141,10 +140,14 @@ func TestHistoryRemovedTransactionCannotReturn(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	b.open(map[string]int64{"A": 100, "B": 0})
-	first, err := c.Transfer(ctx, "A", "B", 30, twopc.WithKey("order-1"))
+	_, err = c.Transfer(ctx, "A", "B", 30)
 	require.NoError(t, err)
 	_, err = c.Transfer(ctx, "A", "B", 500) // refused: canceled, fenced
 	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	keyed, err := c.Transfer(ctx, "A", "B", 5, twopc.WithKey("order-1"))
+	require.NoError(t, err)
+	reversal, err := c.Reverse(ctx, keyed.ID)
+	require.NoError(t, err)
 	placeholder := bson.NewObjectID()
 	_, err = twopc.NewCanceler(c).Cancel(ctx, placeholder)
 	require.NoError(t, err)
@@ -157,35 +160,40 @@ func TestHistoryRemovedTransactionCannotReturn(t *testing.T) {
 		require.NoError(t, err)
 		removed += rep.Removed
 	}
-	require.Equal(t, 2, removed, "the done and the canceled transfer")
-	left := b.txns()
-	require.Len(t, left, 1)
-	assert.Equal(t, placeholder, left[0].ID, "the placeholder is kept")
+	require.Equal(t, 2, removed, "the keyless done and canceled transfers")
+	kept := map[bson.ObjectID]bool{}
+	for _, d := range b.txns() {
+		kept[d.ID] = true
+	}
+	assert.Equal(t, map[bson.ObjectID]bool{placeholder: true, keyed.ID: true, reversal.ID: true}, kept,
+		"the placeholder, the keyed transfer and its reversal are kept")
 
 	before := b.accountStates()
 	resendAll(t, b.db, rec.recorded())
 	b.recoverAll()
 	assert.Equal(t, before, b.accountStates(), "a write of a removed transaction moved money")
-	// The replayed insert brought the documents back, and the replayed
-	// commit and done moved the done one's copy along (WithHistory says
-	// so): final, none of their legs applied, and removed again.
+	// The replayed inserts brought the removed documents back, and the
+	// replayed commit and done moved the done one's copy along (WithHistory
+	// says so): final, none of their legs applied, and removed again.
 	for _, d := range b.txns() {
 		assert.Truef(t, d.State.Final(), "%s is %s", d.ID.Hex(), d.State)
 	}
 	assert.Equal(t, int64(70), b.balance("A"))
 	assert.Equal(t, int64(30), b.balance("B"))
-
-	// Once the copies are removed too, the key's transaction is gone:
-	// the same key is honoured no longer than the history is kept.
 	for i := 0; i < 2; i++ {
 		b.ageFinal()
 		b.recoverAll()
 	}
-	require.Len(t, b.txns(), 1, "only the placeholder")
-	again, err := c.Transfer(ctx, "A", "B", 30, twopc.WithKey("order-1"))
+	require.Len(t, b.txns(), 3, "the copies removed again")
+
+	// The key and the reversal hold for good.
+	again, err := c.Transfer(ctx, "A", "B", 5, twopc.WithKey("order-1"))
 	require.NoError(t, err)
-	assert.Equal(t, first.ID, again.ID, "the key's id")
-	assert.Equal(t, int64(40), b.balance("A"), fmt.Sprintf("a new transfer under the key, %v", again.State))
+	assert.Equal(t, keyed.ID, again.ID)
+	twice, err := c.Reverse(ctx, keyed.ID)
+	require.NoError(t, err)
+	assert.Equal(t, reversal.ID, twice.ID)
+	assert.Equal(t, int64(70), b.balance("A"), "nothing moved twice")
 }
 
 // With an archive, the archive keeps a transaction's first record: a copy
@@ -251,10 +259,10 @@ func TestHistoryArchiveKeepsTheFirstRecord(t *testing.T) {
 	assert.Equal(t, int64(30), b.balance("B"))
 }
 
-// A keyed Transfer whose key's transaction is removed between its insert
-// (which found the _id taken) and its read of that transaction does not
-// say the transaction does not exist: its outcome is unknown, and
-// repeating the call makes a new transfer.
+// A keyed Transfer whose insert finds the key's _id taken, and whose read
+// then finds nothing (the document deleted meanwhile, here by hand once its
+// fences were removed), does not say the transaction does not exist: its
+// outcome is unknown.
 func TestHistoryKeyRemovedMidTransfer(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithSyncSettle())

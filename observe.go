@@ -50,7 +50,9 @@ const (
 // goroutines at once (concurrent transfers, background settling, a
 // recovery pass): they must be safe for concurrent use and fast, a few
 // microseconds (count, observe a histogram, hand the event to a channel
-// that does not block), since the transfer waits for them. An Observer
+// that does not block), since the transfer waits for them; and they must
+// not call back into the Coordinator, its Recoverers or Cancelers (a
+// Transfer or Settle from an observer can deadlock). An Observer
 // cannot change the protocol's outcome: the events are copies, and a func
 // that panics is recovered, logged ("twopc: observer panicked", at error
 // level, with the panic and its stack) and the protocol goes on. Either

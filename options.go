@@ -211,29 +211,40 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 // clock), a Recoverer's pass moves it to archive, or removes it if archive
 // is nil. Without WithHistory transactions are kept for good.
 //
-// What it costs and what it does not: an idempotency key is honoured for
-// at least keep plus the fence retention after its transaction became
-// final; after that, Transfer with the same key is a new transfer. Removing
-// a transaction never lets money move: it is removed only after every
-// account it touched has its fence line at or past the transaction's time,
-// so a leg write of it, delivered however late, is refused by the server,
-// and a late insert of it becomes a pending transaction with no leg
-// applied, which recovery cancels. Placeholders (Cancel of an unknown id)
-// are never removed: nothing records the accounts a late insert of that id
-// would touch, so they are what refuses it (one per such Cancel). The
-// log's limit: a removed transaction's own write commands, delivered again
+// What it keeps: keyed transactions (WithKey, and the reversals Reverse
+// makes under derived keys) are never removed, so a key is honoured for
+// good and Reverse never reverses twice: a removed keyed transaction
+// would free its _id for the same key, and a new transaction under it has
+// the same leg markers, on which a late settle or undo of the removed one
+// would then act. Placeholders (Cancel of an unknown id) are never removed
+// either: nothing records the accounts a late insert of that id would
+// touch, so they are what refuses it. Bound the collection by using keys
+// where a caller needs them.
+//
+// What removal does not let happen: money moving. A transaction is removed
+// only after every account it touched has its fence line at or past the
+// transaction's time, so a leg write of it, delivered however late, is
+// refused by the server, and a late insert of it becomes a transaction
+// with no leg applied.
+//
+// What it costs the log: Get and Canceler.Cancel of a removed id cannot
+// tell it from one that never was (ErrTxnNotFound; Cancel writes a
+// placeholder and reports it canceled), so ask the archive about ids older
+// than keep. A removed transaction's own write commands, delivered again
 // after its removal (a network that duplicates and delays), can bring its
-// document back and move it to done or canceled; none of its legs
-// applies, and the copy is removed in turn, but until then the
-// transactions collection shows a second record of that id with no effect
-// on any balance. With an archive, the archive keeps the first record (a
-// copy's archiving finds the id there and leaves it). The archive's name
-// is recorded in each transaction with keep, and only a Recoverer whose
-// coordinator has WithHistory with an archive of that name moves it (one
-// without an archive removes only the transactions recorded for removal):
-// a Recoverer configured otherwise leaves the transaction. Archiving is
-// an insert into archive, then a guarded delete; a pass that stops between
-// them leaves the transaction in both, and the next pass finishes the move.
+// document back and move it to done or canceled with none of its legs
+// applied, whatever the first record's state was; the copy is removed in
+// turn, and the archive keeps the first record (a copy's archiving finds
+// the id there and leaves it). Until then, do not Reverse a transaction
+// older than keep on the log's word alone: check the archive.
+//
+// The archive's name is recorded in each transaction with keep, and only a
+// Recoverer whose coordinator has WithHistory with an archive of that name
+// moves it (one without an archive removes only the transactions recorded
+// for removal): a Recoverer configured otherwise leaves the transaction.
+// Archiving is an insert into archive, then a guarded delete; a pass that
+// stops between them leaves the transaction in both, and the next pass
+// finishes the move. The archive may not be the transactions collection.
 func WithHistory(keep time.Duration, archive *mongo.Collection) Option {
 	return func(c *config) error {
 		if keep <= 0 {

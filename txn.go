@@ -92,7 +92,11 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		txns:   db.Collection(cfg.transactions, majority),
 	}
 	if c.history.archive != nil {
-		c.history.archive = c.history.archive.Clone(majority)
+		a := c.history.archive
+		if a.Name() == cfg.transactions && a.Database().Name() == db.Name() {
+			return nil, fmt.Errorf("twopc: WithHistory: the archive is the transactions collection")
+		}
+		c.history.archive = a.Clone(majority)
 	}
 	c.ledger = &Ledger{config: &c.config, accounts: db.Collection(cfg.accounts, majority)}
 	c.ledgers = map[string]*Ledger{"": c.ledger}
@@ -163,10 +167,18 @@ func (c *Coordinator) ensureIndex(ctx context.Context, have map[string]bool, key
 	}
 	_, err := c.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: opts})
 	var se mongo.ServerError
+	// The server has no such option (NotImplemented, CommandNotSupported,
+	// InvalidOptions, BadValue, CannotCreateIndex,
+	// InvalidIndexSpecificationOption), as opposed to a transient failure,
+	// after which the next call tries again.
+	refused := func() bool {
+		return errors.As(err, &se) && (se.HasErrorCode(238) || se.HasErrorCode(115) || se.HasErrorCode(72) ||
+			se.HasErrorCode(2) || se.HasErrorCode(67) || se.HasErrorCode(197))
+	}
 	conflict := func() bool {
 		return errors.As(err, &se) && (se.HasErrorCode(codeIndexOptionsConflict) || se.HasErrorCode(codeIndexKeySpecsConflict))
 	}
-	if fallback != nil && errors.As(err, &se) && !conflict() {
+	if fallback != nil && refused() {
 		_, err = c.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: fallback})
 	}
 	if conflict() {

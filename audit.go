@@ -53,6 +53,11 @@ const (
 	// ViolationTotal: a ledger's accounts do not hold the total the
 	// caller stated (WithExpectedTotal), with nothing in flight.
 	ViolationTotal = "total"
+	// ViolationHeldWithoutMarker: an account holds a pending credit or a
+	// held debit with no leg in flight on it. Applying a leg adds its
+	// marker and its amount in one write, and settling or undoing removes
+	// both, so the two go together.
+	ViolationHeldWithoutMarker = "held-without-marker"
 )
 
 // Violation is one broken invariant.
@@ -118,6 +123,9 @@ type AuditReport struct {
 	Violations []Violation `json:"violations"`
 	Dropped    int         `json:"dropped,omitempty"`
 }
+
+// auditLookup is the most transaction ids one lookup of the audit names.
+const auditLookup = 1000
 
 // maxReportedViolations bounds the report's size on a badly broken system.
 const maxReportedViolations = 1000
@@ -221,6 +229,8 @@ func WithExpectedTotal(ledger string, total int64) AuditOption {
 //     reported, so a transfer that settled during the audit is not one;
 //   - no unfinished transaction has been left untouched past its recorded
 //     lease plus the grace (ViolationStale);
+//   - an account holds a pending credit or a held debit only while a leg
+//     is in flight on it (ViolationHeldWithoutMarker);
 //   - every account's marker arrays are within their bounds
 //     (ViolationMarkerBound), and every account and transaction has the
 //     shape the protocol writes (ViolationMalformed);
@@ -375,6 +385,10 @@ func (c *Coordinator) auditLedger(ctx context.Context, cfg *auditConfig, l *Ledg
 				rep.add(Violation{Kind: ViolationMalformed, Ledger: l.name, Account: id, Detail: fmt.Sprintf("%s is a %s, not an array", f.name, f.raw.Type)})
 			}
 		}
+		if len(pending) == 0 && (a.credit() != 0 || a.heldDebit() != 0) {
+			rep.add(Violation{Kind: ViolationHeldWithoutMarker, Ledger: l.name, Account: id,
+				Detail: fmt.Sprintf("pendingCredit %d and pendingDebit %d with no leg in flight", a.credit(), a.heldDebit())})
+		}
 		if len(pending) > cfg.pendingBound || len(fenced) > cfg.fencedBound {
 			rep.add(Violation{Kind: ViolationMarkerBound, Ledger: l.name, Account: id,
 				Detail: fmt.Sprintf("%d markers of legs in flight (bound %d), %d fences (bound %d)", len(pending), cfg.pendingBound, len(fenced), cfg.fencedBound)})
@@ -441,21 +455,27 @@ func (c *Coordinator) auditMarkers(ctx context.Context, l *Ledger, accts []*acco
 	for id := range ids {
 		list = append(list, id)
 	}
-	cur, err := c.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: list}}}},
-		options.Find().SetProjection(bson.D{{Key: fieldState, Value: 1}}))
-	if err != nil {
-		return err
-	}
-	var found []struct {
-		ID    bson.ObjectID `bson:"_id"`
-		State State         `bson:"state"`
-	}
-	if err := cur.All(ctx, &found); err != nil {
-		return err
-	}
 	state := map[bson.ObjectID]State{}
-	for _, t := range found {
-		state[t.ID] = t.State
+	// At most auditLookup ids a query: accounts near their marker bound
+	// must not make one query larger than a command may be.
+	for len(list) > 0 {
+		part := list[:min(len(list), auditLookup)]
+		list = list[len(part):]
+		cur, err := c.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: part}}}},
+			options.Find().SetProjection(bson.D{{Key: fieldState, Value: 1}}))
+		if err != nil {
+			return err
+		}
+		var found []struct {
+			ID    bson.ObjectID `bson:"_id"`
+			State State         `bson:"state"`
+		}
+		if err := cur.All(ctx, &found); err != nil {
+			return err
+		}
+		for _, t := range found {
+			state[t.ID] = t.State
+		}
 	}
 	for _, a := range accts {
 		var suspects []bson.ObjectID

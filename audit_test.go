@@ -207,6 +207,16 @@ func TestAuditFindsBrokenInvariants(t *testing.T) {
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{twopc.ViolationMarkerBound, twopc.ViolationMarkerBound}, kinds(rep), "A and C hold two markers each")
 
+	// A held credit left on an account with no leg in flight.
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "B"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "pendingCredit", Value: int64(3)}}}})
+	require.NoError(t, err)
+	rep, err = c.Audit(ctx, twopc.WithStaleGrace(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, []string{twopc.ViolationHeldWithoutMarker}, kinds(rep))
+	assert.Equal(t, "B", rep.Violations[0].Account)
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "B"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "pendingCredit", Value: int64(0)}}}})
+	require.NoError(t, err)
+
 	// An account of the wrong shape.
 	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "B"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "balance", Value: "nine"}}}})
 	require.NoError(t, err)

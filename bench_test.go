@@ -149,35 +149,7 @@ func benchBank(b *testing.B, bc *benchCounter) *mongo.Database {
 // unfinished, and the money is all there.
 func checkBank(b *testing.B, db *mongo.Database, n int) {
 	b.Helper()
-	ctx := benchCtx(b)
-	done, err := db.Collection("transactions").CountDocuments(ctx, bson.D{{Key: "state", Value: "done"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	all, err := db.Collection("transactions").CountDocuments(ctx, bson.D{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if done != int64(n) || all != int64(n) {
-		b.Fatalf("%d transactions, %d done; want %d done", all, done, n)
-	}
-	cur, err := db.Collection("accounts").Find(ctx, bson.D{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var accts []struct {
-		Balance int64 `bson:"balance"`
-	}
-	if err := cur.All(ctx, &accts); err != nil {
-		b.Fatal(err)
-	}
-	var sum int64
-	for _, a := range accts {
-		sum += a.Balance
-	}
-	if want := benchOpening * benchAccounts; sum != want {
-		b.Fatalf("accounts hold %d in all, want %d", sum, want)
-	}
+	checkLedgers(b, []*mongo.Database{db}, n)
 }
 
 // runBench runs b.N transfers with the given number of workers (1:

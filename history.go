@@ -2,6 +2,7 @@ package twopc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -93,6 +94,39 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 		}
 	})
 	return total, cmpErr(firstErr, err)
+}
+
+// lookup reads transaction id for Get, Cancel and Reverse. If WithHistory's
+// archive holds it, the archive's record answers, and archived says so: it
+// is the transaction's first record, and a document under the same id in
+// the log is a copy that the removed transaction's own late writes brought
+// back (see WithHistory). Otherwise the log answers.
+func (c *Coordinator) lookup(ctx context.Context, id bson.ObjectID) (r *record, archived bool, err error) {
+	if r, archived, err = c.archived(ctx, id); archived || err != nil {
+		return r, archived, err
+	}
+	r, err = c.read(ctx, id)
+	return r, false, err
+}
+
+// archived reads transaction id from WithHistory's archive, if there is
+// one and it holds the id.
+func (c *Coordinator) archived(ctx context.Context, id bson.ObjectID) (*record, bool, error) {
+	a := c.history.archive
+	if a == nil {
+		return nil, false, nil
+	}
+	var r record
+	err := c.try(ctx, StepRead, &record{Txn: Txn{ID: id}}, func(ctx context.Context) error {
+		return a.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&r)
+	})
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("twopc: read the archive: %w", err)
+	}
+	return &r, true, r.check()
 }
 
 // archive copies transactions ids, as stored, into the archive and

@@ -290,3 +290,48 @@ func TestHistoryKeyRemovedMidTransfer(t *testing.T) {
 	assert.Equal(t, twopc.StateDone, again.State)
 	assert.Equal(t, int64(80), b.balance("A"))
 }
+
+// With an archive, Get, Cancel and Reverse of a transaction moved out of
+// the log answer from the archive: a done transfer is done (Cancel says
+// ErrNotCancelable and writes no placeholder; Reverse moves the money
+// back once), a canceled one canceled.
+func TestHistoryArchiveAnswersGetCancelReverse(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	archive := b.db.Collection("archive")
+	c := b.coordinator(twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	done, err := c.Transfer(ctx, "A", "B", 30)
+	require.NoError(t, err)
+	canceled, err := c.Transfer(ctx, "A", "B", 500)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithHistory(time.Millisecond, archive)))
+	removed := 0
+	for i := 0; i < 3; i++ {
+		b.ageFinal()
+		rep, err := r.RecoverOnce(ctx)
+		require.NoError(t, err)
+		removed += rep.Removed
+	}
+	require.Equal(t, 2, removed)
+	require.Empty(t, b.txns())
+
+	got, err := c.Get(ctx, done.ID)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateDone, got.State)
+	k := twopc.NewCanceler(c)
+	_, err = k.Cancel(ctx, done.ID)
+	require.ErrorIs(t, err, twopc.ErrNotCancelable)
+	got, err = k.Cancel(ctx, canceled.ID)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateCanceled, got.State)
+	require.Empty(t, b.txns(), "no placeholder written for an archived id")
+
+	rev, err := c.Reverse(ctx, done.ID)
+	require.NoError(t, err)
+	again, err := c.Reverse(ctx, done.ID)
+	require.NoError(t, err)
+	assert.Equal(t, rev.ID, again.ID)
+	assert.Equal(t, int64(100), b.balance("A"), "reversed once")
+	assert.Equal(t, int64(0), b.balance("B"))
+}

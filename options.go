@@ -227,16 +227,19 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 // refused by the server, and a late insert of it becomes a transaction
 // with no leg applied.
 //
-// What it costs the log: Get and Canceler.Cancel of a removed id cannot
-// tell it from one that never was (ErrTxnNotFound; Cancel writes a
-// placeholder and reports it canceled), so ask the archive about ids older
-// than keep. A removed transaction's own write commands, delivered again
-// after its removal (a network that duplicates and delays), can bring its
-// document back and move it to done or canceled with none of its legs
-// applied, whatever the first record's state was; the copy is removed in
-// turn, and the archive keeps the first record (a copy's archiving finds
-// the id there and leaves it). Until then, do not Reverse a transaction
-// older than keep on the log's word alone: check the archive.
+// What it costs the log. With an archive, Get, Canceler.Cancel and Reverse
+// of an id the archive holds answer from the archive (Cancel writes
+// nothing). Without one, they cannot tell a removed id from one that never
+// was: Get says ErrTxnNotFound, and Cancel writes a placeholder and
+// reports the id canceled, whatever the removed transaction did. A removed
+// transaction's own write commands, delivered again after its removal (a
+// network that duplicates and delays), can bring its document back and
+// move it to done or canceled with none of its legs applied, whatever the
+// first record's state was; the copy is removed in turn, and the archive
+// keeps the first record (a copy's archiving finds the id there and leaves
+// it), which is what Get, Cancel and Reverse then read. Without an
+// archive, do not Reverse a transaction older than keep on the log's word
+// alone.
 //
 // The archive's name is recorded in each transaction with keep, and only a
 // Recoverer whose coordinator has WithHistory with an archive of that name

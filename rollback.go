@@ -53,6 +53,18 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 	if id.IsZero() {
 		return nil, fmt.Errorf("twopc: cancel: %w: the zero id", ErrTxnNotFound)
 	}
+	if r, archived, err := c.archived(ctx, id); archived || err != nil {
+		// Final, and moved out of the log (WithHistory): answered from the
+		// archive, nothing written.
+		switch {
+		case err != nil:
+			return r.txn(), fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
+		case r.State == StateCanceled:
+			return r.txn(), nil
+		default:
+			return r.txn(), fmt.Errorf("twopc: cancel %s: %w: it is %s (archived); use Reverse", id.Hex(), ErrNotCancelable, r.State)
+		}
+	}
 	for attempt := 0; attempt < 3; attempt++ {
 		r, err := c.read(ctx, id)
 		if errors.Is(err, ErrTxnNotFound) {

@@ -225,9 +225,11 @@ func (c *Coordinator) Ledger(name string) (*Ledger, error) {
 	return l, nil
 }
 
-// Get returns transaction id as it now stands.
+// Get returns transaction id as it now stands: as the archive holds it, if
+// WithHistory's archive does (see Coordinator.lookup), else as the log
+// does.
 func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
-	r, err := c.read(ctx, id)
+	r, _, err := c.lookup(ctx, id)
 	if r == nil {
 		return nil, err
 	}
@@ -524,7 +526,7 @@ func (c *Coordinator) outcome(r *record) (*Txn, error) {
 // canceled (say the destination lacked the funds then) is followed by a new
 // attempt under the next key. A key given in opts is used as it is.
 func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (*Txn, error) {
-	r, err := c.read(ctx, id)
+	r, _, err := c.lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}

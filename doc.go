@@ -327,10 +327,10 @@
 // majority read concern (on MongoDB 4.4 it can be turned off, with
 // enableMajorityReadConcern: false, as some primary-secondary-arbiter
 // deployments are; that setup is not supported: recovery, Cancel and Get
-// then fail). It is tested on MongoDB 6.0, 7.0 and 8.0, standalone and as
-// a replica set, by the repository's GitHub workflow, and on FerretDB v1.24
-// behind a serializing front (see the README: FerretDB alone loses
-// updates). COMMANDS.md in the repository lists every command it sends,
+// then fail). The repository's GitHub workflow runs its tests on MongoDB
+// 6.0, 7.0 and 8.0, standalone and as a replica set (the project's own
+// machines have no MongoDB); they run everywhere on FerretDB v1.24 behind a
+// serializing front (see the README: FerretDB alone loses updates). COMMANDS.md in the repository lists every command it sends,
 // the behaviour each relies on and where FerretDB differs. Where only
 // MongoDB has a feature the library uses, it detects it at run time: the
 // partial index of EnsureIndexes.
@@ -383,7 +383,7 @@
 // (transaction, from and to states, step, the write's duration, and
 // whether it moved the transaction, found it moved by someone else, or
 // failed) and every recovery action (takeover, roll forward, settle, roll
-// back, cancel initial, unfence). It is called synchronously and must be
+// back, cancel initial, unfence, remove). It is called synchronously and must be
 // fast; a panic in it is recovered and logged, never passed on.
 // examples/observe has Prometheus and OpenTelemetry observers. Every log
 // line about a transaction carries the attributes txn (its _id in hex),

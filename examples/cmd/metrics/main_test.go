@@ -5,11 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twopc/twopc/examples/internal/observetest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -57,7 +57,7 @@ func TestMetrics(t *testing.T) {
 	done := func() bool {
 		return ended() == 12 && got[takeover] == got[rollForward] && got[rollForward] == got[timed]
 	}
-	for got = scrape(t, url); !done(); got = scrape(t, url) {
+	for got = observetest.Scrape(t, url); !done(); got = observetest.Scrape(t, url) {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("%v transfers ended: %v", ended(), ctx.Err())
@@ -72,29 +72,4 @@ func TestMetrics(t *testing.T) {
 
 	cancel()
 	require.True(t, errors.Is(<-ran, context.Canceled))
-}
-
-// scrape gets the metrics at url and returns each sample's value by its
-// name and labels, as the text format writes them.
-func scrape(t *testing.T, url string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	samples := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		require.Positive(t, i, line)
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		require.NoError(t, err, line)
-		samples[line[:i]] = v
-	}
-	require.NoError(t, sc.Err())
-	return samples
 }

@@ -2,22 +2,17 @@ package otel_test
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/twopc/twopc"
-	"github.com/twopc/twopc/examples/devserver"
+	"github.com/twopc/twopc/examples/internal/observetest"
 	"github.com/twopc/twopc/examples/observe/otel"
 )
 
@@ -27,7 +22,7 @@ import (
 func TestInstrumentsRecord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db := database(ctx, t)
+	db := observetest.Database(ctx, t, "twopc_otel")
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer provider.Shutdown(context.Background())
@@ -98,23 +93,4 @@ func (m metrics) histogramCount(name string, attrs attribute.Set) uint64 {
 		}
 	}
 	return 0
-}
-
-// database starts a dev server, or uses MONGODB_URI, and returns a fresh
-// database on it.
-func database(ctx context.Context, t *testing.T) *mongo.Database {
-	t.Helper()
-	uri := os.Getenv("MONGODB_URI")
-	if uri == "" {
-		srv, err := devserver.Start(ctx, devserver.Config{Logger: slog.New(slog.DiscardHandler)})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = srv.Close() })
-		uri = srv.URI()
-	}
-	client, err := mongo.Connect(options.Client().ApplyURI(uri))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	db := client.Database(fmt.Sprintf("twopc_otel_%d", time.Now().UnixNano()))
-	t.Cleanup(func() { _ = db.Drop(context.Background()) })
-	return db
 }

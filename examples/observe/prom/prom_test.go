@@ -1,16 +1,9 @@
 package prom_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"net/http"
 	"net/http/httptest"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,11 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
-	"github.com/twopc/twopc/examples/devserver"
+	"github.com/twopc/twopc/examples/internal/observetest"
 	"github.com/twopc/twopc/examples/observe/prom"
 )
 
@@ -33,7 +24,7 @@ import (
 func TestMetricsGoUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db := database(ctx, t)
+	db := observetest.Database(ctx, t, "twopc_prom")
 	reg := prometheus.NewRegistry()
 	observer, err := prom.NewObserver(reg)
 	require.NoError(t, err)
@@ -55,14 +46,14 @@ func TestMetricsGoUp(t *testing.T) {
 	require.NoError(t, c.OpenAccount(ctx, "A", 100))
 	require.NoError(t, c.OpenAccount(ctx, "B", 0))
 
-	before := scrape(t, srv.URL)
+	before := observetest.Scrape(t, srv.URL)
 	assert.Zero(t, before[`twopc_transitions_total{from="pending",outcome="moved",to="applied"}`])
 
 	for range 3 {
 		_, err := c.Transfer(ctx, "A", "B", 10)
 		require.NoError(t, err)
 	}
-	mid := scrape(t, srv.URL)
+	mid := observetest.Scrape(t, srv.URL)
 	assert.Equal(t, 3.0, mid[`twopc_transitions_total{from="none",outcome="moved",to="pending"}`])
 	assert.Equal(t, 3.0, mid[`twopc_transitions_total{from="pending",outcome="moved",to="applied"}`])
 	assert.Equal(t, 3.0, mid[`twopc_transitions_total{from="applied",outcome="moved",to="done"}`])
@@ -84,7 +75,7 @@ func TestMetricsGoUp(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.RolledForward)
 
-	after := scrape(t, srv.URL)
+	after := observetest.Scrape(t, srv.URL)
 	for metric, more := range map[string]float64{
 		`twopc_transitions_total{from="none",outcome="moved",to="pending"}`:         2,
 		`twopc_transitions_total{from="pending",outcome="moved",to="applied"}`:      1, // by the recoverer
@@ -100,48 +91,4 @@ func TestMetricsGoUp(t *testing.T) {
 	} {
 		assert.Equalf(t, mid[metric]+more, after[metric], "%s went from %v", metric, mid[metric])
 	}
-}
-
-// scrape gets the metrics at url and returns each sample's value by its
-// name and labels, as the text format writes them.
-func scrape(t *testing.T, url string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	samples := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		require.Positive(t, i, line)
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		require.NoError(t, err, line)
-		samples[line[:i]] = v
-	}
-	require.NoError(t, sc.Err())
-	return samples
-}
-
-// database starts a dev server, or uses MONGODB_URI, and returns a fresh
-// database on it.
-func database(ctx context.Context, t *testing.T) *mongo.Database {
-	t.Helper()
-	uri := os.Getenv("MONGODB_URI")
-	if uri == "" {
-		srv, err := devserver.Start(ctx, devserver.Config{Logger: slog.New(slog.DiscardHandler)})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = srv.Close() })
-		uri = srv.URI()
-	}
-	client, err := mongo.Connect(options.Client().ApplyURI(uri))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	db := client.Database(fmt.Sprintf("twopc_prom_%d", time.Now().UnixNano()))
-	t.Cleanup(func() { _ = db.Drop(context.Background()) })
-	return db
 }

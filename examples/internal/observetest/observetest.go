@@ -1,0 +1,68 @@
+// Package observetest holds what the tests of the observers and of the
+// metrics command share: a fresh database, and a scrape of a Prometheus
+// text endpoint.
+package observetest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc/examples/devserver"
+)
+
+// Database returns a fresh database, named from prefix, on MONGODB_URI or
+// on an in-process dev server started for the test; it is dropped, and
+// the server stopped, when the test ends.
+func Database(ctx context.Context, t *testing.T, prefix string) *mongo.Database {
+	t.Helper()
+	uri := os.Getenv("MONGODB_URI")
+	if uri == "" {
+		srv, err := devserver.Start(ctx, devserver.Config{Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = srv.Close() })
+		uri = srv.URI()
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	db := client.Database(fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano()))
+	t.Cleanup(func() { _ = db.Drop(context.Background()) })
+	return db
+}
+
+// Scrape gets the metrics at url and returns each sample's value by its
+// name and labels, as the text format writes them.
+func Scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	samples := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		require.Positive(t, i, line)
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		require.NoError(t, err, line)
+		samples[line[:i]] = v
+	}
+	require.NoError(t, sc.Err())
+	return samples
+}

@@ -191,3 +191,17 @@ func (s *Server) Close() error {
 	})
 	return s.closeErr
 }
+
+// URIOrStart returns MONGODB_URI if it is set, with a stop that does
+// nothing; otherwise it starts a dev server, quiet, and returns its URI and
+// a stop that closes it. started says which: what the examples print.
+func URIOrStart(ctx context.Context) (uri string, started bool, stop func() error, err error) {
+	if uri := os.Getenv("MONGODB_URI"); uri != "" {
+		return uri, false, func() error { return nil }, nil
+	}
+	srv, err := Start(ctx, Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return "", false, nil, fmt.Errorf("start dev server: %w", err)
+	}
+	return srv.URI(), true, srv.Close, nil
+}

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"time"
 
@@ -37,14 +36,12 @@ func main() {
 func run(ctx context.Context, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	uri := os.Getenv("MONGODB_URI")
-	if uri == "" {
-		srv, err := devserver.Start(ctx, devserver.Config{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			return fmt.Errorf("start dev server: %w", err)
-		}
-		defer srv.Close()
-		uri = srv.URI()
+	uri, started, stop, err := devserver.URIOrStart(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if started {
 		fmt.Fprintln(out, "server: dev server (FerretDB behind a serializing front) at", uri)
 	} else {
 		fmt.Fprintln(out, "server: MONGODB_URI")

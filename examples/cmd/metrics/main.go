@@ -22,7 +22,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -61,14 +60,12 @@ func main() {
 // run starts the server (or uses MONGODB_URI), serves /metrics on addr and
 // runs n transfers (0: until ctx ends), then serves until ctx ends.
 func run(ctx context.Context, out io.Writer, addr string, n int, pause time.Duration, crashEvery int, staleAfter time.Duration) error {
-	uri := os.Getenv("MONGODB_URI")
-	if uri == "" {
-		srv, err := devserver.Start(ctx, devserver.Config{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			return fmt.Errorf("start dev server: %w", err)
-		}
-		defer srv.Close()
-		uri = srv.URI()
+	uri, started, stop, err := devserver.URIOrStart(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if started {
 		fmt.Fprintln(out, "server: dev server (FerretDB behind a serializing front) at", uri)
 	}
 	client, err := mongo.Connect(options.Client().ApplyURI(uri))

@@ -7,9 +7,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,13 +25,9 @@ import (
 // the server stopped, when the test ends.
 func Database(ctx context.Context, t *testing.T, prefix string) *mongo.Database {
 	t.Helper()
-	uri := os.Getenv("MONGODB_URI")
-	if uri == "" {
-		srv, err := devserver.Start(ctx, devserver.Config{Logger: slog.New(slog.DiscardHandler)})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = srv.Close() })
-		uri = srv.URI()
-	}
+	uri, _, stop, err := devserver.URIOrStart(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stop() })
 	client, err := mongo.Connect(options.Client().ApplyURI(uri))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })

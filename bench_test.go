@@ -154,17 +154,17 @@ func checkBank(b *testing.B, db *mongo.Database, n int) {
 
 // runBench runs b.N transfers with the given number of workers (1:
 // sequential) on a fresh bank and reports the counts.
-func runBench(b *testing.B, open func(*testing.B, *mongo.Database) transferer, workers int) {
+func runBench(b *testing.B, open func(*testing.B, *mongo.Database) transferer, workers int, pick func(int) (string, string)) {
 	var bc benchCounter
 	db := benchBank(b, &bc)
-	runTransfers(b, &bc, open(b, db), workers)
+	runTransfers(b, &bc, open(b, db), workers, pick)
 	checkBank(b, db, b.N)
 }
 
 // runTransfers runs b.N transfers of 1 through impl from workers
 // goroutines, waits until every one is done, and reports the commands bc
 // counted: caller-rts/op and cmds/op.
-func runTransfers(b *testing.B, bc *benchCounter, impl transferer, workers int) {
+func runTransfers(b *testing.B, bc *benchCounter, impl transferer, workers int, pick func(int) (string, string)) {
 	ctx := context.WithValue(benchCtx(b), callerKey{}, true)
 	bg := benchCtx(b)
 	bc.reset()
@@ -183,7 +183,7 @@ func runTransfers(b *testing.B, bc *benchCounter, impl transferer, workers int) 
 				if i >= b.N {
 					return
 				}
-				src, dst := pair(i)
+				src, dst := pick(i)
 				if err := impl.transfer(ctx, src, dst, 1); err != nil {
 					if failed.Add(1) == 1 {
 						b.Errorf("transfer %d: %v", i, err)
@@ -208,7 +208,7 @@ func runTransfers(b *testing.B, bc *benchCounter, impl transferer, workers int) 
 // transfer, with the library's settling in the background.
 func BenchmarkTransfer(b *testing.B) {
 	for _, impl := range benchImpls {
-		b.Run("impl="+impl.name, func(b *testing.B) { runBench(b, impl.open, 1) })
+		b.Run("impl="+impl.name, func(b *testing.B) { runBench(b, impl.open, 1, pair) })
 	}
 }
 
@@ -217,9 +217,67 @@ func BenchmarkTransfer(b *testing.B) {
 func BenchmarkTransferParallel(b *testing.B) {
 	for _, impl := range benchImpls {
 		b.Run(fmt.Sprintf("impl=%s/workers=%d", impl.name, benchWorkers), func(b *testing.B) {
-			runBench(b, impl.open, benchWorkers)
+			runBench(b, impl.open, benchWorkers, pair)
 		})
 	}
+}
+
+// hot returns the accounts of transfer i when everyone pays acct000.
+func hot(i int) (string, string) { return accountID(1 + i%(benchAccounts-1)), accountID(0) }
+
+// BenchmarkTransferHotAccount runs transfers from benchWorkers goroutines
+// at once, every one paying into the same account.
+func BenchmarkTransferHotAccount(b *testing.B) {
+	for _, impl := range benchImpls {
+		b.Run(fmt.Sprintf("impl=%s/workers=%d", impl.name, benchWorkers), func(b *testing.B) {
+			runBench(b, impl.open, benchWorkers, hot)
+		})
+	}
+}
+
+// batchSize is the transfers of one TransferBatch call in
+// BenchmarkTransferBatch.
+const batchSize = 100
+
+// BenchmarkTransferBatch makes transfers in TransferBatch calls of
+// batchSize, one call at a time: an op is one transfer, so cmds/op is the
+// data commands per transfer, and caller-rts/op the round trips a call
+// waits for, per transfer.
+func BenchmarkTransferBatch(b *testing.B) {
+	var bc benchCounter
+	db := benchBank(b, &bc)
+	c, err := twopc.NewCoordinator(db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close(context.Background()) })
+	ctx := context.WithValue(benchCtx(b), callerKey{}, true)
+	bc.reset()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for from := 0; from < b.N; from += batchSize {
+		reqs := make([]twopc.TransferRequest, min(batchSize, b.N-from))
+		for k := range reqs {
+			src, dst := pair(from + k)
+			reqs[k] = twopc.TransferRequest{Source: src, Destination: dst, Value: 1}
+		}
+		res, err := c.TransferBatch(ctx, reqs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for k, r := range res {
+			if r.Err != nil {
+				b.Fatalf("transfer %d: %v", from+k, r.Err)
+			}
+		}
+	}
+	if err := c.Settle(benchCtx(b)); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(bc.caller.Load())/float64(b.N), "caller-rts/op")
+	b.ReportMetric(float64(bc.total.Load())/float64(b.N), "cmds/op")
+	checkBank(b, db, b.N)
 }
 
 // ledgerImpl makes each transfer with TransferLegs: from the default
@@ -282,7 +340,7 @@ func BenchmarkTransferAcrossDeployments(b *testing.B) {
 					}
 				}
 				to := names[deployments-1]
-				runTransfers(b, &bc, ledgerImpl{c: c, to: to}, workers)
+				runTransfers(b, &bc, ledgerImpl{c: c, to: to}, workers, pair)
 				checkLedgers(b, ledgers[:deployments], b.N)
 			})
 		}

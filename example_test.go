@@ -185,3 +185,36 @@ func ExampleCoordinator_TransferLegs() {
 	// merchant 243
 	// fees 7
 }
+
+// ExampleCoordinator_TransferBatch pays three employees in one call: two
+// transfers commit, the third is refused on its own (the account is
+// missing), and the batch's commands are the same few whatever its size.
+func ExampleCoordinator_TransferBatch() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_batch")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db, twopc.WithSyncSettle())
+	defer c.Close(ctx)
+	_ = c.OpenAccount(ctx, "payroll", 10_000)
+	_ = c.OpenAccount(ctx, "alice", 0)
+	_ = c.OpenAccount(ctx, "bob", 0)
+
+	results, err := c.TransferBatch(ctx, []twopc.TransferRequest{
+		{Source: "payroll", Destination: "alice", Value: 3000, Key: "2026-11/alice"},
+		{Source: "payroll", Destination: "bob", Value: 2800, Key: "2026-11/bob"},
+		{Source: "payroll", Destination: "carol", Value: 2900, Key: "2026-11/carol"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range results {
+		fmt.Println(r.Txn.Destination, r.Txn.State, errors.Is(r.Err, twopc.ErrAccountNotFound))
+	}
+	p, _ := c.Balance(ctx, "payroll")
+	fmt.Println("payroll:", p)
+	// Output:
+	// alice done false
+	// bob done false
+	// carol canceled true
+	// payroll: 4200
+}

@@ -358,6 +358,17 @@ var fenceable = bson.E{Key: "$and", Value: bson.A{bson.D{{Key: "$or", Value: bso
 	bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$type", Value: "array"}}}},
 }}}}}
 
+// updateByID starts the write model of one statement whose filter names
+// one document by its _id. It is sent as an update of many (multi: true),
+// which, with the _id in the filter, is the same update on any server:
+// FerretDB v1 holds a backend connection for each single-document
+// statement of a command until the command ends, and hangs for good at
+// about 100 of them, where it releases the connection of a statement of
+// many as soon as the statement is done. The cost on MongoDB: a command
+// with such a statement is not a retryable write, so the driver does not
+// retry it; the library's own retries do (every statement is idempotent).
+func updateByID() *mongo.UpdateManyModel { return mongo.NewUpdateManyModel() }
+
 // applyModel is the guarded write that applies l for transaction r: it
 // matches only if the leg is neither applied (pendingTransactions) nor
 // closed (fencedTransactions, or a fence line at or after r's transaction
@@ -384,7 +395,7 @@ func applyModel(r *record, l leg) mongo.WriteModel {
 	default:
 		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{integer}}, creditGuard(l.delta))
 	}
-	return mongo.NewUpdateOneModel().
+	return updateByID().
 		SetFilter(filter).
 		SetUpdate(bson.D{
 			{Key: "$inc", Value: l.applyInc()},
@@ -436,12 +447,13 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 	return legRetry, nil
 }
 
-// apply sends the guarded writes that apply legs of r (see applyModel), in
-// one unordered command, and returns how many applied.
-func (l *Ledger) apply(ctx context.Context, r *record, legs []leg) (int64, error) {
+// apply sends the guarded writes that apply legs, each of transaction
+// recs[i] (see applyModel), in one unordered command, and returns how many
+// applied.
+func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, error) {
 	models := make([]mongo.WriteModel, len(legs))
 	for i, lg := range legs {
-		models[i] = applyModel(r, lg)
+		models[i] = applyModel(recs[i], lg)
 	}
 	res, err := l.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if res != nil {
@@ -468,7 +480,7 @@ func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, e
 			if inc := lg.settleInc(); inc != nil {
 				update = append(update, bson.E{Key: "$inc", Value: inc})
 			}
-			models = append(models, mongo.NewUpdateOneModel().
+			models = append(models, updateByID().
 				SetFilter(bson.D{{Key: "_id", Value: lg.account}, {Key: fieldPending, Value: lg.marker}}).
 				SetUpdate(update))
 			owner = append(owner, i)
@@ -487,7 +499,7 @@ func (l *Ledger) unfenceLegs(ctx context.Context, recs []*record) (map[int]bool,
 	for i, r := range recs {
 		mine, _ := l.own(r.legs())
 		for _, lg := range mine {
-			models = append(models, mongo.NewUpdateOneModel().
+			models = append(models, updateByID().
 				SetFilter(bson.D{{Key: "_id", Value: lg.account}}).
 				SetUpdate(bson.D{
 					{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: lg.marker}}},
@@ -511,13 +523,13 @@ func (l *Ledger) failedOwners(ctx context.Context, models []mongo.WriteModel, ow
 }
 
 // inspect reads the accounts of legs, in order; nil for a missing one.
-func (l *Ledger) inspect(ctx context.Context, r *record, legs []leg) ([]*account, error) {
+func (l *Ledger) inspect(ctx context.Context, legs []leg) ([]*account, error) {
 	ids := make(bson.A, len(legs))
 	for i, lg := range legs {
 		ids[i] = lg.account
 	}
 	var found []account
-	err := l.try(ctx, StepInspect, r, func(ctx context.Context) error {
+	err := l.retry(ctx, func(ctx context.Context) error {
 		cur, err := l.accounts.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
 			options.Find().SetProjection(accountProjection))
 		if err != nil {
@@ -529,14 +541,14 @@ func (l *Ledger) inspect(ctx context.Context, r *record, legs []leg) ([]*account
 	if err != nil {
 		return nil, err
 	}
+	byKey := make(map[string]*account, len(found))
+	for j := range found {
+		byKey[canonicalID(found[j].ID)] = &found[j]
+	}
 	out := make([]*account, len(legs))
 	for i, lg := range legs {
 		key, _ := idKey(lg.account)
-		for j := range found {
-			if canonicalID(found[j].ID) == key {
-				out[i] = &found[j]
-			}
-		}
+		out[i] = byKey[key]
 	}
 	return out, nil
 }
@@ -558,7 +570,7 @@ func (l *Ledger) fenceAndUndo(ctx context.Context, r *record, legs []leg) error 
 		// take one: otherwise the account already refuses every leg of r
 		// (see applyModel), and a fence added past the line (a rollback
 		// delivered after the fences were removed) would never be removed.
-		fences[i] = mongo.NewUpdateOneModel().
+		fences[i] = updateByID().
 			SetFilter(bson.D{
 				{Key: "_id", Value: lg.account},
 				{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
@@ -569,7 +581,7 @@ func (l *Ledger) fenceAndUndo(ctx context.Context, r *record, legs []leg) error 
 				{Key: "$setOnInsert", Value: bson.D{{Key: fieldTombstone, Value: true}}},
 			}).
 			SetUpsert(true)
-		undos[i] = mongo.NewUpdateOneModel().
+		undos[i] = updateByID().
 			SetFilter(bson.D{{Key: "_id", Value: lg.account}, {Key: fieldPending, Value: lg.marker}}).
 			SetUpdate(bson.D{
 				{Key: "$inc", Value: lg.undoInc()},

@@ -34,31 +34,46 @@ func (r *record) legs() []leg {
 	return out
 }
 
+// applyCall is one transfer's legs in the apply stage: the legs of an
+// owned pending transaction to apply, and what the round found.
+type applyCall struct {
+	o    *owned
+	todo []leg
+
+	err  error // the write's or the read's outcome is unknown (or a hook stopped it)
+	lost bool  // a leg is fenced: someone else settled or rolled back the transaction
+	why  error // a leg cannot apply, and why
+	next []leg // legs to try again: not applied, and nothing stops them now
+
+	unsent bool // not sent: the claim was too old to send a leg on (see applyRound)
+}
+
 // applyLegs applies the legs of an owned pending transaction that are not
-// applied yet, in one bulk write for both. When not every leg reports
-// applied, it reads both accounts to learn what actually happened rather
+// applied yet, in one command per ledger. When not every leg reports
+// applied, it reads the accounts to learn what actually happened rather
 // than assume: a leg already applied (an earlier attempt, or a recoverer),
 // a leg that cannot apply (returned as why, with the reason's error), or a
 // fence (errLost: someone else settled or rolled back the transaction).
-func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err error) {
-	id := o.rec.ID
-	todo := o.rec.legs()
-	for round := 0; round < maxApplyRounds; round++ {
-		var modified int64
-		var refused map[int]string
+// Each round joins the apply stage, so that concurrent transfers share its
+// commands; the first round of a batch was made by applyFirst.
+func (c *Coordinator) applyLegs(ctx context.Context, o *owned, todo []leg, round int) (why error, err error) {
+	for ; round < maxApplyRounds; round++ {
+		var q *applyCall
 		err := c.try(ctx, StepApply, o.rec, func(ctx context.Context) error {
-			// The claim check sits right before every attempt, and the
-			// write carries a deadline at which the claim could start to
-			// look stale: the driver will not send it later, and passes
-			// the rest as maxTimeMS so that the server gives up too.
+			// The claim check sits right before every attempt (see
+			// applyRound for the write's deadline).
 			if err := c.renew(ctx, o); err != nil {
 				return err
 			}
-			wctx, cancel := context.WithTimeout(ctx, o.claimedAt.Add(c.staleAfter/2).Sub(c.now()))
-			defer cancel()
-			var err error
-			modified, refused, err = c.applyAll(wctx, o.rec, todo)
-			return err
+			q = &applyCall{o: o, todo: todo} // a new one: a write given up on may still fill the last in
+			if err := c.applies.join(ctx, q); err != nil {
+				return err
+			}
+			if q.unsent {
+				// Not sent: the claim is too old. Renew it and try again.
+				return fmt.Errorf("the claim is too old to send the legs: %w", context.DeadlineExceeded)
+			}
+			return q.err
 		})
 		switch {
 		case err != nil:
@@ -66,38 +81,16 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned) (why error, err e
 			// (applied on the primary perhaps, but not durably: do not
 			// judge by reading). Recovery will apply again.
 			return nil, err
-		case modified == int64(len(todo)):
+		case q.lost:
+			return nil, errLost
+		case q.why != nil:
+			return q.why, nil
+		case len(q.next) == 0:
 			return nil, nil
 		}
-		accts, err := c.inspect(ctx, o.rec, todo)
-		if err != nil {
-			return nil, err
-		}
-		var next []leg
-		for i, l := range todo {
-			verdict, why := judge(accts[i], o.rec, l)
-			if msg, ok := refused[i]; ok && verdict == legRetry {
-				// The server refused the write for a reason the
-				// account's fields do not show: a schema validator, a
-				// pendingTransactions that is not an array, a document
-				// grown too large. It will refuse it again.
-				verdict, why = legBlocked, fmt.Errorf("%w: account %v: the server refused the leg: %s", ErrInvalidAccount, l.account, msg)
-			}
-			switch verdict {
-			case legFenced:
-				return nil, errLost
-			case legBlocked:
-				return why, nil
-			case legRetry:
-				next = append(next, l)
-			}
-		}
-		if len(next) == 0 {
-			return nil, nil
-		}
-		todo = next
+		todo = q.next
 	}
-	return nil, fmt.Errorf("legs of %s did not apply in %d rounds: the accounts keep changing", id.Hex(), maxApplyRounds)
+	return nil, fmt.Errorf("legs of %s did not apply in %d rounds: the accounts keep changing", o.rec.ID.Hex(), maxApplyRounds)
 }
 
 // renew refreshes the owner's claim when a quarter of StaleAfter has
@@ -491,16 +484,101 @@ func (c *Coordinator) knows(legs []leg) error {
 	return nil
 }
 
-// applyAll sends the guarded writes that apply legs of r, one command per
-// ledger, the ledgers' at once. It returns how many applied, the server's
-// reasons for the legs it refused (by index in legs), and any other error:
-// a failure whose outcome is unknown, or a write-concern error.
-func (c *Coordinator) applyAll(ctx context.Context, r *record, legs []leg) (int64, map[int]string, error) {
+// applyRound is the apply stage's write: one round of calls, the legs of
+// all of them sent in one command per ledger (the ledgers' at once), each
+// under its own guard. When every leg reports applied, that is all. When
+// not, it reads the accounts of all of them (one read per ledger) and
+// judges each leg (see judge), so that a leg that cannot apply fails only
+// its own transfer.
+//
+// The write carries a deadline at which the oldest claim among the calls
+// could start to look stale (half of StaleAfter after it was taken): the
+// driver will not send it later, and passes the rest as maxTimeMS so that
+// the server gives up too. A call whose claim is that old already is not
+// sent (unsent): its caller renews the claim and tries again.
+func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
+	now := c.now()
+	var deadline time.Time
+	var legs []leg
+	var recs []*record
+	var owner []*applyCall
+	for _, q := range calls {
+		d := q.o.claimedAt.Add(c.staleAfter / 2)
+		if !d.After(now) {
+			q.unsent = true
+			continue
+		}
+		if deadline.IsZero() || d.Before(deadline) {
+			deadline = d
+		}
+		for _, l := range q.todo {
+			legs, recs, owner = append(legs, l), append(recs, q.o.rec), append(owner, q)
+		}
+	}
+	if len(legs) == 0 {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, deadline.Sub(now))
+	modified, refused, err := c.applyAll(wctx, recs, legs)
+	cancel()
+	if err != nil {
+		for _, q := range owner {
+			q.err = err
+		}
+		return
+	}
+	if modified == int64(len(legs)) {
+		return
+	}
+	for i, q := range owner {
+		if i == 0 || owner[i-1] != q {
+			q.err = c.at(ctx, StepInspect, q.o.rec)
+		}
+	}
+	accts, err := c.inspectLegs(ctx, legs)
+	for i, l := range legs {
+		q := owner[i]
+		switch {
+		case q.err != nil || q.lost || q.why != nil:
+			continue
+		case err != nil:
+			q.err = err
+			continue
+		}
+		verdict, why := judge(accts[i], q.o.rec, l)
+		if msg, ok := refused[i]; ok && verdict == legRetry {
+			// The server refused the write for a reason the account's
+			// fields do not show: a schema validator, a
+			// pendingTransactions that is not an array, a document grown
+			// too large. It will refuse it again.
+			verdict, why = legBlocked, fmt.Errorf("%w: account %v: the server refused the leg: %s", ErrInvalidAccount, l.account, msg)
+		}
+		switch verdict {
+		case legFenced:
+			q.lost = true
+		case legBlocked:
+			q.why = why
+		case legRetry:
+			q.next = append(q.next, l)
+		}
+	}
+}
+
+// applyAll sends the guarded writes that apply legs, each of transaction
+// recs[i], one command per ledger, the ledgers' at once. It returns how
+// many applied, the server's reasons for the legs it refused (by index in
+// legs), and any other error: a failure whose outcome is unknown, or a
+// write-concern error.
+func (c *Coordinator) applyAll(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, error) {
 	var mu sync.Mutex
 	var modified int64
 	refused := map[int]string{}
 	err := c.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
-		n, err := l.apply(ctx, r, mine)
+		of := make([]*record, len(idx))
+		for j, i := range idx {
+			of[j] = recs[i]
+		}
+		n, err := l.apply(ctx, of, mine)
 		mu.Lock()
 		defer mu.Unlock()
 		modified += n
@@ -509,8 +587,10 @@ func (c *Coordinator) applyAll(ctx context.Context, r *record, legs []leg) (int6
 			// The server's reason, by leg index. FerretDB v1 reports
 			// every write error at index 0 and skips the legs after it;
 			// the accounts are read whatever it says, and a leg it
-			// skipped is tried again in the next round, alone, where
-			// index 0 is right.
+			// skipped is tried again in the next round, where a wrong
+			// index can only call a leg refused that the read finds
+			// nothing wrong with, which then fails its transfer with
+			// ErrInvalidAccount rather than apply twice.
 			for _, we := range bwe.WriteErrors {
 				if we.Index >= 0 && we.Index < len(idx) {
 					refused[idx[we.Index]] = we.Message
@@ -523,12 +603,21 @@ func (c *Coordinator) applyAll(ctx context.Context, r *record, legs []leg) (int6
 	return modified, refused, err
 }
 
-// inspect reads the accounts of legs, in order, from their ledgers (at
-// once); nil for a missing one.
+// inspect reads the accounts of legs of r, in order, from their ledgers
+// (at once); nil for a missing one.
 func (c *Coordinator) inspect(ctx context.Context, r *record, legs []leg) ([]*account, error) {
+	if err := c.at(ctx, StepInspect, r); err != nil {
+		return nil, err
+	}
+	return c.inspectLegs(ctx, legs)
+}
+
+// inspectLegs reads the accounts of legs, in order, one read per ledger,
+// the ledgers' at once; nil for a missing one.
+func (c *Coordinator) inspectLegs(ctx context.Context, legs []leg) ([]*account, error) {
 	out := make([]*account, len(legs))
 	err := c.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
-		accts, err := l.inspect(ctx, r, mine)
+		accts, err := l.inspect(ctx, mine)
 		for j, a := range accts { // distinct indexes: no lock needed
 			out[idx[j]] = a
 		}

@@ -35,16 +35,25 @@ const MaxLegs = 32
 // account in two legs (as the server sees ids: see Transfer), and any id
 // Transfer refuses.
 func (c *Coordinator) TransferLegs(ctx context.Context, legs []Leg, opts ...TransferOption) (*Txn, error) {
-	credited, err := validateLegs(legs)
+	t, err := c.legsTxn(legs)
 	if err != nil {
 		return nil, err
 	}
+	return c.start(ctx, t, opts)
+}
+
+// legsTxn validates legs, and returns the transfer they make.
+func (c *Coordinator) legsTxn(legs []Leg) (Txn, error) {
+	credited, err := validateLegs(legs)
+	if err != nil {
+		return Txn{}, err
+	}
 	for i, l := range legs {
 		if _, ok := c.ledgers[l.Ledger]; !ok {
-			return nil, fmt.Errorf("%w: leg %d: %w: %q", ErrInvalidTransfer, i, ErrUnknownLedger, l.Ledger)
+			return Txn{}, fmt.Errorf("%w: leg %d: %w: %q", ErrInvalidTransfer, i, ErrUnknownLedger, l.Ledger)
 		}
 	}
-	return c.start(ctx, Txn{Legs: append([]Leg(nil), legs...), Value: credited}, opts)
+	return Txn{Legs: append([]Leg(nil), legs...), Value: credited}, nil
 }
 
 // AllLegs returns the transfer's legs: Legs for a transfer made with

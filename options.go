@@ -21,7 +21,7 @@ const (
 	DefaultRetries       = 3
 	DefaultInterval      = 30 * time.Second
 	DefaultRecoveryBatch = 100
-	DefaultWriteBatch    = 48
+	DefaultWriteBatch    = 1000
 )
 
 // Option configures a Coordinator.

@@ -10,7 +10,7 @@ const (
 	// settleTimeout bounds one background settle batch.
 	settleTimeout = time.Minute
 	// maxSettleBatch bounds the transactions settled by one pair of writes.
-	maxSettleBatch = 256
+	maxSettleBatch = MaxBatch
 )
 
 // settler settles a coordinator's committed transactions in the
@@ -38,14 +38,15 @@ func newSettler(c *Coordinator) *settler {
 	return s
 }
 
-// enqueue hands r to the background; false if the settler is closed.
-func (s *settler) enqueue(r *record) bool {
+// enqueue hands recs to the background, together; false if the settler
+// is closed.
+func (s *settler) enqueue(recs ...*record) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return false
 	}
-	s.queue = append(s.queue, r)
+	s.queue = append(s.queue, recs...)
 	select {
 	case s.wake <- struct{}{}:
 	default:

@@ -54,7 +54,9 @@ type Coordinator struct {
 	ledgers map[string]*Ledger // every ledger, the default ("") among them
 	txns    *mongo.Collection  // the log
 	settler *settler
-	commits *committer
+	inserts *stage[*insertCall] // see insertAll
+	applies *stage[*applyCall]  // see applyRound
+	commits *stage[*commitCall] // see commitAll
 
 	closeOnce sync.Once
 }
@@ -104,7 +106,9 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		c.ledgers[spec.name] = &Ledger{config: &c.config, name: spec.name, accounts: spec.accounts.Clone(majority)}
 	}
 	c.settler = newSettler(c)
-	c.commits = &committer{c: c}
+	c.inserts = &stage[*insertCall]{write: c.insertAll}
+	c.applies = &stage[*applyCall]{write: c.applyRound}
+	c.commits = &stage[*commitCall]{write: c.commitAll}
 	return c, nil
 }
 
@@ -281,13 +285,35 @@ func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (
 	if c.settler.isClosed() {
 		return nil, ErrClosed
 	}
+	tr := c.newTransfer(t, tc.key)
+	c.run(ctx, []*transfer{tr})
+	return tr.txn, tr.err
+}
+
+// transfer is one transfer on its way through the steps: the transaction
+// this call wrote (or means to), the claim once it owns it, and, once
+// decided, the caller's answer.
+type transfer struct {
+	rec  *record
+	o    *owned
+	txn  *Txn
+	err  error
+	over bool // answered
+}
+
+func (t *transfer) answer(txn *Txn, err error) { t.txn, t.err, t.over = txn, err, true }
+
+// newTransfer makes the transaction of transfer t (validated), with key if
+// not "", claimed by this coordinator and pending, under the policy of
+// this coordinator, which it records.
+func (c *Coordinator) newTransfer(t Txn, key string) *transfer {
 	id := c.newID()
-	if tc.key != "" {
-		id = keyID(tc.key)
+	if key != "" {
+		id = keyID(key)
 	}
-	t.ID, t.State, t.Application, t.Key = id, StatePending, c.application, tc.key
+	t.ID, t.State, t.Application, t.Key = id, StatePending, c.application, key
 	t.Created = c.now().UTC().Truncate(time.Millisecond)
-	r := &record{
+	return &transfer{rec: &record{
 		Txn:           t,
 		Claim:         bson.NewObjectID(),
 		AllowNegative: c.allowNegative,
@@ -295,39 +321,148 @@ func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (
 		RetainMs:      c.fenceRetention.Milliseconds(),
 		KeepMs:        c.history.keep.Milliseconds(),
 		Archive:       c.history.archiveName(),
-	}
-	o := &owned{claimedAt: c.now()}
-	cur, err := c.insert(ctx, r)
-	for attempt := 0; err == nil && r.Key == "" && cur.Claim != r.Claim && attempt < 3; attempt++ {
-		// A fresh id is taken only by another transaction whose id
-		// collided with it (or a placeholder Cancel wrote for that one):
-		// not this transfer's to answer for. Take another id.
-		r.ID = c.newID()
-		cur, err = c.insert(ctx, r)
-	}
-	if err != nil {
-		// The insert may have happened, or may still arrive: the caller
-		// gets the id, and Cancel settles it either way (a transaction
-		// that never arrived is canceled for good), or repeats the call
-		// with its key.
-		return r.txn(), fmt.Errorf("twopc: transfer %s: the insert's outcome is unknown; Cancel it, or repeat the transfer with its key: %w", r.ID.Hex(), err)
-	}
-	if cur.Claim != r.Claim {
-		return c.replay(cur, r)
-	}
-	if cur.State != StatePending {
-		return c.outcome(cur)
-	}
-	o.rec = cur
-	return c.drive(ctx, o, c.syncSettle)
+	}}
 }
 
-// insert writes the new transaction, claimed and pending, with lastModified
-// from the server's clock, in one upsert keyed by its _id: a retry after a
-// lost reply finds it rather than inserting a second one. If the _id is an
-// earlier transfer's (same key), insert returns that transaction; the
-// caller compares claims to tell.
+// run takes transfers ts through every step, each step of all of them in
+// the same writes (see stage), and leaves each one's answer in it.
+func (c *Coordinator) run(ctx context.Context, ts []*transfer) {
+	claimedAt := c.now()
+	calls := make([]*insertCall, 0, len(ts))
+	for _, t := range ts {
+		if err := c.at(ctx, StepInsert, t.rec); err != nil {
+			t.answer(t.rec.txn(), insertUnknown(t.rec, err))
+			continue
+		}
+		calls = append(calls, &insertCall{t: t})
+	}
+	if err := c.inserts.join(ctx, calls...); err != nil {
+		// Given up on: a write may still be filling calls in.
+		for _, q := range calls {
+			q.t.answer(q.t.rec.txn(), insertUnknown(q.t.rec, err))
+		}
+		return
+	}
+	var mine []*transfer
+	for _, q := range calls {
+		t, r, cur, err := q.t, q.t.rec, q.cur, q.err
+		for attempt := 0; err == nil && r.Key == "" && cur.Claim != r.Claim && attempt < 3; attempt++ {
+			// A fresh id is taken only by another transaction whose id
+			// collided with it (or a placeholder Cancel wrote for that
+			// one): not this transfer's to answer for. Take another id.
+			r.ID = c.newID()
+			cur, err = c.insert(ctx, r)
+		}
+		switch {
+		case err != nil:
+			t.answer(r.txn(), insertUnknown(r, err))
+		case cur.Claim != r.Claim:
+			t.answer(c.replay(cur, r))
+		case cur.State != StatePending:
+			t.answer(c.outcome(cur))
+		default:
+			t.o = &owned{rec: cur, claimedAt: claimedAt}
+			mine = append(mine, t)
+		}
+	}
+	c.driveAll(ctx, mine, c.syncSettle)
+}
+
+// insertUnknown is a transfer's error when its insert failed: it may have
+// happened, or may still arrive. The caller gets the id, and Cancel
+// settles it either way (a transaction that never arrived is canceled for
+// good), or repeats the call with its key.
+func insertUnknown(r *record, err error) error {
+	return fmt.Errorf("twopc: transfer %s: the insert's outcome is unknown; Cancel it, or repeat the transfer with its key: %w", r.ID.Hex(), err)
+}
+
+// insertCall is one transfer's insert in the insert stage, and its
+// outcome: the transaction under its _id as the write left it.
+type insertCall struct {
+	t   *transfer
+	cur *record
+	err error
+}
+
+// insertAll is the insert stage's write. One insert is insert's single
+// find-and-modify, which returns the document. Several are one command of
+// the same guarded upserts, one statement each; a transaction the command
+// reports upserted is this call's, as written; any other (an _id already
+// taken, an earlier attempt's lost reply, a write error, which on FerretDB
+// v1 also skips the statements after it) is inserted again alone, which
+// the upsert's guard makes harmless, and answered as a single insert is.
+// Step hooks were called by each transfer's caller.
+func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
+	if len(calls) == 1 {
+		q := calls[0]
+		q.cur, q.err = c.insertOne(ctx, q.t.rec)
+		return
+	}
+	models := make([]mongo.WriteModel, len(calls))
+	for i, q := range calls {
+		filter, update := insertWrite(q.t.rec)
+		models[i] = updateByID().SetFilter(filter).SetUpdate(update).SetUpsert(true)
+	}
+	start := time.Now()
+	var res *mongo.BulkWriteResult
+	err := c.retry(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = c.txns.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		return err
+	})
+	var bwe mongo.BulkWriteException
+	if err != nil && (!errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0) {
+		// Not answered, or not durably: every insert's outcome is unknown.
+		for _, q := range calls {
+			q.err = err
+			c.transition(ctx, q.t.rec.ID, inserted, start, len(calls), false, err)
+		}
+		return
+	}
+	upserted := map[bson.ObjectID]bool{}
+	if res != nil {
+		// By _id, not by index: FerretDB v1 numbers upserts by their
+		// count, not by their statement.
+		for _, id := range res.UpsertedIDs {
+			if oid, ok := id.(bson.ObjectID); ok {
+				upserted[oid] = true
+			}
+		}
+	}
+	var again []*insertCall
+	for _, q := range calls {
+		if !upserted[q.t.rec.ID] {
+			again = append(again, q)
+			continue
+		}
+		cur := *q.t.rec
+		cur.LastModified = start // the server's clock set the stored one; not read back
+		q.cur = &cur
+		c.transition(ctx, cur.ID, inserted, start, len(calls), true, nil)
+	}
+	_ = parallel(len(again), func(i int) error {
+		q := again[i]
+		q.cur, q.err = c.insertOne(ctx, q.t.rec)
+		return nil
+	})
+}
+
+// inserted is the insert's move, from no state, as the observers hear it.
+var inserted = move{step: StepInsert, to: StatePending}
+
+// insert writes the new transaction alone (see insertOne), after calling
+// the step hook.
 func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
+	if err := c.at(ctx, StepInsert, r); err != nil {
+		return nil, err
+	}
+	return c.insertOne(ctx, r)
+}
+
+// insertWrite is the guarded upsert that inserts r, claimed and pending,
+// with lastModified from the server's clock, keyed by its _id: a retry
+// after a lost reply finds it rather than inserting a second one.
+func insertWrite(r *record) (filter, update bson.D) {
 	var doc bson.D
 	if len(r.Legs) > 0 {
 		doc = bson.D{{Key: fieldLegs, Value: r.Legs}}
@@ -361,20 +496,27 @@ func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 	// refresh (that would keep a dead owner's transaction from going
 	// stale): the filter adds the claim, so that only this call's own
 	// document matches and any other fails on the _id's uniqueness.
-	filter := bson.D{{Key: "_id", Value: r.ID}}
+	filter = bson.D{{Key: "_id", Value: r.ID}}
 	if r.Key != "" {
 		filter = append(filter, bson.E{Key: fieldClaim, Value: r.Claim}) // the claim comes from the filter's equality
 	} else {
 		doc = append(doc, bson.E{Key: fieldClaim, Value: r.Claim})
 	}
-	update := bson.D{
+	update = bson.D{
 		{Key: "$setOnInsert", Value: doc},
 		{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
 	}
+	return filter, update
+}
+
+// insertOne writes the new transaction (see insertWrite) in one
+// find-and-modify. If the _id is an earlier transfer's (same key), it
+// returns that transaction; the caller compares claims to tell.
+func (c *Coordinator) insertOne(ctx context.Context, r *record) (*record, error) {
+	filter, update := insertWrite(r)
 	var cur record
 	start := time.Now()
-	created := move{step: StepInsert, to: StatePending} // from no state: reported to the observers
-	err := c.try(ctx, StepInsert, r, func(ctx context.Context) error {
+	err := c.retry(ctx, func(ctx context.Context) error {
 		return c.txns.FindOneAndUpdate(ctx, filter, update,
 			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&cur)
 	})
@@ -386,17 +528,17 @@ func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 			err = fmt.Errorf("the _id was taken by a document that is not found now (removed by WithHistory, or not yet majority-committed): %v", err)
 		}
 		if prior == nil {
-			c.transition(ctx, r.ID, created, start, 1, false, err)
+			c.transition(ctx, r.ID, inserted, start, 1, false, err)
 			return nil, err
 		}
-		c.transition(ctx, r.ID, created, start, 1, false, nil) // another transaction has the _id
+		c.transition(ctx, r.ID, inserted, start, 1, false, nil) // another transaction has the _id
 		return prior, nil
 	}
 	if err != nil {
-		c.transition(ctx, r.ID, created, start, 1, false, err)
+		c.transition(ctx, r.ID, inserted, start, 1, false, err)
 		return nil, err
 	}
-	c.transition(ctx, r.ID, created, start, 1, cur.Claim == r.Claim, nil)
+	c.transition(ctx, r.ID, inserted, start, 1, cur.Claim == r.Claim, nil)
 	return &cur, nil
 }
 
@@ -441,46 +583,200 @@ func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
 type owned struct {
 	rec       *record
 	claimedAt time.Time
+
+	// What a first apply round made with other transfers left for this
+	// one to do alone (see applyFirst): legs to apply again, or why a leg
+	// cannot apply.
+	next []leg
+	why  error
 }
 
 // drive takes an owned pending transaction to its commit point, or rolls it
 // back when a leg cannot apply; then settles it now (sync) or in the
 // background.
 func (c *Coordinator) drive(ctx context.Context, o *owned, sync bool) (*Txn, error) {
-	why, err := c.applyLegs(ctx, o)
+	t := &transfer{rec: o.rec, o: o}
+	c.driveAll(ctx, []*transfer{t}, sync)
+	return t.txn, t.err
+}
+
+// driveAll drives owned pending transfers ts (see drive), each step of
+// all of them in the same writes: their legs in one command per ledger,
+// their commits in one, their settling in one batch. A transfer that
+// leaves the common path (a leg that cannot apply, an account that changed
+// under the write, a lost claim) goes on alone, beside the others.
+func (c *Coordinator) driveAll(ctx context.Context, ts []*transfer, syncSettle bool) {
+	var ready, alone []*transfer
+	switch len(ts) {
+	case 0:
+		return
+	case 1:
+		alone = ts
+	default:
+		ready, alone = c.applyFirst(ctx, ts)
+	}
+	rest := func(i int) error {
+		t := alone[i]
+		why, err := t.o.why, error(nil)
+		if why == nil {
+			todo, round := t.o.rec.legs(), 0
+			if t.o.next != nil {
+				todo, round = t.o.next, 1
+			}
+			why, err = c.applyLegs(ctx, t.o, todo, round)
+		}
+		c.applied(ctx, t, why, err)
+		if !t.over {
+			c.commitEach(ctx, []*transfer{t}, syncSettle)
+		}
+		return nil
+	}
+	if len(ready) == 0 {
+		_ = parallel(len(alone), rest)
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = parallel(len(alone), rest)
+	}()
+	c.commitEach(ctx, ready, syncSettle)
+	<-done
+}
+
+// applyFirst makes the first apply round of transfers ts together (see
+// applyRound), and returns those whose legs all applied and those that go
+// on alone; it answers those it is done with.
+func (c *Coordinator) applyFirst(ctx context.Context, ts []*transfer) (ready, alone []*transfer) {
+	var calls []*applyCall
+	var of []*transfer
+	for _, t := range ts {
+		err := c.at(ctx, StepApply, t.o.rec)
+		if err == nil {
+			err = c.renew(ctx, t.o)
+		}
+		if err != nil {
+			c.applied(ctx, t, nil, err)
+			continue
+		}
+		calls = append(calls, &applyCall{o: t.o, todo: t.o.rec.legs()})
+		of = append(of, t)
+	}
+	if err := c.applies.join(ctx, calls...); err != nil {
+		for _, t := range of {
+			c.applied(ctx, t, nil, err)
+		}
+		return nil, nil
+	}
+	for i, q := range calls {
+		t := of[i]
+		switch {
+		case q.unsent || (q.err != nil && transient(ctx, q.err)):
+			alone = append(alone, t) // from the first round again, alone
+		case q.err != nil:
+			c.applied(ctx, t, nil, q.err)
+		case q.lost:
+			c.applied(ctx, t, nil, errLost)
+		case q.why != nil:
+			alone = append(alone, t)
+			t.o.why = q.why
+		case len(q.next) > 0:
+			t.o.next = q.next
+			alone = append(alone, t)
+		default:
+			ready = append(ready, t)
+		}
+	}
+	return ready, alone
+}
+
+// applied answers t when applying its legs ended in an error or with a leg
+// that cannot apply (why: it is rolled back).
+func (c *Coordinator) applied(ctx context.Context, t *transfer, why, err error) {
+	o := t.o
 	if errors.Is(err, errLost) {
 		cur, rerr := c.read(ctx, o.rec.ID)
 		if rerr != nil {
-			return o.rec.txn(), rerr
+			t.answer(o.rec.txn(), rerr)
+			return
 		}
-		return c.outcome(cur)
+		t.answer(c.outcome(cur))
+		return
 	}
 	if err != nil {
-		return o.rec.txn(), fmt.Errorf("twopc: transfer %s: %w", o.rec.ID.Hex(), err)
+		t.answer(o.rec.txn(), fmt.Errorf("twopc: transfer %s: %w", o.rec.ID.Hex(), err))
+		return
 	}
 	if why != nil {
-		return c.abort(ctx, o.rec, why)
+		t.answer(c.abort(ctx, o.rec, why))
 	}
-	cur, moved, err := c.commits.commit(ctx, o.rec) // alone, or grouped with concurrent commits
-	if err != nil {
-		return cur.txn(), fmt.Errorf("twopc: transfer %s: %w", o.rec.ID.Hex(), err)
+}
+
+// commitEach commits transfers ts, whose legs all applied, in the commit
+// stage, and settles those it moved: now (sync), in one batch, or in the
+// background.
+func (c *Coordinator) commitEach(ctx context.Context, ts []*transfer, sync bool) {
+	var calls []*commitCall
+	var of []*transfer
+	for _, t := range ts {
+		if err := c.at(ctx, StepCommit, t.o.rec); err != nil {
+			t.answer(t.o.rec.txn(), fmt.Errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), err))
+			continue
+		}
+		calls = append(calls, &commitCall{rec: t.o.rec})
+		of = append(of, t)
 	}
-	if !moved {
-		return c.outcome(cur)
+	if err := c.commits.join(ctx, calls...); err != nil {
+		// Given up on: a write may still be filling calls in.
+		for _, t := range of {
+			t.answer(t.o.rec.txn(), fmt.Errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), err))
+		}
+		return
 	}
-	if !sync {
-		if c.settler.enqueue(cur) {
-			return cur.txn(), nil
+	var settle []*record
+	var settling []*transfer
+	for i, q := range calls {
+		t := of[i]
+		switch {
+		case q.err != nil:
+			t.answer(q.cur.txn(), fmt.Errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), q.err))
+		case !q.moved:
+			t.answer(c.outcome(q.cur))
+		default:
+			settle = append(settle, q.cur)
+			settling = append(settling, t)
 		}
 	}
-	done, _, err := c.settle(ctx, []*record{cur})
-	if err != nil {
-		return cur.txn(), fmt.Errorf("twopc: transfer %s committed; settling: %w", cur.ID.Hex(), err)
+	if len(settle) == 0 {
+		return
 	}
-	if len(done) == 1 {
-		cur = done[0]
+	if !sync && c.settler.enqueue(settle...) {
+		// Settled in the background, in one batch at least.
+		for i, t := range settling {
+			t.answer(settle[i].txn(), nil)
+		}
+		return
 	}
-	return cur.txn(), nil
+	done, left, _ := c.settle(ctx, settle)
+	byID := map[bson.ObjectID]*record{}
+	for _, r := range done {
+		byID[r.ID] = r
+	}
+	failed := map[bson.ObjectID]error{}
+	for _, u := range left {
+		failed[u.rec.ID] = u.err
+	}
+	for i, t := range settling {
+		cur := settle[i]
+		if err := failed[cur.ID]; err != nil {
+			t.answer(cur.txn(), fmt.Errorf("twopc: transfer %s committed; settling: %w", cur.ID.Hex(), err))
+			continue
+		}
+		if d := byID[cur.ID]; d != nil {
+			cur = d
+		}
+		t.answer(cur.txn(), nil)
+	}
 }
 
 // abort rolls back an owned pending transaction whose leg cannot apply,

@@ -47,6 +47,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/examples/devserver"
 	"github.com/twopc/twopc/internal/native"
 )
@@ -77,6 +78,8 @@ type config struct {
 	progress   time.Duration
 	timeout    time.Duration
 	warmup     int
+	hot        bool
+	batch      int
 	args       []string
 }
 
@@ -116,6 +119,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.progress, "progress", 2*time.Second, "how often to report progress on standard error (0: never)")
 	fs.IntVar(&c.warmup, "warmup", 50, "transfers of each implementation run first and not reported (0: none)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "bound on one run")
+	fs.BoolVar(&c.hot, "hot", false, "hot account: every transfer pays into the same account, from one of the others picked at random")
+	fs.IntVar(&c.batch, "batch", 1, "twopc only: a worker sends up to this many of the transfers waiting for it in one TransferBatch call")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -150,6 +155,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-accounts must be at least 2")
 	case c.value < 1 || c.balance < 0:
 		return nil, errors.New("-value must be positive and -balance not negative")
+	case c.batch < 1 || c.batch > twopc.MaxBatch:
+		return nil, fmt.Errorf("-batch must be between 1 and %d", twopc.MaxBatch)
 	}
 	return c, nil
 }
@@ -246,5 +253,12 @@ func (c *config) describe() string {
 		load = fmt.Sprintf("%g transfers/s offered (%d per %v tick, slicetime) for %d ticks: %d transfers",
 			c.rate, c.perTick(), c.resolution, c.iterations, c.total())
 	}
-	return fmt.Sprintf("%s, %d processes, %d accounts of %d, transfers of %d", load, c.processes, c.accounts, c.balance, c.value)
+	s := fmt.Sprintf("%s, %d processes, %d accounts of %d, transfers of %d", load, c.processes, c.accounts, c.balance, c.value)
+	if c.hot {
+		s += ", every one into the same account"
+	}
+	if c.batch > 1 {
+		s += fmt.Sprintf(", twopc in TransferBatch calls of up to %d", c.batch)
+	}
+	return s
 }

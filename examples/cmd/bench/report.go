@@ -122,6 +122,15 @@ func (r *report) goals(pairs []pair) string {
 			tr, p.lib.throughput(), p.tut.throughput(), yes(tr >= 1.6))
 		fmt.Fprintf(&b, "| p99 at 32 workers ≤ 0.5 × the tutorial's | %.2f× (%s against %s) | %s |\n",
 			pr, fmtDur(p.lib.pct(99)), fmtDur(p.tut.pct(99)), yes(pr <= 0.5))
+		// The batching goals (issue 14), stated for one process.
+		fmt.Fprintf(&b, "| batching: data commands per finished transfer at 32 workers ≤ 1.0 | %.2f (%d processes) | %s |\n",
+			p.lib.commands, p.lib.processes, yes(p.lib.commands <= 1.0))
+		fmt.Fprintf(&b, "| batching: throughput at 32 workers ≥ 4 × the tutorial's | %.2f× | %s |\n", tr, yes(tr >= 4))
+	}
+	for _, p := range pairs {
+		if p.lib.workers == 1 {
+			fmt.Fprintf(&b, "| batching: caller round trips with one worker = 3 | %.2f | %s |\n", p.lib.callerRTs, yes(p.lib.callerRTs == 3))
+		}
 	}
 	return b.String()
 }

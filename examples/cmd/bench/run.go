@@ -154,6 +154,24 @@ func (l lib) transfer(ctx context.Context, src, dst string, value int64) error {
 	_, err := l.c.Transfer(ctx, src, dst, value)
 	return err
 }
+// transferBatch makes the transfers of jobs in one TransferBatch call.
+func (l lib) transferBatch(ctx context.Context, pairs [][2]string, jobs []job, value int64) []error {
+	reqs := make([]twopc.TransferRequest, len(jobs))
+	for k, j := range jobs {
+		reqs[k] = twopc.TransferRequest{Source: pairs[j.i][0], Destination: pairs[j.i][1], Value: value}
+	}
+	errs := make([]error, len(jobs))
+	res, err := l.c.TransferBatch(ctx, reqs)
+	for k := range errs {
+		if err != nil {
+			errs[k] = err
+		} else {
+			errs[k] = res[k].Err
+		}
+	}
+	return errs
+}
+
 func (l lib) settle(ctx context.Context) error { return l.c.Settle(ctx) }
 func (l lib) close(ctx context.Context) error  { return l.c.Close(ctx) }
 
@@ -175,6 +193,13 @@ func (n nat) transfer(ctx context.Context, src, dst string, value int64) error {
 func (nat) settle(context.Context) error { return nil }
 func (nat) close(context.Context) error  { return nil }
 
+// job is one transfer of a run: its index in the run's pairs, and its
+// scheduled start (zero in a closed loop).
+type job struct {
+	i  int
+	at time.Time
+}
+
 // process is one simulated client process.
 type process struct {
 	client *mongo.Client
@@ -191,6 +216,9 @@ func (b *bench) pairs(level int) [][2]string {
 		dst := rng.IntN(b.cfg.accounts - 1)
 		if dst >= src {
 			dst++
+		}
+		if b.cfg.hot { // everyone pays account 0
+			src, dst = 1+rng.IntN(b.cfg.accounts-1), 0
 		}
 		out[i] = [2]string{accountID(src), accountID(dst)}
 	}
@@ -263,10 +291,6 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	failed := make([]bool, len(pairs))
 	var finished atomic.Int64
 	var errMu sync.Mutex
-	type job struct {
-		i  int
-		at time.Time // scheduled start; zero in a closed loop
-	}
 	jobs := make(chan job, len(pairs))
 	start := time.Now()
 	go func() { // the load: offered at the rate, sliced evenly over each tick
@@ -298,21 +322,43 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			batcher, batching := sys.(lib)
+			batching = batching && cfg.batch > 1
 			for j := range jobs {
-				t0 := j.at
-				if t0.IsZero() {
-					t0 = time.Now()
-				}
-				err := sys.transfer(callerCtx, pairs[j.i][0], pairs[j.i][1], cfg.value)
-				lat[j.i] = time.Since(t0)
-				finished.Add(1)
-				if err != nil {
-					failed[j.i] = true
-					errMu.Lock()
-					if res.firstErr == "" {
-						res.firstErr = err.Error()
+				todo := []job{j}
+				for batching && len(todo) < cfg.batch {
+					select { // the transfers already waiting join this call
+					case more, ok := <-jobs:
+						if ok {
+							todo = append(todo, more)
+							continue
+						}
+					default:
 					}
-					errMu.Unlock()
+					break
+				}
+				taken := time.Now()
+				var errs []error
+				if batching {
+					errs = batcher.transferBatch(callerCtx, pairs, todo, cfg.value)
+				} else {
+					errs = []error{sys.transfer(callerCtx, pairs[j.i][0], pairs[j.i][1], cfg.value)}
+				}
+				for k, j := range todo {
+					t0 := j.at
+					if t0.IsZero() {
+						t0 = taken
+					}
+					lat[j.i] = time.Since(t0)
+					finished.Add(1)
+					if err := errs[k]; err != nil {
+						failed[j.i] = true
+						errMu.Lock()
+						if res.firstErr == "" {
+							res.firstErr = err.Error()
+						}
+						errMu.Unlock()
+					}
 				}
 			}
 		}()

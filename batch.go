@@ -1,0 +1,95 @@
+package twopc
+
+import (
+	"context"
+	"fmt"
+)
+
+// MaxBatch is the most transfers one TransferBatch call takes.
+const MaxBatch = 1000
+
+// TransferRequest is one transfer of a batch (see TransferBatch): either
+// Source, Destination and Value, as Transfer takes them, or Legs, as
+// TransferLegs takes them; and its own idempotency key, if any (see
+// WithKey).
+type TransferRequest struct {
+	Source      any
+	Destination any
+	Value       int64
+	Legs        []Leg
+	Key         string
+}
+
+// TransferResult is one transfer's outcome in a batch: what Transfer (or
+// TransferLegs) would have returned for it alone.
+type TransferResult struct {
+	Txn *Txn
+	Err error
+}
+
+// TransferBatch makes many independent transfers in one call, for a caller
+// that has them all at once (a payroll, a run of payouts). Each is a
+// transfer of its own, with the guarantees, errors and idempotency key it
+// would have alone: results[i] is what Transfer (or TransferLegs) would
+// have returned for reqs[i], and one transfer's failure (a refused leg, an
+// invalid request, a repeated key) is its own. Nothing is atomic across
+// the batch: some may commit while others are canceled.
+//
+// The batch costs a constant number of commands, whatever its size (up to
+// MaxBatch): its inserts go in one command, its legs in one per ledger,
+// its commits in one, and its settling in one batch (see WithWriteBatch).
+// A transfer whose leg cannot apply, or whose accounts changed under the
+// write, goes on alone, beside the others, with the commands it would take
+// alone.
+//
+// A request that is not valid (as Transfer or TransferLegs would refuse it,
+// or with a key an earlier request of the batch has) gets ErrInvalidTransfer
+// and nothing of it is written. The call's own error, with no results, is
+// ErrInvalidTransfer for more than MaxBatch requests, or ErrClosed.
+func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest) ([]TransferResult, error) {
+	if len(reqs) > MaxBatch {
+		return nil, fmt.Errorf("%w: %d transfers in one batch, more than MaxBatch (%d)", ErrInvalidTransfer, len(reqs), MaxBatch)
+	}
+	if c.settler.isClosed() {
+		return nil, ErrClosed
+	}
+	out := make([]TransferResult, len(reqs))
+	var ts []*transfer
+	var at []int // at[j] is the index in reqs of ts[j]
+	keys := map[string]int{}
+	for i, q := range reqs {
+		t, err := c.requested(q)
+		if err == nil && q.Key != "" {
+			if j, ok := keys[q.Key]; ok {
+				err = fmt.Errorf("%w: key %q is also the key of transfer %d of the batch", ErrInvalidTransfer, q.Key, j)
+			} else {
+				keys[q.Key] = i
+			}
+		}
+		if err != nil {
+			out[i].Err = fmt.Errorf("twopc: batch transfer %d: %w", i, err)
+			continue
+		}
+		ts = append(ts, c.newTransfer(t, q.Key))
+		at = append(at, i)
+	}
+	c.run(ctx, ts)
+	for j, t := range ts {
+		out[at[j]] = TransferResult{Txn: t.txn, Err: t.err}
+	}
+	return out, nil
+}
+
+// requested validates a request of a batch, and returns its transfer.
+func (c *Coordinator) requested(q TransferRequest) (Txn, error) {
+	if len(q.Legs) > 0 {
+		if q.Source != nil || q.Destination != nil || q.Value != 0 {
+			return Txn{}, fmt.Errorf("%w: a request with legs has no source, destination or value", ErrInvalidTransfer)
+		}
+		return c.legsTxn(q.Legs)
+	}
+	if err := validateTransfer(q.Source, q.Destination, q.Value); err != nil {
+		return Txn{}, err
+	}
+	return Txn{Source: q.Source, Destination: q.Destination, Value: q.Value}, nil
+}

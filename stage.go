@@ -39,7 +39,7 @@ type stage[I any] struct {
 	write func(ctx context.Context, items []I) // writes items and leaves each one's outcome in it
 
 	mu    sync.Mutex
-	busy  bool           // a write is in flight
+	busy  bool          // a write is in flight
 	queue []*waiting[I] // calls waiting for the next write, in arrival order
 
 	// joined, if set (tests only), is called, under mu, when a call

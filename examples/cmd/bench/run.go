@@ -154,6 +154,7 @@ func (l lib) transfer(ctx context.Context, src, dst string, value int64) error {
 	_, err := l.c.Transfer(ctx, src, dst, value)
 	return err
 }
+
 // transferBatch makes the transfers of jobs in one TransferBatch call.
 func (l lib) transferBatch(ctx context.Context, pairs [][2]string, jobs []job, value int64) []error {
 	reqs := make([]twopc.TransferRequest, len(jobs))

@@ -431,12 +431,17 @@ func BenchmarkServerFilter(b *testing.B) {
 // BenchmarkServerStatements measures what batching saves on the server
 // the benchmarks run on: the same guarded update by _id (as a leg's,
 // _id plus a condition), sent one statement per command or 32 statements
-// per command. An op is one statement; ns/op is the server's cost per
+// per command, as an update of one document or of many (see
+// updateByID). An op is one statement; ns/op is the server's cost per
 // statement plus, without batching, a round trip per statement.
 func BenchmarkServerStatements(b *testing.B) {
 	const docs = 100
-	for _, per := range []int{1, 32} {
-		b.Run(fmt.Sprintf("docs=%d/statements-per-command=%d", docs, per), func(b *testing.B) {
+	for _, c := range []struct {
+		per  int
+		form string
+	}{{1, "one"}, {1, "many"}, {32, "one"}, {32, "many"}} {
+		per := c.per
+		b.Run(fmt.Sprintf("docs=%d/statements-per-command=%d/form=%s", docs, per, c.form), func(b *testing.B) {
 			ctx := benchCtx(b)
 			coll := mongotest.NewDatabase(b).Collection("accounts")
 			ids := make([]bson.ObjectID, docs)
@@ -451,9 +456,13 @@ func BenchmarkServerStatements(b *testing.B) {
 			for from := 0; from < b.N; from += per {
 				models := make([]mongo.WriteModel, min(per, b.N-from))
 				for k := range models {
-					models[k] = mongo.NewUpdateManyModel().
-						SetFilter(bson.D{{Key: "_id", Value: ids[(from+k)%docs]}, {Key: "balance", Value: bson.D{{Key: "$gte", Value: int64(0)}}}}).
-						SetUpdate(bson.D{{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(1)}}}})
+					filter := bson.D{{Key: "_id", Value: ids[(from+k)%docs]}, {Key: "balance", Value: bson.D{{Key: "$gte", Value: int64(0)}}}}
+					update := bson.D{{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(1)}}}}
+					if c.form == "one" {
+						models[k] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update)
+					} else {
+						models[k] = mongo.NewUpdateManyModel().SetFilter(filter).SetUpdate(update)
+					}
 				}
 				res, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 				if err != nil {

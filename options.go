@@ -297,13 +297,11 @@ func WithRetries(n int) Option {
 
 // WithWriteBatch sets the most update statements the Coordinator puts in
 // one write command when it settles or unfences many transactions at once
-// (default 48, [DefaultWriteBatch]); a larger batch goes as several
-// commands. MongoDB takes 100,000 per command, so raising it saves round
-// trips there under heavy load. FerretDB v1 needs it low: it holds one
-// backend connection per statement until the command ends, and hangs when
-// its pool runs out (100 connections with SQLite, 50 by default with
-// PostgreSQL, shared by all commands in flight); see Limits in the package
-// documentation.
+// (default 1,000, [DefaultWriteBatch]); a larger batch goes as several
+// commands. MongoDB takes 100,000 per command. Every statement names one
+// document by _id and is sent as an update of many (see Limits in the
+// package documentation), which FerretDB v1 serves in any number; with
+// single-document statements it hung at about 100.
 func WithWriteBatch(n int) Option {
 	return func(c *config) error {
 		if n < 1 {

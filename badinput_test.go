@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -143,4 +144,47 @@ func TestBadInput(t *testing.T) {
 		_, err = b.c.Transfer(canceledCtx, "A", "B", 1)
 		require.True(t, errors.Is(err, context.Canceled), "a canceled context says so: %v", err)
 	})
+}
+
+// Idempotency keys that are empty where one was asked for, not valid
+// UTF-8, or longer than MaxKeyLen get ErrInvalidTransfer, from every call
+// that takes one, and nothing is written.
+func TestInvalidKeys(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	paid, err := b.c.Transfer(ctx, "A", "B", 1)
+	require.NoError(t, err)
+	for name, key := range map[string]string{
+		"empty":     "",
+		"not UTF-8": "k\xff",
+		"too long":  strings.Repeat("k", twopc.MaxKeyLen+1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			txn, err := b.c.Transfer(ctx, "A", "B", 10, twopc.WithKey(key))
+			require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+			assert.Nil(t, txn)
+			txn, err = b.c.TransferLegs(ctx, []twopc.Leg{{Account: "A", Amount: -10}, {Account: "B", Amount: 10}}, twopc.WithKey(key))
+			require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+			assert.Nil(t, txn)
+			txn, err = b.c.Reverse(ctx, paid.ID, twopc.WithKey(key))
+			require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+			assert.Nil(t, txn)
+			if key != "" { // "" in a batch request means no key
+				res, err := b.c.TransferBatch(ctx, []twopc.TransferRequest{{Source: "A", Destination: "B", Value: 10, Key: key}})
+				require.NoError(t, err)
+				require.ErrorIs(t, res[0].Err, twopc.ErrInvalidTransfer)
+			}
+			assert.Len(t, b.txns(), 1, "nothing written")
+		})
+	}
+	// The longest key is taken, and its exact repeat is the same transfer.
+	long := strings.Repeat("é", twopc.MaxKeyLen/2)
+	first, err := b.c.Transfer(ctx, "A", "B", 10, twopc.WithKey(long))
+	require.NoError(t, err)
+	again, err := b.c.Transfer(ctx, "A", "B", 10, twopc.WithKey(long))
+	require.NoError(t, err)
+	assert.Equal(t, first.ID, again.ID)
+	assert.Equal(t, long, b.txn(first.ID).Key, "stored as given")
+	assert.Equal(t, int64(89), b.balance("A"))
 }

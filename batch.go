@@ -60,6 +60,9 @@ func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest)
 	for i, q := range reqs {
 		t, err := c.requested(q)
 		if err == nil && q.Key != "" {
+			err = validateKey(q.Key)
+		}
+		if err == nil && q.Key != "" {
 			if j, ok := keys[q.Key]; ok {
 				err = fmt.Errorf("%w: key %q is also the key of transfer %d of the batch", ErrInvalidTransfer, q.Key, j)
 			} else {

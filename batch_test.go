@@ -255,3 +255,39 @@ func TestConcurrentTransfersShareEveryStep(t *testing.T) {
 	t.Logf("data commands for %d concurrent transfers: %d (%v)", n, cc.total(), cc.counts)
 	b.checkSettled(opening)
 }
+
+// TestTransferBatchOfMaxBatch makes MaxBatch transfers of two and of three
+// legs across 200 accounts in one call: every one commits, and no command
+// carries more statements than WithWriteBatch allows.
+func TestTransferBatchOfMaxBatch(t *testing.T) {
+	for _, tc := range []struct {
+		legs, writeBatch int
+	}{{2, 300}, {3, twopc.DefaultWriteBatch}} {
+		t.Run(fmt.Sprintf("legs=%d", tc.legs), func(t *testing.T) {
+			ctx := testCtx(t)
+			b := newBank(t)
+			accounts, opening := openRing(b, 200, 1_000_000)
+			var cc commandCounter
+			c, err := twopc.NewCoordinator(b.countedDatabase(&cc), twopc.WithSyncSettle(), twopc.WithWriteBatch(tc.writeBatch))
+			require.NoError(t, err)
+			reqs := make([]twopc.TransferRequest, twopc.MaxBatch)
+			for i := range reqs {
+				src, dst, third := accounts[i%200], accounts[(i+1)%200], accounts[(i+2)%200]
+				if tc.legs == 2 {
+					reqs[i] = twopc.TransferRequest{Source: src, Destination: dst, Value: int64(i%7 + 1)}
+					continue
+				}
+				reqs[i] = twopc.TransferRequest{Legs: []twopc.Leg{{Account: src, Amount: -2}, {Account: dst, Amount: 1}, {Account: third, Amount: 1}}}
+			}
+			res, err := c.TransferBatch(ctx, reqs)
+			require.NoError(t, err)
+			for i, r := range res {
+				require.NoErrorf(t, r.Err, "transfer %d", i)
+				require.Equalf(t, twopc.StateDone, r.Txn.State, "transfer %d", i)
+			}
+			assert.LessOrEqual(t, cc.largestUpdate(), tc.writeBatch, "statements in one update command")
+			assert.Greater(t, cc.largestUpdate(), tc.writeBatch/2, "the batch's writes are shared")
+			b.checkSettled(opening)
+		})
+	}
+}

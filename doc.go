@@ -306,15 +306,15 @@
 //
 // A write command carries at most WithWriteBatch statements (1,000 by
 // default), and a TransferBatch at most MaxBatch transfers. Every
-// statement that names one document by _id is sent as an update of many
-// (multi: true), the same update there: FerretDB v1 holds one backend
-// connection for each single-document statement of an update command
-// until the command ends, and hangs for good when its pool runs out (on
-// SQLite an update command of 100 such statements never returns), where
-// it releases a statement of many as soon as the statement is done
-// (measured: an update command of 450 such statements returns). On
-// MongoDB, a command with such a statement is not a retryable write; the
-// library retries it itself (every statement is idempotent).
+// statement that names one document by _id is a single-document update
+// (multi: false), so that on MongoDB a command of them is a retryable
+// write. Concurrent calls whose transactions share one _id (one
+// idempotency key, concurrent Reverse of one transfer) are never written
+// in one command: exactly one of them owns the transaction, as if they had
+// come one after the other. The apply step groups transfers by the
+// ledgers they touch, and settling splits a batch the same way, so a
+// ledger that is down or slow delays and fails only the transfers with a
+// leg on it.
 //
 // Upgrading from a version without transaction times: its documents are
 // left alone by this one (no created field). Let its recoverers finish

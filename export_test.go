@@ -39,3 +39,26 @@ func OnCommitWait(c *Coordinator, f func()) {
 	defer c.commits.mu.Unlock()
 	c.commits.joined = f
 }
+
+// HoldInserts makes c's insert stage busy, as if an insert were in
+// flight, so that the inserts of transfers started now wait, and go
+// together in one write when release is called. waiting, if not nil, is
+// called each time an insert starts to wait; it runs under the stage's
+// lock: it must not block.
+func HoldInserts(c *Coordinator, waiting func()) (release func()) {
+	s := c.inserts
+	s.mu.Lock()
+	if s.busy {
+		s.mu.Unlock()
+		panic("HoldInserts: the insert stage is busy")
+	}
+	s.busy = true
+	s.joined = waiting
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.joined = nil
+		s.mu.Unlock()
+		s.next()
+	}
+}

@@ -359,15 +359,12 @@ var fenceable = bson.E{Key: "$and", Value: bson.A{bson.D{{Key: "$or", Value: bso
 }}}}}
 
 // updateByID starts the write model of one statement whose filter names
-// one document by its _id. It is sent as an update of many (multi: true),
-// which, with the _id in the filter, is the same update on any server:
-// FerretDB v1 holds a backend connection for each single-document
-// statement of a command until the command ends, and hangs for good at
-// about 100 of them, where it releases the connection of a statement of
-// many as soon as the statement is done. The cost on MongoDB: a command
-// with such a statement is not a retryable write, so the driver does not
-// retry it; the library's own retries do (every statement is idempotent).
-func updateByID() *mongo.UpdateManyModel { return mongo.NewUpdateManyModel() }
+// one document by its _id: a single-document update (multi: false), which
+// makes a command of such statements a retryable write on MongoDB, and
+// which every server can serve from the _id index. (An earlier version
+// sent them as updates of many, to dodge a FerretDB v1 defect that the dev
+// server's front now answers for: see COMMANDS.md.)
+func updateByID() *mongo.UpdateOneModel { return mongo.NewUpdateOneModel() }
 
 // applyModel is the guarded write that applies l for transaction r: it
 // matches only if the leg is neither applied (pendingTransactions) nor
@@ -448,18 +445,45 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 }
 
 // apply sends the guarded writes that apply legs, each of transaction
-// recs[i] (see applyModel), in one unordered command, and returns how many
-// applied.
-func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, error) {
-	models := make([]mongo.WriteModel, len(legs))
-	for i, lg := range legs {
-		models[i] = applyModel(recs[i], lg)
+// recs[i] (see applyModel), in unordered commands of at most writeBatch
+// statements, and returns how many applied and the server's reasons for
+// the legs it refused, by index in legs. Any other failure (whose outcome
+// is unknown for the legs of that command, and which leaves the legs after
+// it unsent) or a write-concern error is returned as err.
+func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, error) {
+	var modified int64
+	refused := map[int]string{}
+	for start := 0; start < len(legs); start += l.writeBatch {
+		end := min(start+l.writeBatch, len(legs))
+		models := make([]mongo.WriteModel, 0, end-start)
+		for i := start; i < end; i++ {
+			models = append(models, applyModel(recs[i], legs[i]))
+		}
+		res, err := l.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		if res != nil {
+			modified += res.ModifiedCount
+		}
+		var bwe mongo.BulkWriteException
+		if err != nil && errors.As(err, &bwe) && bwe.WriteConcernError == nil {
+			// Refused by the server, each for its own reason, at the
+			// index of its statement, as MongoDB reports write errors (the
+			// dev server's front makes FerretDB's replies so). The
+			// accounts are read whatever it says: a wrong index could
+			// only call a leg refused that the read finds nothing wrong
+			// with, which then fails its transfer with ErrInvalidAccount
+			// rather than apply twice.
+			for _, we := range bwe.WriteErrors {
+				if we.Index >= 0 && we.Index < len(models) {
+					refused[start+we.Index] = we.Message
+				}
+			}
+			continue
+		}
+		if err != nil {
+			return modified, refused, err
+		}
 	}
-	res, err := l.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-	if res != nil {
-		return res.ModifiedCount, err
-	}
-	return 0, err
+	return modified, refused, nil
 }
 
 // closeLegs closes the legs of committed transactions recs: it pulls each

@@ -123,6 +123,10 @@ func (c *Coordinator) renew(ctx context.Context, o *owned) error {
 // applied transaction, any number of times. It returns the transactions it
 // moved to done, and those it left applied with the step it stopped at and
 // why.
+//
+// The transactions on one set of ledgers are settled apart from those on
+// another, at once (see byLedgerSet): a ledger that is down or slow holds
+// up, and fails, only the transactions with a leg on it.
 func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, []unsettled, error) {
 	var batch []*record
 	var left []unsettled
@@ -135,18 +139,27 @@ func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, []
 		}
 		batch = append(batch, r)
 	}
-	if len(batch) == 0 {
-		return nil, left, firstErr
-	}
-	failed, err := c.closeLegs(ctx, batch)
-	firstErr = cmpErr(firstErr, err)
+	var mu sync.Mutex
+	var done []*record
+	parts := byLedgerSet(batch)
+	_ = parallel(len(parts), func(i int) error {
+		d, l, err := c.settleOn(ctx, parts[i])
+		mu.Lock()
+		defer mu.Unlock()
+		done, left = append(done, d...), append(left, l...)
+		firstErr = cmpErr(firstErr, err)
+		return nil
+	})
+	return done, left, firstErr
+}
+
+// settleOn settles recs, whose step hooks were called (see settle).
+func (c *Coordinator) settleOn(ctx context.Context, recs []*record) ([]*record, []unsettled, error) {
+	var left []unsettled
+	failed, firstErr := c.closeLegs(ctx, recs)
 	var ready []*record
-	for i, r := range batch {
-		if failed[i] {
-			why := err
-			if why == nil {
-				why = fmt.Errorf("transaction %s: a leg may not have closed", r.ID.Hex())
-			}
+	for i, r := range recs {
+		if why := failed[i]; why != nil {
 			left = append(left, unsettled{r, StepSettle, why})
 			continue
 		}
@@ -164,6 +177,24 @@ func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, []
 		}
 	}
 	return done, left, cmpErr(firstErr, err)
+}
+
+// byLedgerSet splits recs by the set of ledgers their legs are on, in the
+// order each set first appears.
+func byLedgerSet(recs []*record) [][]*record {
+	var parts [][]*record
+	at := map[string]int{}
+	for _, r := range recs {
+		k := ledgerSet(r.legs())
+		i, ok := at[k]
+		if !ok {
+			i = len(parts)
+			at[k] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], r)
+	}
+	return parts
 }
 
 // unsettled is a committed transaction settle left applied: the step it
@@ -289,11 +320,7 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record, report func(r
 	var ids bson.A
 	var cleared []*record
 	for i, r := range ready {
-		if failed[i] {
-			why := err
-			if why == nil {
-				why = fmt.Errorf("transaction %s: a fence may not have been removed", r.ID.Hex())
-			}
+		if why := failed[i]; why != nil {
 			report(r, OutcomeError, why)
 			continue
 		}
@@ -484,18 +511,22 @@ func (c *Coordinator) knows(legs []leg) error {
 	return nil
 }
 
-// applyRound is the apply stage's write: one round of calls, the legs of
-// all of them sent in one command per ledger (the ledgers' at once), each
-// under its own guard. When every leg reports applied, that is all. When
-// not, it reads the accounts of all of them (one read per ledger) and
-// judges each leg (see judge), so that a leg that cannot apply fails only
-// its own transfer.
+// applyRound is the apply stage's write: one round of calls, whose legs
+// are all on one set of ledgers (see applyStages), the legs of all of them
+// sent in commands of at most writeBatch statements per ledger (the
+// ledgers' at once), each under its own guard. When every leg reports
+// applied, that is all. When not, it reads the accounts of all of them
+// (one read per ledger) and judges each leg (see judge), so that a leg
+// that cannot apply fails only its own transfer.
 //
 // The write carries a deadline at which the oldest claim among the calls
 // could start to look stale (half of StaleAfter after it was taken): the
 // driver will not send it later, and passes the rest as maxTimeMS so that
-// the server gives up too. A call whose claim is that old already is not
-// sent (unsent): its caller renews the claim and tries again.
+// the server gives up too. A call whose claim is within a quarter of
+// StaleAfter of that deadline is not sent (unsent): its caller renews the
+// claim and tries again, so a group's deadline is never closer than that.
+// A write that fails by the group's deadline leaves each call's outcome
+// unknown and transient: its caller applies again, alone, under its own.
 func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 	now := c.now()
 	var deadline time.Time
@@ -503,8 +534,11 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 	var recs []*record
 	var owner []*applyCall
 	for _, q := range calls {
+		// Not sent on a claim a quarter of StaleAfter from its deadline:
+		// its caller renews it first (renew does, at that age), so that
+		// one old claim never gives a group's write less than that.
 		d := q.o.claimedAt.Add(c.staleAfter / 2)
-		if !d.After(now) {
+		if d.Sub(now) < c.staleAfter/4 {
 			q.unsent = true
 			continue
 		}
@@ -578,25 +612,12 @@ func (c *Coordinator) applyAll(ctx context.Context, recs []*record, legs []leg) 
 		for j, i := range idx {
 			of[j] = recs[i]
 		}
-		n, err := l.apply(ctx, of, mine)
+		n, why, err := l.apply(ctx, of, mine)
 		mu.Lock()
 		defer mu.Unlock()
 		modified += n
-		var bwe mongo.BulkWriteException
-		if err != nil && errors.As(err, &bwe) && bwe.WriteConcernError == nil {
-			// The server's reason, by leg index. FerretDB v1 reports
-			// every write error at index 0 and skips the legs after it;
-			// the accounts are read whatever it says, and a leg it
-			// skipped is tried again in the next round, where a wrong
-			// index can only call a leg refused that the read finds
-			// nothing wrong with, which then fails its transfer with
-			// ErrInvalidAccount rather than apply twice.
-			for _, we := range bwe.WriteErrors {
-				if we.Index >= 0 && we.Index < len(idx) {
-					refused[idx[we.Index]] = we.Message
-				}
-			}
-			return nil
+		for j, msg := range why {
+			refused[idx[j]] = msg
 		}
 		return err
 	})
@@ -627,28 +648,30 @@ func (c *Coordinator) inspectLegs(ctx context.Context, legs []leg) ([]*account, 
 }
 
 // closeLegs closes the legs of committed transactions recs on every
-// ledger, and returns the indexes in recs of those a leg of which may not
-// have closed.
-func (c *Coordinator) closeLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
+// ledger, and returns, by index in recs, why a leg of a transaction may
+// not have closed.
+func (c *Coordinator) closeLegs(ctx context.Context, recs []*record) (map[int]error, error) {
 	return c.eachLedgerFailed(ctx, recs, (*Ledger).closeLegs)
 }
 
 // unfenceLegs removes the fences of final transactions recs on every
 // ledger (see Ledger.unfenceLegs).
-func (c *Coordinator) unfenceLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
+func (c *Coordinator) unfenceLegs(ctx context.Context, recs []*record) (map[int]error, error) {
 	return c.eachLedgerFailed(ctx, recs, (*Ledger).unfenceLegs)
 }
 
 // eachLedgerFailed runs write on every ledger (it skips legs of other
-// ledgers) and unites the failed transactions; a transaction naming a
-// ledger the coordinator lacks is failed.
-func (c *Coordinator) eachLedgerFailed(ctx context.Context, recs []*record, write func(*Ledger, context.Context, []*record) (map[int]bool, error)) (map[int]bool, error) {
-	failed := map[int]bool{}
+// ledgers) and returns, by index in recs, why a transaction may not have
+// been written: the error of a ledger it has a leg on, never another's. A
+// transaction naming a ledger the coordinator lacks is failed. The second
+// result is the first of those errors.
+func (c *Coordinator) eachLedgerFailed(ctx context.Context, recs []*record, write func(*Ledger, context.Context, []*record) (map[int]bool, error)) (map[int]error, error) {
+	failed := map[int]error{}
 	var firstErr error
 	for i, r := range recs {
 		if err := c.knows(r.legs()); err != nil {
-			failed[i] = true
-			firstErr = cmpErr(firstErr, fmt.Errorf("transaction %s: %w", r.ID.Hex(), err))
+			failed[i] = fmt.Errorf("transaction %s: %w", r.ID.Hex(), err)
+			firstErr = cmpErr(firstErr, failed[i])
 		}
 	}
 	var mu sync.Mutex
@@ -657,7 +680,11 @@ func (c *Coordinator) eachLedgerFailed(ctx context.Context, recs []*record, writ
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range f {
-			failed[i] = true
+			why := err
+			if why == nil {
+				why = fmt.Errorf("transaction %s: a write to its leg on ledger %q may not have been applied", recs[i].ID.Hex(), l.name)
+			}
+			failed[i] = cmpErr(failed[i], why)
 		}
 		return err
 	})

@@ -2,6 +2,9 @@ package twopc
 
 import (
 	"context"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -159,4 +162,66 @@ func (s *stage[I]) remove(w *waiting[I]) {
 			return
 		}
 	}
+}
+
+// applyStages is the apply step's stages: one for each set of ledgers
+// that a round's legs are on, made when first needed. Transfers whose legs
+// are on the same ledgers share commands, as any stage's calls do; those
+// on other ledgers never wait for them, so a ledger that is down or slow
+// holds up only the transfers with a leg on it, and a command that fails
+// on one ledger fails only calls that had a leg in it. The number of
+// stages is bounded by the sets of ledgers the coordinator's transfers
+// use, at most 2^n for its n ledgers (one, for a single ledger).
+type applyStages struct {
+	write func(ctx context.Context, calls []*applyCall)
+
+	mu    sync.Mutex
+	byKey map[string]*stage[*applyCall]
+}
+
+// join writes calls in the next write of their ledgers' stages, the
+// stages' at once, and returns when each call's outcome is in it, or with
+// the context's error (see stage.join).
+func (a *applyStages) join(ctx context.Context, calls ...*applyCall) error {
+	var keys []string
+	parts := map[string][]*applyCall{}
+	for _, q := range calls {
+		k := ledgerSet(q.todo)
+		if _, ok := parts[k]; !ok {
+			keys = append(keys, k)
+		}
+		parts[k] = append(parts[k], q)
+	}
+	return parallel(len(keys), func(i int) error { return a.stage(keys[i]).join(ctx, parts[keys[i]]...) })
+}
+
+// stage returns the stage of the set of ledgers key.
+func (a *applyStages) stage(key string) *stage[*applyCall] {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.byKey[key]
+	if s == nil {
+		if a.byKey == nil {
+			a.byKey = map[string]*stage[*applyCall]{}
+		}
+		s = &stage[*applyCall]{write: a.write}
+		a.byKey[key] = s
+	}
+	return s
+}
+
+// ledgerSet names the set of ledgers legs are on: their names, sorted and
+// quoted, so that two sets have one name only if they are equal.
+func ledgerSet(legs []leg) string {
+	names := make([]string, 0, 2)
+	for _, l := range legs {
+		if !slices.Contains(names, l.ledger) {
+			names = append(names, l.ledger)
+		}
+	}
+	slices.Sort(names)
+	for i, n := range names {
+		names[i] = strconv.Quote(n)
+	}
+	return strings.Join(names, ",")
 }

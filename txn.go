@@ -55,7 +55,7 @@ type Coordinator struct {
 	txns    *mongo.Collection  // the log
 	settler *settler
 	inserts *stage[*insertCall] // see insertAll
-	applies *stage[*applyCall]  // see applyRound
+	applies *applyStages        // see applyRound
 	commits *stage[*commitCall] // see commitAll
 
 	closeOnce sync.Once
@@ -107,7 +107,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	}
 	c.settler = newSettler(c)
 	c.inserts = &stage[*insertCall]{write: c.insertAll}
-	c.applies = &stage[*applyCall]{write: c.applyRound}
+	c.applies = &applyStages{write: c.applyRound}
 	c.commits = &stage[*commitCall]{write: c.commitAll}
 	return c, nil
 }
@@ -276,11 +276,9 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 
 // start inserts and drives transfer t, whose legs were validated.
 func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (*Txn, error) {
-	var tc transferConfig
-	for _, o := range opts {
-		if o != nil {
-			o(&tc)
-		}
+	tc, err := transferOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	if c.settler.isClosed() {
 		return nil, ErrClosed
@@ -385,18 +383,77 @@ type insertCall struct {
 }
 
 // insertAll is the insert stage's write. One insert is insert's single
-// find-and-modify, which returns the document. Several are one command of
-// the same guarded upserts, one statement each; a transaction the command
-// reports upserted is this call's, as written; any other (an _id already
-// taken, an earlier attempt's lost reply, a write error, which on FerretDB
-// v1 also skips the statements after it) is inserted again alone, which
-// the upsert's guard makes harmless, and answered as a single insert is.
+// find-and-modify, which returns the document. Several are commands of the
+// same guarded upserts, one statement each, at most writeBatch statements
+// a command; a transaction counts as this call's, as written, only if the
+// reply names its own statement (by index, as MongoDB numbers upserted
+// statements) as having upserted its _id. Any other (an _id already taken,
+// an earlier attempt's lost reply, a write error) is inserted again alone,
+// which the upsert's guard makes harmless, and answered as a single insert
+// is.
+//
+// One _id, one owner: calls whose transactions share an _id (one key,
+// concurrent Reverse of one transfer, a fresh id that collided) never go
+// in one command. The first of them does; the others are inserted alone
+// after it, one at a time, and each learns from the document the
+// find-and-modify returns whose claim the log holds, so exactly one call
+// owns the transaction, as if the calls had come one after the other.
 // Step hooks were called by each transfer's caller.
 func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 	if len(calls) == 1 {
 		q := calls[0]
 		q.cur, q.err = c.insertOne(ctx, q.t.rec)
 		return
+	}
+	var grouped []*insertCall
+	later := map[bson.ObjectID][]*insertCall{} // calls whose _id an earlier call of the group has
+	var laterIDs []bson.ObjectID
+	for _, q := range calls {
+		id := q.t.rec.ID
+		if _, taken := later[id]; taken {
+			if len(later[id]) == 0 {
+				laterIDs = append(laterIDs, id)
+			}
+			later[id] = append(later[id], q)
+			continue
+		}
+		later[id] = nil
+		grouped = append(grouped, q)
+	}
+	var again []*insertCall
+	for start := 0; start < len(grouped); start += c.writeBatch {
+		again = append(again, c.insertGroup(ctx, grouped[start:min(start+c.writeBatch, len(grouped))], len(calls))...)
+	}
+	// Those inserted alone: each _id's calls one after the other.
+	byID := map[bson.ObjectID][]*insertCall{}
+	var ids []bson.ObjectID
+	for _, q := range again {
+		if byID[q.t.rec.ID] == nil {
+			ids = append(ids, q.t.rec.ID)
+		}
+		byID[q.t.rec.ID] = append(byID[q.t.rec.ID], q)
+	}
+	for _, id := range laterIDs {
+		if byID[id] == nil {
+			ids = append(ids, id)
+		}
+		byID[id] = append(byID[id], later[id]...)
+	}
+	_ = parallel(len(ids), func(i int) error {
+		for _, q := range byID[ids[i]] {
+			q.cur, q.err = c.insertOne(ctx, q.t.rec)
+		}
+		return nil
+	})
+}
+
+// insertGroup sends the guarded upserts of calls, whose _ids are distinct,
+// in one command, fills in the calls it inserted, and returns the others,
+// to be inserted alone. of is the size of the stage's group, for the
+// observers.
+func (c *Coordinator) insertGroup(ctx context.Context, calls []*insertCall, of int) []*insertCall {
+	if len(calls) == 1 {
+		return calls
 	}
 	models := make([]mongo.WriteModel, len(calls))
 	for i, q := range calls {
@@ -415,36 +472,30 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 		// Not answered, or not durably: every insert's outcome is unknown.
 		for _, q := range calls {
 			q.err = err
-			c.transition(ctx, q.t.rec.ID, inserted, start, len(calls), false, err)
+			c.transition(ctx, q.t.rec.ID, inserted, start, of, false, err)
 		}
-		return
-	}
-	upserted := map[bson.ObjectID]bool{}
-	if res != nil {
-		// By _id, not by index: FerretDB v1 numbers upserts by their
-		// count, not by their statement.
-		for _, id := range res.UpsertedIDs {
-			if oid, ok := id.(bson.ObjectID); ok {
-				upserted[oid] = true
-			}
-		}
+		return nil
 	}
 	var again []*insertCall
-	for _, q := range calls {
-		if !upserted[q.t.rec.ID] {
+	for i, q := range calls {
+		// The statement's own index, and its own _id: a reply that numbers
+		// upserts otherwise (FerretDB v1's count) can only send a
+		// transaction to be inserted again alone, never make two calls
+		// owners of one.
+		var id bson.ObjectID
+		if res != nil {
+			id, _ = res.UpsertedIDs[int64(i)].(bson.ObjectID)
+		}
+		if id.IsZero() || id != q.t.rec.ID {
 			again = append(again, q)
 			continue
 		}
 		cur := *q.t.rec
 		cur.LastModified = start // the server's clock set the stored one; not read back
 		q.cur = &cur
-		c.transition(ctx, cur.ID, inserted, start, len(calls), true, nil)
+		c.transition(ctx, cur.ID, inserted, start, of, true, nil)
 	}
-	_ = parallel(len(again), func(i int) error {
-		q := again[i]
-		q.cur, q.err = c.insertOne(ctx, q.t.rec)
-		return nil
-	})
+	return again
 }
 
 // inserted is the insert's move, from no state, as the observers hear it.
@@ -822,6 +873,10 @@ func (c *Coordinator) outcome(r *record) (*Txn, error) {
 // canceled (say the destination lacked the funds then) is followed by a new
 // attempt under the next key. A key given in opts is used as it is.
 func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (*Txn, error) {
+	tc, err := transferOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	r, _, err := c.lookup(ctx, id)
 	if err != nil {
 		return nil, err
@@ -829,13 +884,7 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 	if r.Placeholder || !r.State.Committed() {
 		return r.txn(), fmt.Errorf("twopc: reverse %s: it is %s, not applied or done; cancel it instead", id.Hex(), r.State)
 	}
-	var tc transferConfig
-	for _, o := range opts {
-		if o != nil {
-			o(&tc)
-		}
-	}
-	if tc.key != "" {
+	if tc.keyed {
 		return c.reverse(ctx, r, opts)
 	}
 	for n := 1; n <= maxReverseAttempts; n++ {

@@ -35,9 +35,12 @@ type TransferResult struct {
 // invalid request, a repeated key) is its own. Nothing is atomic across
 // the batch: some may commit while others are canceled.
 //
-// The batch costs a constant number of commands, whatever its size (up to
-// MaxBatch): its inserts go in one command, its legs in one per ledger,
-// its commits in one, and its settling in one batch (see WithWriteBatch).
+// The batch costs a constant number of commands for each WithWriteBatch
+// statements (up to MaxBatch transfers): its inserts go in one command per
+// that many, its legs in one per that many per ledger, its commits in one,
+// and its settling in one batch for each set of ledgers its transfers are
+// on. Transfers on different sets of ledgers go on apart, at once, so a
+// ledger that is down or slow holds up only those with a leg on it.
 // A transfer whose leg cannot apply, or whose accounts changed under the
 // write, goes on alone, beside the others, with the commands it would take
 // alone.

@@ -169,7 +169,7 @@
 // rolls it back, since none of its legs was applied.
 //
 // The owner checks its claim before every attempt of a leg write (it
-// renews the claim once a quarter of StaleAfter has passed since it took
+// renews the claim once an eighth of StaleAfter has passed since it took
 // it) and sends the write with a deadline of half of StaleAfter after the
 // claim: so a live owner is not taken over under its feet. Money does not
 // rest on that: a leg write sent on a lost claim meets the fences or the

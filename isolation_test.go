@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
@@ -97,14 +98,45 @@ func TestLedgerDownHoldsOnlyItsOwnTransfers(t *testing.T) {
 	default:
 	}
 
+	// One batch of both kinds: its transfers at Shanghai alone commit
+	// while its transfer to Beijing waits.
+	mixed := []twopc.TransferRequest{
+		{Legs: local[0].Legs, Key: "mixed-0"},
+		{Legs: crossLegs(10), Key: "mixed-1"},
+		{Legs: local[1].Legs, Key: "mixed-2"},
+	}
+	batchDone := make(chan []twopc.TransferResult, 1)
+	go func() {
+		res, err := c.TransferBatch(ctx, mixed)
+		assert.NoError(t, err)
+		batchDone <- res
+	}()
+	require.Eventually(t, func() bool {
+		n, err := bk.log.Collection("transactions").CountDocuments(ctx, bson.D{
+			{Key: "key", Value: bson.D{{Key: "$in", Value: bson.A{"mixed-0", "mixed-2"}}}},
+			{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"applied", "done"}}}},
+		})
+		return err == nil && n == 2
+	}, time.Minute, 20*time.Millisecond, "the batch's transfers at Shanghai alone did not commit while Beijing was down")
+	select {
+	case err := <-crossDone:
+		t.Fatalf("a transfer to Beijing returned while Beijing was down: %v", err)
+	case <-batchDone:
+		t.Fatal("the batch returned while its transfer to Beijing could not be made")
+	default:
+	}
+
 	// Beijing comes back: the transfers waiting for it finish.
 	bk.start(1)
 	for i := 0; i < cross; i++ {
 		require.NoError(t, <-crossDone, "a transfer to Beijing, once Beijing is back")
 	}
+	for i, r := range <-batchDone {
+		require.NoErrorf(t, r.Err, "batch transfer %d", i)
+	}
 	require.NoError(t, c.Settle(ctx))
 	bk.recoverAll()
 	bk.check(opening)
-	assert.Equal(t, int64(1000-cross*10), bk.balance("shanghai", "A"))
-	assert.Equal(t, int64(cross*10), bk.balance("beijing", "B"))
+	assert.Equal(t, int64(1000-(cross+1)*10), bk.balance("shanghai", "A"))
+	assert.Equal(t, int64((cross+1)*10), bk.balance("beijing", "B"))
 }

@@ -655,16 +655,12 @@ func (l *Ledger) fence(ctx context.Context, r *record, models []mongo.WriteModel
 // write sends models, idempotent updates of accounts, as unordered
 // bulk writes of at most writeBatch statements each, every one retried on
 // its own. It returns the indexes of the models that may not have been
-// applied and the first error. The commands are small because FerretDB v1
-// holds a backend connection for each statement of a command until it
-// ends, and hangs for good once its pool is exhausted (an update command
-// of 100 statements on SQLite).
+// applied and the first error.
 //
 // A command that fails with write errors is sent again one statement at a
-// time, and only the statements that fail then are returned: the indexes
-// of write errors are not to be trusted (FerretDB v1 stops an unordered
-// command at its first error and reports it at index 0), and sending an
-// applied statement again changes nothing. Any other failure returns that
+// time, and only the statements that fail then are returned: sending an
+// applied statement again changes nothing, and what each statement's own
+// answer says is then beyond doubt. Any other failure returns that
 // command's statements and all after it, unsent, for the next pass.
 func (l *Ledger) write(ctx context.Context, models []mongo.WriteModel) (map[int]bool, error) {
 	failed := map[int]bool{}

@@ -93,14 +93,14 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned, todo []leg, round
 	return nil, fmt.Errorf("legs of %s did not apply in %d rounds: the accounts keep changing", o.rec.ID.Hex(), maxApplyRounds)
 }
 
-// renew refreshes the owner's claim when a quarter of StaleAfter has
+// renew refreshes the owner's claim when an eighth of StaleAfter has
 // passed since it was taken (by this process's monotonic clock, from when
 // the claiming write was sent, so never later than the server's view). A
 // leg write, sent with a deadline of half of StaleAfter after the claim, is
 // therefore never sent on a claim another application may already have
 // taken over. errLost if the claim is gone.
 func (c *Coordinator) renew(ctx context.Context, o *owned) error {
-	if c.now().Sub(o.claimedAt) < c.staleAfter/4 {
+	if c.now().Sub(o.claimedAt) < c.staleAfter/8 {
 		return nil
 	}
 	sent := c.now()
@@ -182,17 +182,23 @@ func (c *Coordinator) settleOn(ctx context.Context, recs []*record) ([]*record, 
 // byLedgerSet splits recs by the set of ledgers their legs are on, in the
 // order each set first appears.
 func byLedgerSet(recs []*record) [][]*record {
-	var parts [][]*record
+	return splitByLedgers(recs, func(r *record) []leg { return r.legs() })
+}
+
+// splitByLedgers splits xs by the set of ledgers the legs of each are on
+// (see ledgerSet), in the order each set first appears.
+func splitByLedgers[T any](xs []T, legs func(T) []leg) [][]T {
+	var parts [][]T
 	at := map[string]int{}
-	for _, r := range recs {
-		k := ledgerSet(r.legs())
+	for _, x := range xs {
+		k := ledgerSet(legs(x))
 		i, ok := at[k]
 		if !ok {
 			i = len(parts)
 			at[k] = i
 			parts = append(parts, nil)
 		}
-		parts[i] = append(parts[i], r)
+		parts[i] = append(parts[i], x)
 	}
 	return parts
 }
@@ -535,8 +541,9 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 	var owner []*applyCall
 	for _, q := range calls {
 		// Not sent on a claim a quarter of StaleAfter from its deadline:
-		// its caller renews it first (renew does, at that age), so that
-		// one old claim never gives a group's write less than that.
+		// its caller renews it first (renew does, long before that age:
+		// at an eighth), so that one old claim never gives a group's
+		// write less than that.
 		d := q.o.claimedAt.Add(c.staleAfter / 2)
 		if d.Sub(now) < c.staleAfter/4 {
 			q.unsent = true

@@ -101,7 +101,7 @@ func WithApplication(name string) Option {
 
 // WithStaleAfter sets the lastModified age after which another application
 // may take over a transaction (default one minute). The owner renews its
-// claim before a leg write once a quarter of it has passed, and a leg write
+// claim before a leg write once an eighth of it has passed, and a leg write
 // must finish within half of it after the claim, so keep it far above the
 // latency of a write under load (ten times at least): too short, and
 // transfers time out and are left to recovery. Settled legs stay fenced for
@@ -296,13 +296,12 @@ func WithRetries(n int) Option {
 	}
 }
 
-// WithWriteBatch sets the most update statements the Coordinator puts in
-// one write command when it settles or unfences many transactions at once
-// (default 1,000, [DefaultWriteBatch]); a larger batch goes as several
-// commands. MongoDB takes 100,000 per command. Every statement names one
-// document by _id and is sent as an update of many (see Limits in the
-// package documentation), which FerretDB v1 serves in any number; with
-// single-document statements it hung at about 100.
+// WithWriteBatch sets the most statements the Coordinator puts in one
+// write command (default 1,000, [DefaultWriteBatch]): the inserts of a
+// group of transfers, the legs it applies on one ledger, the legs it
+// settles or unfences. More go as several commands. MongoDB takes 100,000
+// per command. Every such statement names one document by _id and is a
+// single-document update.
 func WithWriteBatch(n int) Option {
 	return func(c *config) error {
 		if n < 1 {

@@ -136,3 +136,75 @@ func (s *settler) close(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// settlers is a coordinator's background settling: one settler for each
+// set of ledgers that committed transactions are on, made when first
+// needed, so that a ledger that is down or slow holds up the settling of
+// only the transactions with a leg on it. Their number is bounded as the
+// apply stages' is (see applyStages).
+type settlers struct {
+	c *Coordinator
+
+	mu     sync.Mutex
+	bySet  map[string]*settler
+	closed bool
+}
+
+// enqueue hands recs to the background, each to the settler of its set of
+// ledgers, those of one set together; false if settling is closed.
+func (ss *settlers) enqueue(recs ...*record) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
+		return false
+	}
+	for _, part := range byLedgerSet(recs) {
+		key := ledgerSet(part[0].legs())
+		s := ss.bySet[key]
+		if s == nil {
+			if ss.bySet == nil {
+				ss.bySet = map[string]*settler{}
+			}
+			s = newSettler(ss.c)
+			ss.bySet[key] = s
+		}
+		s.enqueue(part...)
+	}
+	return true
+}
+
+func (ss *settlers) isClosed() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.closed
+}
+
+// all returns the settlers made so far.
+func (ss *settlers) all() []*settler {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	out := make([]*settler, 0, len(ss.bySet))
+	for _, s := range ss.bySet {
+		out = append(out, s)
+	}
+	return out
+}
+
+// flush waits until everything queued before the call is settled.
+func (ss *settlers) flush(ctx context.Context) error {
+	for _, s := range ss.all() {
+		if err := s.flush(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close settles what is queued and stops every settler, at once.
+func (ss *settlers) close(ctx context.Context) error {
+	ss.mu.Lock()
+	ss.closed = true
+	ss.mu.Unlock()
+	all := ss.all()
+	return parallel(len(all), func(i int) error { return all[i].close(ctx) })
+}

@@ -183,16 +183,10 @@ type applyStages struct {
 // stages' at once, and returns when each call's outcome is in it, or with
 // the context's error (see stage.join).
 func (a *applyStages) join(ctx context.Context, calls ...*applyCall) error {
-	var keys []string
-	parts := map[string][]*applyCall{}
-	for _, q := range calls {
-		k := ledgerSet(q.todo)
-		if _, ok := parts[k]; !ok {
-			keys = append(keys, k)
-		}
-		parts[k] = append(parts[k], q)
-	}
-	return parallel(len(keys), func(i int) error { return a.stage(keys[i]).join(ctx, parts[keys[i]]...) })
+	parts := splitByLedgers(calls, func(q *applyCall) []leg { return q.todo })
+	return parallel(len(parts), func(i int) error {
+		return a.stage(ledgerSet(parts[i][0].todo)).join(ctx, parts[i]...)
+	})
 }
 
 // stage returns the stage of the set of ledgers key.

@@ -53,7 +53,7 @@ type Coordinator struct {
 	ledger  *Ledger            // the default ledger: the accounts of db
 	ledgers map[string]*Ledger // every ledger, the default ("") among them
 	txns    *mongo.Collection  // the log
-	settler *settler
+	settler *settlers // background settling, one settler per set of ledgers
 	inserts *stage[*insertCall] // see insertAll
 	applies *applyStages        // see applyRound
 	commits *stage[*commitCall] // see commitAll
@@ -105,7 +105,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	for _, spec := range cfg.ledgers {
 		c.ledgers[spec.name] = &Ledger{config: &c.config, name: spec.name, accounts: spec.accounts.Clone(majority)}
 	}
-	c.settler = newSettler(c)
+	c.settler = &settlers{c: c}
 	c.inserts = &stage[*insertCall]{write: c.insertAll}
 	c.applies = &applyStages{write: c.applyRound}
 	c.commits = &stage[*commitCall]{write: c.commitAll}
@@ -406,18 +406,19 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 		return
 	}
 	var grouped []*insertCall
+	first := map[bson.ObjectID]*insertCall{}   // the first call of each _id
 	later := map[bson.ObjectID][]*insertCall{} // calls whose _id an earlier call of the group has
 	var laterIDs []bson.ObjectID
 	for _, q := range calls {
 		id := q.t.rec.ID
-		if _, taken := later[id]; taken {
+		if first[id] != nil {
 			if len(later[id]) == 0 {
 				laterIDs = append(laterIDs, id)
 			}
 			later[id] = append(later[id], q)
 			continue
 		}
-		later[id] = nil
+		first[id] = q
 		grouped = append(grouped, q)
 	}
 	var again []*insertCall
@@ -440,8 +441,22 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 		byID[id] = append(byID[id], later[id]...)
 	}
 	_ = parallel(len(ids), func(i int) error {
+		// Once one call of the _id has the document as stored, it is
+		// every later call's answer too (none of them wrote it): no need
+		// to send their inserts only to be told so.
+		stored := first[ids[i]].cur
 		for _, q := range byID[ids[i]] {
-			q.cur, q.err = c.insertOne(ctx, q.t.rec)
+			if stored != nil && q.cur == nil {
+				cp := *stored
+				q.cur = &cp
+				continue
+			}
+			if q.cur == nil {
+				q.cur, q.err = c.insertOne(ctx, q.t.rec)
+			}
+			if q.err == nil {
+				stored = q.cur
+			}
 		}
 		return nil
 	})
@@ -656,7 +671,21 @@ func (c *Coordinator) drive(ctx context.Context, o *owned, sync bool) (*Txn, err
 // their commits in one, their settling in one batch. A transfer that
 // leaves the common path (a leg that cannot apply, an account that changed
 // under the write, a lost claim) goes on alone, beside the others.
+//
+// Transfers on different sets of ledgers are driven apart, at once, so
+// that a ledger that is down or slow holds up only the transfers with a
+// leg on it, even within one TransferBatch.
 func (c *Coordinator) driveAll(ctx context.Context, ts []*transfer, syncSettle bool) {
+	if len(ts) > 1 {
+		sets := splitByLedgers(ts, func(t *transfer) []leg { return t.o.rec.legs() })
+		if len(sets) > 1 {
+			_ = parallel(len(sets), func(i int) error {
+				c.driveAll(ctx, sets[i], syncSettle)
+				return nil
+			})
+			return
+		}
+	}
 	var ready, alone []*transfer
 	switch len(ts) {
 	case 0:

@@ -10,6 +10,19 @@
 // single-document atomicity MongoDB guarantees (and more: a multi-document
 // command is atomic too, which code must not rely on).
 //
+// The front also runs every update, delete and insert command one statement
+// at a time, one FerretDB command per statement, and answers with the
+// reply MongoDB documents for the whole command. FerretDB v1.24 replies to
+// a command of several statements in its own way (an update stops at its
+// first error whatever ordered says and reports it at index 0 without n or
+// nModified, upserted entries are numbered by count instead of by
+// statement, an ordered insert of more than 100 documents goes on past an
+// error), and it holds a SQLite connection for each single-document update
+// statement until the command ends, so an update of 100 such statements
+// never answered. Commands of any number of statements now work, and
+// drivers read counts, upserted _ids and write errors as on MongoDB.
+// DIFFERENCES.md lists what still differs from MongoDB.
+//
 // The front can also inject faults (dropped connections before or after the
 // server applies a request, delayed replies) to exercise the ambiguous
 // outcomes a real network produces; [ControlHandler] exposes this as an HTTP

@@ -19,7 +19,9 @@ const (
 	DropBeforeForward Kind = iota + 1
 
 	// DropAfterForward forwards the request, waits for the server to apply it
-	// and reply, then closes the client connection without relaying the reply:
+	// and reply (to every statement of a write command the front runs
+	// statement by statement), then closes the client connection without
+	// relaying the reply:
 	// the client gets a network error although the write happened (the
 	// ambiguous write). A request that expects no reply (OP_MSG moreToCome)
 	// is dropped right after it is forwarded.

@@ -30,15 +30,16 @@ type FrontOptions struct {
 }
 
 // DefaultStallWarning is the default [FrontOptions.StallWarning]. A request
-// that long at FerretDB is most likely never coming back: FerretDB v1
-// deadlocks, for example, on an update command of as many statements as its
-// connection pool holds (100 with SQLite).
+// that long at FerretDB, counting all the statements of a write command, is
+// most likely never coming back.
 const DefaultStallWarning = 10 * time.Second
 
 // Stats counts what a [Front] has done since it started.
 type Stats struct {
-	// Forwarded is the number of requests sent to the backend, including
-	// those later dropped by DropAfterForward or held back by Delay.
+	// Forwarded is the number of client requests sent to the backend,
+	// including those later dropped by DropAfterForward or held back by
+	// Delay. A write command counts once, although the front sends the
+	// backend one command per statement.
 	Forwarded uint64 `json:"forwarded"`
 	// DropBeforeForward is the number of requests dropped unsent.
 	DropBeforeForward uint64 `json:"drop_before_forward"`
@@ -54,10 +55,38 @@ type Stats struct {
 //
 // For each client connection it opens its own connection to the backend.
 // It reads a whole message from the client, takes a lock shared by all
-// connections, forwards the message, reads the whole reply (none for an
-// OP_MSG with the moreToCome flag), releases the lock and relays the reply.
-// Put before a server whose updates are read-modify-write, such as FerretDB
-// v1, this makes every single-document update and findAndModify atomic.
+// connections, runs the request on the backend and reads the whole reply,
+// releases the lock and relays the reply. Put before a server whose updates
+// are read-modify-write, such as FerretDB v1, this makes every
+// single-document update and findAndModify atomic (and every whole
+// command, which code must not rely on: MongoDB does not promise it).
+//
+// An update, delete or insert command sent as OP_MSG, its statements
+// inline or in a document sequence, runs statement by statement, still
+// under the lock: the front sends the backend one command per statement,
+// carrying every other field of the client's command, and answers the
+// client with the reply MongoDB documents for the whole command: n (and
+// nModified), upserted and writeErrors entries under their statement's
+// index, an ordered command stopping at its first error and an unordered
+// one going on, a writeConcernError passed on. It does so because FerretDB
+// v1.24 answers a command of several statements otherwise (an update stops
+// at its first error and reports it at index 0 without n or nModified, and
+// numbers upserts by their count; an ordered insert goes on past an error
+// after 100 documents) and holds a SQLite connection for each
+// single-document update statement until the command ends, so a command of
+// 100 of them, its pool's size, never returns. There is no limit on
+// statements per command. DIFFERENCES.md lists what still differs from
+// MongoDB.
+//
+// Any other request is forwarded as it is. One with the moreToCome flag (an
+// unacknowledged write) gets no reply; the front sends it without the flag
+// and drops the answer, because FerretDB v1 answers it all the same and the
+// answer would otherwise be taken for the next request's.
+//
+// A fault rule applies to a client's request as a whole: DropBeforeForward
+// sends none of a write command's statements, DropAfterForward drops the
+// reply once all of them ran, Delay holds back the reply put together from
+// theirs.
 //
 // Only OP_MSG and the legacy OP_QUERY are forwarded; a client sending any
 // other message (including OP_COMPRESSED: do not enable compression in the
@@ -75,6 +104,7 @@ type Front struct {
 	serial sync.Mutex // held while a request is at the backend
 
 	forwarded, dropBefore, dropAfter, delayed atomic.Uint64
+	requestID                                 atomic.Int32 // of the messages the front writes itself
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -277,10 +307,13 @@ func (f *Front) serve(client net.Conn) error {
 	}
 }
 
-// roundTrip sends msg, whose parsed form is req, to the backend and reads
-// its replies while holding the front's lock, so no other request reaches
-// the backend in between. If the backend takes longer than the stall
-// warning, it says so in the log: every client is waiting.
+// roundTrip runs the client's request on the backend while holding the
+// front's lock, so no other request reaches the backend in between, and
+// returns the messages to relay to the client (none for a request with the
+// moreToCome flag). An update, delete or insert command runs statement by
+// statement (runWrite); anything else is forwarded as it is (forward). If
+// the request takes longer than the stall warning, the front says so in the
+// log: every client is waiting.
 func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, error) {
 	f.serial.Lock()
 	defer f.serial.Unlock()
@@ -296,13 +329,25 @@ func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, 
 		}
 	}()
 
+	if req.write != nil {
+		return f.runWrite(backend, req)
+	}
+	return f.forward(backend, msg, req)
+}
+
+// forward sends msg to the backend and reads its replies, following those
+// with the moreToCome flag (exhaust cursors). A request with the moreToCome
+// flag is sent without it and its reply dropped (see acknowledged): FerretDB
+// v1 answers such a request all the same, and a reply left unread would be
+// taken for the answer to the client's next request.
+func (f *Front) forward(backend net.Conn, msg []byte, req request) ([][]byte, error) {
+	if !req.expectsReply && opCode(msg) == opMsg {
+		msg = acknowledged(msg)
+	}
 	if _, err := backend.Write(msg); err != nil {
 		return nil, fmt.Errorf("forwarding request: %w", err)
 	}
 	f.forwarded.Add(1)
-	if !req.expectsReply {
-		return nil, nil
-	}
 	var replies [][]byte
 	for {
 		reply, err := readMessage(backend)
@@ -311,10 +356,82 @@ func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, 
 		}
 		replies = append(replies, reply)
 		if !moreToCome(reply) {
-			return replies, nil
+			break
 		}
 	}
+	if !req.expectsReply {
+		return nil, nil
+	}
+	return replies, nil
 }
+
+// runWrite runs the write command req.write on the backend one statement at
+// a time, each as a command of its own that carries every other field of
+// the client's command, and returns the reply MongoDB gives to the whole
+// command: n (and nModified for update) summed over the statements,
+// upserted and writeErrors entries under their statement's index, the last
+// writeConcernError, ok: 1. An ordered command stops at the first statement
+// that fails, an unordered one goes on. If the first statement fails with
+// ok: 0, the command's own fields are what FerretDB refused, so that reply
+// is relayed as the command's error (MongoDB's reply to a command error);
+// a later statement failing with ok: 0 becomes that statement's write
+// error.
+func (f *Front) runWrite(backend net.Conn, req request) ([][]byte, error) {
+	w := req.write
+	var res writeResult
+	for i, stmt := range w.statements {
+		cmd, err := w.statementCommand(stmt)
+		if err != nil {
+			return nil, fmt.Errorf("statement %d of %s: %w", i, w.kind.name, err)
+		}
+		if _, err := backend.Write(opMsgMessage(f.nextRequestID(), 0, cmd)); err != nil {
+			return nil, fmt.Errorf("forwarding statement %d of %s: %w", i, w.kind.name, err)
+		}
+		if i == 0 {
+			f.forwarded.Add(1) // one per client request, however many statements
+		}
+		msg, err := readMessage(backend)
+		if err != nil {
+			return nil, fmt.Errorf("reading reply to statement %d of %s: %w", i, w.kind.name, err)
+		}
+		reply, err := opMsgReply(msg)
+		if err != nil {
+			return nil, fmt.Errorf("reply to statement %d of %s: %w", i, w.kind.name, err)
+		}
+		if ok, _ := reply.Lookup("ok").AsFloat64OK(); ok == 1 {
+			res.add(i, reply)
+		} else {
+			switch {
+			case uniqueViolation(reply):
+				res.duplicateKey(i, w)
+			case i == 0:
+				return f.replyTo(req, reply), nil
+			default:
+				res.failed(i, reply)
+			}
+		}
+		if w.ordered && len(res.writeErrors) > 0 {
+			break
+		}
+	}
+	body, err := res.reply(w.kind)
+	if err != nil {
+		return nil, err
+	}
+	return f.replyTo(req, body), nil
+}
+
+// replyTo returns the OP_MSG that answers req with body, or nothing if req
+// expects no reply.
+func (f *Front) replyTo(req request, body []byte) [][]byte {
+	if !req.expectsReply {
+		return nil
+	}
+	return [][]byte{opMsgMessage(f.nextRequestID(), req.requestID, body)}
+}
+
+// nextRequestID returns a requestID for a message the front writes itself.
+func (f *Front) nextRequestID() int32 { return f.requestID.Add(1) }
 
 // sleep waits for d or until ctx is done.
 func sleep(ctx context.Context, d time.Duration) error {

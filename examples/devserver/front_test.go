@@ -80,6 +80,62 @@ func TestDelay(t *testing.T) {
 	assert.Equal(t, int32(1), field(t, other, 1, "n"))
 }
 
+// TestFaultsApplyToWholeWriteCommand checks that a fault rule applies to a
+// write command of several statements as a whole, although the front runs
+// it statement by statement: dropped before, none of its statements runs;
+// dropped after, all of them ran; delayed, all of them ran before the
+// reply is held back.
+func TestFaultsApplyToWholeWriteCommand(t *testing.T) {
+	for _, kind := range []devserver.Kind{devserver.DropBeforeForward, devserver.DropAfterForward, devserver.Delay} {
+		t.Run(kind.String(), func(t *testing.T) {
+			s := startServer(t, devserver.Config{})
+			c := connect(t, s.URI())
+			var docs []any
+			var models []mongo.WriteModel
+			for i := range 3 {
+				docs = append(docs, bson.D{{Key: "_id", Value: i}, {Key: "n", Value: 0}})
+				models = append(models, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: i}}).SetUpdate(inc))
+			}
+			coll := collection(t, c, docs...)
+			// Far longer than the test: Close ends the wait.
+			_, err := s.Front().AddFault(devserver.Fault{Command: "update", Kind: kind, Delay: time.Hour, Count: 1})
+			require.NoError(t, err)
+
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := coll.BulkWrite(ctx, models) // one update command of 3 statements
+				done <- err
+			}()
+
+			want := int32(1)
+			other := collection(t, connect(t, s.URI()))
+			switch kind {
+			case devserver.DropBeforeForward:
+				err = <-done
+				assert.True(t, mongo.IsNetworkError(err), "want a network error, got %v", err)
+				assert.Equal(t, uint64(1), s.Front().Stats().DropBeforeForward)
+				want = 0
+			case devserver.DropAfterForward:
+				err = <-done
+				assert.True(t, mongo.IsNetworkError(err), "want a network error, got %v", err)
+				assert.Equal(t, uint64(1), s.Front().Stats().DropAfterForward)
+			case devserver.Delay:
+				require.Eventually(t, func() bool { return s.Front().Stats().Delay == 1 }, 30*time.Second, 5*time.Millisecond)
+				for i := range 3 { // the reply is held back; every statement ran
+					assert.Equal(t, int32(1), field(t, other, i, "n"), "document %d", i)
+				}
+				cancel()
+				assert.ErrorIs(t, <-done, context.Canceled)
+			}
+			for i := range 3 {
+				assert.Equal(t, want, field(t, other, i, "n"), "document %d", i)
+			}
+		})
+	}
+}
+
 func TestCountExhausts(t *testing.T) {
 	s := startServer(t, devserver.Config{})
 	coll := collection(t, connect(t, s.URI()), bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}})
@@ -179,9 +235,8 @@ func awaitStall(ctx context.Context, t *testing.T, logs frontWarnings, command s
 func (r frontWarnings) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r frontWarnings) WithGroup(string) slog.Handler      { return r }
 
-// TestStallWarning: a backend that takes a request and never answers (as
-// FerretDB v1 does when an update command exhausts its connection pool)
-// holds every client; the front says so in its log.
+// TestStallWarning: a backend that takes a request and never answers holds
+// every client; the front says so in its log.
 func TestStallWarning(t *testing.T) {
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -57,22 +57,32 @@ func opCode(msg []byte) int32 {
 type request struct {
 	command      string // first key of the command document; "" if unknown
 	expectsReply bool
+	requestID    int32 // the header's requestID, which a reply's responseTo names
+
+	// write is set for an OP_MSG update, delete or insert command the front
+	// runs statement by statement (see writeCommand); nil for a message it
+	// forwards as it is.
+	write *writeCommand
 }
 
 // parseRequest inspects a client message read by readMessage.
 func parseRequest(msg []byte) (request, error) {
+	requestID := int32(binary.LittleEndian.Uint32(msg[4:8]))
 	switch op := opCode(msg); op {
 	case opMsg:
 		flags, body, err := opMsgBody(msg)
 		if err != nil {
 			return request{}, err
 		}
+		command := opMsgCommand(body)
 		return request{
-			command:      opMsgCommand(body),
+			command:      command,
 			expectsReply: flags&flagMoreToCome == 0,
+			requestID:    requestID,
+			write:        parseWriteCommand(command, body),
 		}, nil
 	case opQuery:
-		return request{command: opQueryCommand(msg), expectsReply: true}, nil
+		return request{command: opQueryCommand(msg), expectsReply: true, requestID: requestID}, nil
 	case opCompressed:
 		return request{}, fmt.Errorf("%w: OP_COMPRESSED (compression is not supported)", errUnsupported)
 	default:
@@ -105,6 +115,113 @@ func opMsgBody(msg []byte) (uint32, []byte, error) {
 		body = body[:len(body)-4]
 	}
 	return flags, body, nil
+}
+
+// acknowledged returns a copy of the OP_MSG msg without the moreToCome flag
+// (and without its checksum, which would no longer match), so that the
+// server answers it. FerretDB v1 answers every request, moreToCome or not;
+// MongoDB answers none that has the flag. Sending the request without it
+// and dropping the answer works with both and keeps the connection in step.
+func acknowledged(msg []byte) []byte {
+	out := append([]byte(nil), msg...)
+	flags := binary.LittleEndian.Uint32(out[headerLen:])
+	if flags&flagChecksumPresent != 0 {
+		out = out[:len(out)-4]
+		binary.LittleEndian.PutUint32(out[0:], uint32(len(out)))
+	}
+	binary.LittleEndian.PutUint32(out[headerLen:], flags&^(flagMoreToCome|flagChecksumPresent))
+	return out
+}
+
+// opMsgMessage returns an OP_MSG with no flags whose only section is the
+// kind 0 body.
+func opMsgMessage(requestID, responseTo int32, body []byte) []byte {
+	msg := make([]byte, headerLen+4+1, headerLen+4+1+len(body))
+	msg = append(msg, body...)
+	binary.LittleEndian.PutUint32(msg[0:], uint32(len(msg)))
+	binary.LittleEndian.PutUint32(msg[4:], uint32(requestID))
+	binary.LittleEndian.PutUint32(msg[8:], uint32(responseTo))
+	binary.LittleEndian.PutUint32(msg[12:], opMsg)
+	return msg // flagBits and the section kind are already 0
+}
+
+// opMsgReply returns the body of an OP_MSG reply: its kind 0 section. It
+// fails on any other message, on a malformed one and on one that announces
+// further replies.
+func opMsgReply(msg []byte) (bson.Raw, error) {
+	if opCode(msg) != opMsg {
+		return nil, fmt.Errorf("reply has opCode %d, want OP_MSG", opCode(msg))
+	}
+	flags, sections, err := opMsgBody(msg)
+	if err != nil {
+		return nil, err
+	}
+	if flags&flagMoreToCome != 0 {
+		return nil, errors.New("reply to a write statement announces more replies")
+	}
+	if len(sections) == 0 || sections[0] != 0 {
+		return nil, errors.New("reply has no body section")
+	}
+	doc, ok := document(sections[1:])
+	if !ok || doc.Validate() != nil {
+		return nil, errors.New("reply has a malformed body")
+	}
+	return doc, nil
+}
+
+// docSequence is an OP_MSG kind 1 section: a named sequence of documents
+// that stands for an array field of the command.
+type docSequence struct {
+	id   string
+	docs []bson.Raw
+}
+
+// opMsgSections splits an OP_MSG's sections into its kind 0 body and its
+// kind 1 document sequences. It reports false if they are malformed or if
+// there is not exactly one body.
+func opMsgSections(sections []byte) (bson.Raw, []docSequence, bool) {
+	var body bson.Raw
+	var seqs []docSequence
+	for len(sections) > 0 {
+		kind := sections[0]
+		sections = sections[1:]
+		switch kind {
+		case 0:
+			doc, ok := document(sections)
+			if !ok || body != nil || doc.Validate() != nil {
+				return nil, nil, false
+			}
+			body = doc
+			sections = sections[len(doc):]
+		case 1:
+			if len(sections) < 4 {
+				return nil, nil, false
+			}
+			n := int(binary.LittleEndian.Uint32(sections))
+			if n < 4 || n > len(sections) {
+				return nil, nil, false
+			}
+			seq, rest := sections[4:n], sections[n:]
+			end := bytes.IndexByte(seq, 0)
+			if end < 0 {
+				return nil, nil, false
+			}
+			s := docSequence{id: string(seq[:end])}
+			for seq = seq[end+1:]; len(seq) > 0; {
+				doc, ok := document(seq)
+				if !ok || doc.Validate() != nil {
+					return nil, nil, false
+				}
+				s.docs = append(s.docs, doc)
+				seq = seq[len(doc):]
+			}
+			seqs = append(seqs, s)
+			sections = rest
+		default:
+			return nil, nil, false
+		}
+	}
+	return body, seqs, body != nil
 }
 
 // opMsgCommand returns the first key of an OP_MSG's kind 0 section, or "" if
@@ -203,12 +320,7 @@ func ping(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("encoding ping: %w", err)
 	}
-	msg := make([]byte, headerLen+4+1, headerLen+4+1+len(cmd))
-	msg = append(msg, cmd...)
-	binary.LittleEndian.PutUint32(msg[0:], uint32(len(msg)))
-	binary.LittleEndian.PutUint32(msg[4:], 1) // requestID
-	binary.LittleEndian.PutUint32(msg[12:], opMsg)
-	if _, err := conn.Write(msg); err != nil {
+	if _, err := conn.Write(opMsgMessage(1, 0, cmd)); err != nil {
 		return fmt.Errorf("sending ping to %s: %w", addr, err)
 	}
 
@@ -216,16 +328,9 @@ func ping(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("reading ping reply from %s: %w", addr, errors.Join(ctx.Err(), err))
 	}
-	if opCode(reply) != opMsg {
-		return fmt.Errorf("ping reply from %s has opCode %d", addr, opCode(reply))
-	}
-	_, body, err := opMsgBody(reply)
-	if err != nil || len(body) == 0 || body[0] != 0 {
-		return fmt.Errorf("malformed ping reply from %s", addr)
-	}
-	doc, valid := document(body[1:])
-	if !valid {
-		return fmt.Errorf("malformed ping reply from %s", addr)
+	doc, err := opMsgReply(reply)
+	if err != nil {
+		return fmt.Errorf("ping reply from %s: %w", addr, err)
 	}
 	if ok, _ := doc.Lookup("ok").AsFloat64OK(); ok != 1 {
 		return fmt.Errorf("ping to %s failed: %s", addr, doc)

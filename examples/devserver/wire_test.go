@@ -38,8 +38,9 @@ func TestParseRequest(t *testing.T) {
 	seq = append(u32(uint32(4+len(seq))), seq...)
 
 	for name, tc := range map[string]struct {
-		msg  []byte
-		want request
+		msg   []byte
+		want  request // without write
+		split bool    // whether write is set: the front runs it statement by statement
 	}{
 		"OP_MSG": {
 			msg:  message(opMsg, u32(0), []byte{0}, update),
@@ -50,8 +51,13 @@ func TestParseRequest(t *testing.T) {
 			want: request{command: "update", expectsReply: false},
 		},
 		"OP_MSG document sequence first, checksum": {
-			msg:  message(opMsg, u32(flagChecksumPresent), []byte{1}, seq, []byte{0}, update, u32(0xdeadbeef)),
-			want: request{command: "update", expectsReply: true},
+			msg:   message(opMsg, u32(flagChecksumPresent), []byte{1}, seq, []byte{0}, update, u32(0xdeadbeef)),
+			want:  request{command: "update", expectsReply: true},
+			split: true,
+		},
+		"OP_MSG requestID": {
+			msg:  opMsgRequest(77, 0, []byte{0}, update),
+			want: request{command: "update", expectsReply: true, requestID: 77},
 		},
 		"OP_MSG truncated section": {
 			msg:  message(opMsg, u32(0), []byte{0}, update[:len(update)-3]),
@@ -75,6 +81,8 @@ func TestParseRequest(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			got, err := parseRequest(tc.msg)
 			require.NoError(t, err)
+			assert.Equal(t, tc.split, got.write != nil, "split")
+			got.write = nil
 			assert.Equal(t, tc.want, got)
 		})
 	}

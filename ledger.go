@@ -446,14 +446,21 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 
 // apply sends the guarded writes that apply legs, each of transaction
 // recs[i] (see applyModel), in unordered commands of at most writeBatch
-// statements, and returns how many applied and the server's reasons for
-// the legs it refused, by index in legs. Any other failure (whose outcome
-// is unknown for the legs of that command, and which leaves the legs after
-// it unsent) or a write-concern error is returned as err.
-func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, error) {
+// statements, and returns how many applied, the server's reasons for the
+// legs it refused, by index in legs, and how many legs it sent: a command
+// is not started with less than an eighth of StaleAfter left before ctx's
+// deadline (the claims' deadline; see applyRound), and the legs from it on
+// are left unsent, to be sent again under renewed claims. Any other
+// failure (whose outcome is unknown for the legs of that command, and
+// which leaves the legs after it unsent) or a write-concern error is
+// returned as err.
+func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, int, error) {
 	var modified int64
 	refused := map[int]string{}
 	for start := 0; start < len(legs); start += l.writeBatch {
+		if d, ok := ctx.Deadline(); ok && start > 0 && time.Until(d) < l.staleAfter/8 {
+			return modified, refused, start, nil
+		}
 		end := min(start+l.writeBatch, len(legs))
 		models := make([]mongo.WriteModel, 0, end-start)
 		for i := start; i < end; i++ {
@@ -480,10 +487,10 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 			continue
 		}
 		if err != nil {
-			return modified, refused, err
+			return modified, refused, len(legs), err
 		}
 	}
-	return modified, refused, nil
+	return modified, refused, len(legs), nil
 }
 
 // closeLegs closes the legs of committed transactions recs: it pulls each

@@ -21,6 +21,10 @@ import (
 // repeats only when an account changed between the write and the read.
 const maxApplyRounds = 4
 
+// maxUnsent bounds how often one attempt to apply legs joins the apply
+// stage again after its call was left unsent (see applyRound).
+const maxUnsent = 16
+
 // errLost reports that this process no longer owns the transaction: it was
 // taken over, canceled or settled by someone else.
 var errLost = errors.New("twopc: claim lost")
@@ -61,19 +65,25 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned, todo []leg, round
 		var q *applyCall
 		err := c.try(ctx, StepApply, o.rec, func(ctx context.Context) error {
 			// The claim check sits right before every attempt (see
-			// applyRound for the write's deadline).
-			if err := c.renew(ctx, o); err != nil {
-				return err
+			// applyRound for the write's deadline). A call left unsent
+			// (its claim grew too old while it waited for a write, or the
+			// write ran out of time before its command) sent nothing: it
+			// renews and joins again, which is not a failed attempt.
+			for unsent := 0; ; unsent++ {
+				if err := c.renew(ctx, o); err != nil {
+					return err
+				}
+				q = &applyCall{o: o, todo: todo} // a new one: a write given up on may still fill the last in
+				if err := c.applies.join(ctx, q); err != nil {
+					return err
+				}
+				if !q.unsent {
+					return q.err
+				}
+				if unsent == maxUnsent {
+					return fmt.Errorf("the claim is too old to send the legs, %d times: %w", unsent+1, context.DeadlineExceeded)
+				}
 			}
-			q = &applyCall{o: o, todo: todo} // a new one: a write given up on may still fill the last in
-			if err := c.applies.join(ctx, q); err != nil {
-				return err
-			}
-			if q.unsent {
-				// Not sent: the claim is too old. Renew it and try again.
-				return fmt.Errorf("the claim is too old to send the legs: %w", context.DeadlineExceeded)
-			}
-			return q.err
 		})
 		switch {
 		case err != nil:
@@ -560,7 +570,7 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 		return
 	}
 	wctx, cancel := context.WithTimeout(ctx, deadline.Sub(now))
-	modified, refused, err := c.applyAll(wctx, recs, legs)
+	modified, refused, unsent, err := c.applyAll(wctx, recs, legs)
 	cancel()
 	if err != nil {
 		for _, q := range owner {
@@ -568,16 +578,29 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 		}
 		return
 	}
-	if modified == int64(len(legs)) {
-		return
+	for i := range unsent {
+		owner[i].unsent = true // its caller renews and sends it again
 	}
+	if modified == int64(len(legs)-len(unsent)) {
+		return // every leg sent applied
+	}
+	var judged []leg // the legs of the calls that were sent whole
+	var of []int     // their indexes in legs
 	for i, q := range owner {
-		if i == 0 || owner[i-1] != q {
+		if q.unsent {
+			continue
+		}
+		if len(of) == 0 || owner[of[len(of)-1]] != q {
 			q.err = c.at(ctx, StepInspect, q.o.rec)
 		}
+		judged, of = append(judged, legs[i]), append(of, i)
 	}
-	accts, err := c.inspectLegs(ctx, legs)
-	for i, l := range legs {
+	if len(judged) == 0 {
+		return
+	}
+	accts, err := c.inspectLegs(ctx, judged)
+	for j, l := range judged {
+		i := of[j]
 		q := owner[i]
 		switch {
 		case q.err != nil || q.lost || q.why != nil:
@@ -586,7 +609,7 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 			q.err = err
 			continue
 		}
-		verdict, why := judge(accts[i], q.o.rec, l)
+		verdict, why := judge(accts[j], q.o.rec, l)
 		if msg, ok := refused[i]; ok && verdict == legRetry {
 			// The server refused the write for a reason the account's
 			// fields do not show: a schema validator, a
@@ -610,25 +633,29 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 // many applied, the server's reasons for the legs it refused (by index in
 // legs), and any other error: a failure whose outcome is unknown, or a
 // write-concern error.
-func (c *Coordinator) applyAll(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, error) {
+func (c *Coordinator) applyAll(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, map[int]bool, error) {
 	var mu sync.Mutex
 	var modified int64
 	refused := map[int]string{}
+	unsent := map[int]bool{}
 	err := c.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
 		of := make([]*record, len(idx))
 		for j, i := range idx {
 			of[j] = recs[i]
 		}
-		n, why, err := l.apply(ctx, of, mine)
+		n, why, sent, err := l.apply(ctx, of, mine)
 		mu.Lock()
 		defer mu.Unlock()
 		modified += n
 		for j, msg := range why {
 			refused[idx[j]] = msg
 		}
+		for j := sent; j < len(idx); j++ {
+			unsent[idx[j]] = true
+		}
 		return err
 	})
-	return modified, refused, err
+	return modified, refused, unsent, err
 }
 
 // inspect reads the accounts of legs of r, in order, from their ledgers

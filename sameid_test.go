@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -59,10 +60,27 @@ type sameIDBank struct {
 func newSameIDBank(t *testing.T, opts ...twopc.Option) *sameIDBank {
 	b := newBank(t)
 	w := &writeRecorder{}
-	c, err := twopc.NewCoordinator(w.database(b), append([]twopc.Option{twopc.WithApplication("grouped"), twopc.WithSyncSettle()}, opts...)...)
+	c, err := twopc.NewCoordinator(w.database(b), append([]twopc.Option{
+		twopc.WithApplication("grouped"), twopc.WithSyncSettle(), twopc.WithClock(steppingClock()),
+	}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return &sameIDBank{bank: b, w: w, c: c}
+}
+
+// steppingClock is the time a millisecond later at each reading, so that
+// the calls of one group, made in the same millisecond, each get a
+// transaction time of their own: a call that wrongly took itself for the
+// owner would send leg writes under a time the log does not hold.
+func steppingClock() func() time.Time {
+	var mu sync.Mutex
+	var n time.Duration
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		return time.Now().Add(n * time.Millisecond)
+	}
 }
 
 // replayAll finishes everything, removes every fence, delivers every

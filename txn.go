@@ -50,10 +50,10 @@ type Txn struct {
 type Coordinator struct {
 	config
 	db      *mongo.Database
-	ledger  *Ledger            // the default ledger: the accounts of db
-	ledgers map[string]*Ledger // every ledger, the default ("") among them
-	txns    *mongo.Collection  // the log
-	settler *settlers // background settling, one settler per set of ledgers
+	ledger  *Ledger             // the default ledger: the accounts of db
+	ledgers map[string]*Ledger  // every ledger, the default ("") among them
+	txns    *mongo.Collection   // the log
+	settler *settlers           // background settling, one settler per set of ledgers
 	inserts *stage[*insertCall] // see insertAll
 	applies *applyStages        // see applyRound
 	commits *stage[*commitCall] // see commitAll

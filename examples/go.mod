@@ -87,3 +87,5 @@ require (
 )
 
 replace github.com/twopc/twopc => ../
+
+replace github.com/FerretDB/FerretDB => ./third_party/ferretdb

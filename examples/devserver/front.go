@@ -307,14 +307,29 @@ func (f *Front) serve(client net.Conn) error {
 	}
 }
 
+// unserialized are the commands that read no data, which the front lets
+// through without waiting for its lock: as MongoDB does, the server answers
+// a handshake or a heartbeat while a long write runs. Otherwise a driver's
+// heartbeats, queued behind the writes, would measure the writes' time as
+// the round trip, and a driver that bounds operations by a deadline
+// (client-side operation timeout) refuses to send one whose remaining time
+// is below that "round trip".
+var unserialized = map[string]bool{
+	"hello": true, "isMaster": true, "ismaster": true, "ping": true, "buildInfo": true, "buildinfo": true,
+}
+
 // roundTrip runs the client's request on the backend while holding the
-// front's lock, so no other request reaches the backend in between, and
+// front's lock (but see unserialized), so no other request reaches the
+// backend in between, and
 // returns the messages to relay to the client (none for a request with the
 // moreToCome flag). An update, delete or insert command runs statement by
 // statement (runWrite); anything else is forwarded as it is (forward). If
 // the request takes longer than the stall warning, the front says so in the
 // log: every client is waiting.
 func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, error) {
+	if unserialized[req.command] {
+		return f.forward(backend, msg, req)
+	}
 	f.serial.Lock()
 	defer f.serial.Unlock()
 	start := time.Now()

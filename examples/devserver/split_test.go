@@ -505,10 +505,10 @@ func TestWriteIsAtomic(t *testing.T) {
 	})
 	front := startFront(t, backend.addr())
 
-	// A one-shot Delay rule on ping lets the test see when the other
-	// client's ping has been read and is about to take the lock: picking
+	// A one-shot Delay rule on find lets the test see when the other
+	// client's find has been read and is about to take the lock: picking
 	// the rule removes it. Its 1ns delay is harmless.
-	_, err := front.AddFault(Fault{Command: "ping", Kind: Delay, Delay: time.Nanosecond, Count: 1})
+	_, err := front.AddFault(Fault{Command: "find", Kind: Delay, Delay: time.Nanosecond, Count: 1})
 	require.NoError(t, err)
 
 	writer, other := dial(t, front), dial(t, front)
@@ -521,10 +521,10 @@ func TestWriteIsAtomic(t *testing.T) {
 	require.NoError(t, err)
 	<-held
 
-	_, err = other.Write(opMsgRequest(1, 0, section0(t, bson.D{{Key: "ping", Value: int32(1)}, {Key: "$db", Value: "db"}})))
+	_, err = other.Write(opMsgRequest(1, 0, section0(t, bson.D{{Key: "find", Value: "coll"}, {Key: "$db", Value: "db"}})))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(front.Faults()) == 0 }, 30*time.Second, time.Millisecond,
-		"the other client's ping never reached the front's lock")
+		"the other client's find never reached the front's lock")
 	close(release)
 
 	_, _, body := readReply(t, writer)
@@ -538,7 +538,36 @@ func TestWriteIsAtomic(t *testing.T) {
 			break
 		}
 	}
-	assert.Equal(t, "ping", firstKey(got[statements].body), "the other client's request comes last")
+	assert.Equal(t, "find", firstKey(got[statements].body), "the other client's request comes last")
+}
+
+// TestHandshakeNotSerialized: while a write holds the front's lock, a
+// hello or ping from another client is answered at once, as MongoDB
+// answers heartbeats during a long write (see unserialized).
+func TestHandshakeNotSerialized(t *testing.T) {
+	held := make(chan struct{})
+	release := make(chan struct{})
+	backend := newFakeBackend(t, func(body bson.Raw) bson.D {
+		if firstKey(body) == "update" {
+			close(held)
+			<-release
+		}
+		return okReply(bson.E{Key: "n", Value: int32(1)}, bson.E{Key: "nModified", Value: int32(1)})
+	})
+	front := startFront(t, backend.addr())
+	writer, other := dial(t, front), dial(t, front)
+	cmd := bson.D{{Key: "update", Value: "coll"}, {Key: "$db", Value: "db"}}
+	_, err := writer.Write(opMsgRequest(1, 0, section0(t, cmd), section1(t, "updates", stmt(int32(0)))))
+	require.NoError(t, err)
+	<-held
+	for i, name := range []string{"hello", "ping"} {
+		responseTo, _, body := exchange(t, other, opMsgRequest(int32(i+1), 0, section0(t, bson.D{{Key: name, Value: int32(1)}, {Key: "$db", Value: "admin"}})))
+		assert.Equal(t, int32(i+1), responseTo)
+		assert.Equal(t, 1.0, body.Lookup("ok").Double(), "%s answered while the write holds the lock", name)
+	}
+	close(release)
+	_, _, body := readReply(t, writer)
+	assert.Equal(t, int32(1), body.Lookup("n").Int32())
 }
 
 func TestParseWriteCommand(t *testing.T) {

@@ -1,0 +1,1 @@
+FROM davidanson/markdownlint-cli2:v0.13.0

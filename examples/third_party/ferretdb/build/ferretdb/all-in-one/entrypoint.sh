@@ -1,0 +1,5 @@
+#!/bin/bash
+
+set -ex
+
+exec /usr/bin/runsvdir /etc/service

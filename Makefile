@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:27017
 GO   ?= go
 SHELL := /bin/bash
 
-.PHONY: test demo banks metrics devserver vet fmt check soak bench
+.PHONY: test demo banks metrics devserver vet fmt check soak bench api
 
 # test runs every test of both modules with the race detector, against
 # MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev server,
@@ -63,3 +63,8 @@ check: vet fmt test
 # the dev server). More flags: make bench BENCHFLAGS="-workers 32 -rate 500".
 bench:
 	cd examples && $(GO) run ./cmd/bench -update ../BENCHMARKS.md -chart ../bench/chart.png $(BENCHFLAGS)
+
+# api rewrites api.txt, the listing of the public API that .ci/run checks
+# nothing was removed from: run it after adding to the API, and commit it.
+api:
+	$(GO) run ./internal/apilist . > api.txt

@@ -2,6 +2,7 @@ package twopc_test
 
 import (
 	"context"
+	"flag"
 	"os"
 	"sync"
 	"testing"
@@ -21,7 +22,19 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(envChild); mode != "" {
 		os.Exit(childMain(mode)) // a coordinator process of TestKilledProcesses
 	}
+	if unitOnly() {
+		mongotest.Main(m) // the pure parts need no server: start none
+		return
+	}
 	mongotest.MainWithURI(m)
+}
+
+// unitOnly reports whether this run selects only the tests of the pure
+// parts (go test -run Unit), which need no server.
+func unitOnly() bool {
+	flag.Parse()
+	f := flag.Lookup("test.run")
+	return f != nil && f.Value.String() == "Unit"
 }
 
 // testCtx is a context that ends with the test.

@@ -1,11 +1,14 @@
 package twopc
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"reflect"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -250,3 +253,43 @@ func writeBytes(b *strings.Builder, s string) {
 	b.Write(n[:])
 	b.WriteString(s)
 }
+
+// keyID is the _id of the transaction with idempotency key key: the first
+// 12 bytes of a SHA-256 of it. Deriving the _id from the key makes the
+// _id's own uniqueness enforce the key's, with no secondary unique index
+// (which a collection sharded on a hashed _id could not have) and every
+// lookup targeted by _id.
+func keyID(key string) bson.ObjectID {
+	sum := sha256.Sum256([]byte("twopc/key\x00" + key))
+	var id bson.ObjectID
+	copy(id[:len(id)-1], sum[:]) // the last byte is zero: see legMarker
+	return id
+}
+
+// newTxnID is a fresh transaction id: an ObjectID-shaped value of four
+// bytes of seconds (so ids sort roughly by creation, as ObjectIDs do) and
+// seven random bytes, and a zero last byte, which leg markers use (see
+// legMarker). Two ids collide only if made in the same second with the
+// same 56 random bits.
+func newTxnID() bson.ObjectID {
+	var id bson.ObjectID
+	binary.BigEndian.PutUint32(id[:4], uint32(time.Now().Unix()))
+	_, _ = rand.Read(id[4 : len(id)-1]) // crypto/rand.Read never fails
+	return id
+}
+
+// legMarker is the marker of leg i of transaction id: the id with its last
+// byte set to i. Every transaction id the library writes ends in a zero
+// byte (see newTxnID and keyID), so the first leg's marker is the
+// transaction's id, as in the tutorial, and no marker of one transaction
+// is ever another transaction's id or marker. Markers are per leg so that
+// two legs of one transfer that land on one document (ids the library took
+// for two accounts and the server for one, as a collation could make them)
+// never apply, settle or undo each other: each is guarded by its own.
+func legMarker(id bson.ObjectID, i int) bson.ObjectID {
+	id[len(id)-1] = byte(i)
+	return id
+}
+
+// txnOfMarker is the transaction a marker belongs to.
+func txnOfMarker(m bson.ObjectID) bson.ObjectID { return legMarker(m, 0) }

@@ -208,3 +208,88 @@ func (ss *settlers) close(ctx context.Context) error {
 	all := ss.all()
 	return parallel(len(all), func(i int) error { return all[i].close(ctx) })
 }
+
+// settle closes the legs of committed transactions on their accounts (pull
+// the id from pendingTransactions and fence it, and move a credit from
+// pendingCredit to the balance; bulk writes of up to writeBatch legs) and
+// then moves those whose legs all closed to done (one write for the
+// batch). Both writes are guarded and idempotent, so anyone may settle an
+// applied transaction, any number of times. It returns the transactions it
+// moved to done, and those it left applied with the step it stopped at and
+// why.
+//
+// The transactions on one set of ledgers are settled apart from those on
+// another, at once (see byLedgerSet): a ledger that is down or slow holds
+// up, and fails, only the transactions with a leg on it.
+func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, []unsettled, error) {
+	var batch []*record
+	var left []unsettled
+	var firstErr error
+	for _, r := range recs {
+		if err := c.at(ctx, StepSettle, r); err != nil {
+			firstErr = cmpErr(firstErr, err)
+			left = append(left, unsettled{r, StepSettle, err})
+			continue
+		}
+		batch = append(batch, r)
+	}
+	var mu sync.Mutex
+	var done []*record
+	parts := byLedgerSet(batch)
+	_ = parallel(len(parts), func(i int) error {
+		d, l, err := c.settleOn(ctx, parts[i])
+		mu.Lock()
+		defer mu.Unlock()
+		done, left = append(done, d...), append(left, l...)
+		firstErr = cmpErr(firstErr, err)
+		return nil
+	})
+	return done, left, firstErr
+}
+
+// settleOn settles recs, whose step hooks were called (see settle).
+func (c *Coordinator) settleOn(ctx context.Context, recs []*record) ([]*record, []unsettled, error) {
+	var left []unsettled
+	failed, firstErr := c.closeLegs(ctx, recs)
+	var ready []*record
+	for i, r := range recs {
+		if why := failed[i]; why != nil {
+			left = append(left, unsettled{r, StepSettle, why})
+			continue
+		}
+		if err := c.at(ctx, StepDone, r); err != nil {
+			firstErr = cmpErr(firstErr, err)
+			left = append(left, unsettled{r, StepDone, err})
+			continue
+		}
+		ready = append(ready, r)
+	}
+	done, err := c.finish(ctx, ready, move{step: StepDone, from: StateApplied, to: StateDone, anyClaim: true})
+	if err != nil {
+		for _, r := range ready {
+			left = append(left, unsettled{r, StepDone, err})
+		}
+	}
+	return done, left, cmpErr(firstErr, err)
+}
+
+// byLedgerSet splits recs by the set of ledgers their legs are on, in the
+// order each set first appears.
+func byLedgerSet(recs []*record) [][]*record {
+	return splitByLedgers(recs, func(r *record) []leg { return r.legs() })
+}
+
+// unsettled is a committed transaction settle left applied: the step it
+// stopped at, and why.
+type unsettled struct {
+	rec  *record
+	step Step
+	err  error
+}
+
+// closeLegs closes the legs of committed transactions recs on every
+// ledger, and returns, by index in recs, why a leg of a transaction may
+// not have closed.
+func (c *Coordinator) closeLegs(ctx context.Context, recs []*record) (map[int]error, error) {
+	return c.eachLedgerFailed(ctx, recs, (*Ledger).closeLegs)
+}

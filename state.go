@@ -296,3 +296,99 @@ func (c *Coordinator) read(ctx context.Context, id bson.ObjectID) (*record, erro
 	}
 	return &r, r.check()
 }
+
+// finish moves recs, whose step hooks were already called, with the
+// claim-free move m: one guarded update for all of them, or one
+// find-and-modify for a single transaction so that its caller gets the
+// stored document back.
+//
+// The observers are told of each transaction's move. A single one that
+// does not match was finished by someone else (or by an attempt whose
+// reply was lost): not moved. The update of several says only how many
+// moved, so each is reported moved when it succeeds.
+func (c *Coordinator) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
+	m.set = append(m.set, bson.E{Key: fieldFences, Value: true})
+	m.retain = c.fenceRetention
+	start := time.Now()
+	switch len(recs) {
+	case 0:
+		return nil, nil
+	case 1:
+		var cur record
+		err := c.retry(ctx, func(ctx context.Context) error {
+			return c.txns.FindOneAndUpdate(ctx, m.filter(recs[0].ID), m.update(),
+				options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&cur)
+		})
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			// Finished already: by someone else, or by an attempt whose
+			// reply was lost. Re-read to say which state it is in.
+			now, err := c.read(ctx, recs[0].ID)
+			c.transition(ctx, recs[0].ID, m, start, 1, false, nil)
+			if err != nil || now.State != m.to {
+				return nil, err
+			}
+			return []*record{now}, nil
+		}
+		c.transition(ctx, recs[0].ID, m, start, 1, err == nil, err)
+		if err != nil {
+			return nil, err
+		}
+		return []*record{&cur}, nil
+	}
+	ids := make(bson.A, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ID
+	}
+	filter := m.filter(bson.ObjectID{})
+	filter[0].Value = bson.D{{Key: "$in", Value: ids}}
+	err := c.retry(ctx, func(ctx context.Context) error {
+		_, err := c.txns.UpdateMany(ctx, filter, m.update())
+		return err
+	})
+	for _, r := range recs {
+		c.transition(ctx, r.ID, m, start, len(recs), err == nil, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*record, len(recs))
+	for i, r := range recs {
+		cp := *r
+		cp.State = m.to
+		out[i] = &cp
+	}
+	return out, nil
+}
+
+// Txn is a transfer as stored in the transactions collection: the
+// tutorial's document, plus the idempotency key and, for a canceled
+// transfer, the reason.
+type Txn struct {
+	ID           bson.ObjectID `bson:"_id"`
+	Source       any           `bson:"source"`
+	Destination  any           `bson:"destination"`
+	Value        int64         `bson:"value"`
+	State        State         `bson:"state"`
+	LastModified time.Time     `bson:"lastModified"`
+	Application  string        `bson:"application,omitempty"`
+	Key          string        `bson:"key,omitempty"`
+	Reason       string        `bson:"reason,omitempty"`
+	// Created is the transaction time: when the coordinator that wrote the
+	// transaction created it, by that coordinator's clock, to the
+	// millisecond. It never changes. Accounts' fence lines (see the
+	// package documentation) are compared with it.
+	Created time.Time `bson:"created,omitempty"`
+	// Legs are the legs of a transfer made with TransferLegs (Source and
+	// Destination are then nil, and Value is the total credited); a
+	// transfer made with Transfer keeps the tutorial's shape and has none.
+	// AllLegs returns the legs of either.
+	Legs []Leg `bson:"legs,omitempty"`
+}
+
+func (r *record) txn() *Txn {
+	if r == nil {
+		return nil
+	}
+	t := r.Txn
+	return &t
+}

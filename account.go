@@ -1,0 +1,226 @@
+package twopc
+
+// The account document as the protocol reads it: its fields, and the pure
+// rules that judge a leg against it (the leg verdict and the credit guard).
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Field names of account documents.
+const (
+	fieldBalance = "balance"
+	// fieldPending holds the ids of transactions whose leg is applied to the
+	// account and not yet settled (the tutorial's pendingTransactions).
+	fieldPending = "pendingTransactions"
+	// fieldFenced holds the ids of transactions whose leg on the account is
+	// closed, settled or rolled back: no leg of theirs may apply here again.
+	// It is what keeps a stalled applier that resumes after its transaction
+	// was settled or canceled from applying a leg a second time, the hazard
+	// of the tutorial's protocol, where the guard is only pendingTransactions.
+	fieldFenced = "fencedTransactions"
+	// fieldPendingCredit holds the sum of the credits applied to the account
+	// and not yet settled. A credit reaches balance only when its
+	// transaction settles, after the commit point, so it cannot be spent
+	// before then: undoing a credit never takes a balance below zero.
+	fieldPendingCredit = "pendingCredit"
+	// fieldPendingDebit holds the sum of the debits applied to the account
+	// and not yet settled (already taken off balance): with balance and
+	// pendingCredit it bounds what the balance can become when every leg
+	// in flight settles or is undone, which the credit guard keeps inside
+	// int64 (see creditGuard).
+	fieldPendingDebit = "pendingDebit"
+	// fieldFencedBefore is the account's fence line, a transaction time:
+	// no leg of a transaction created at or before it applies here. Fence
+	// removal moves it forward, past the transactions whose fences it
+	// removes, so that a leg write delivered however late after its fence
+	// is gone is still refused by the server (see unfence).
+	fieldFencedBefore = "fencedBefore"
+	// fieldTombstone marks a document that holds only fences, written by a
+	// rollback on an account that did not exist. It is never deleted: its
+	// fence line keeps refusing late legs, and OpenAccount adopts it.
+	fieldTombstone = "tombstone"
+)
+
+// creditQuarter is a quarter of int64's range. A credit applies when
+// nothing is in flight on the account and balance+value fits in int64, or
+// when balance and pendingDebit are each at most creditQuarter and
+// pendingCredit+value at most twice it: either way, whatever in-flight legs
+// then settle or are undone, the balance stays within int64, so a
+// committed transfer always settles.
+const creditQuarter = math.MaxInt64 >> 2
+
+// account is the part of an account document the protocol reads. Its
+// fields are decoded loosely, so that an account of the wrong shape is
+// judged (and refused) rather than failing the read.
+type account struct {
+	ID            bson.RawValue `bson:"_id"`
+	Balance       bson.RawValue `bson:"balance"`
+	PendingIDs    bson.RawValue `bson:"pendingTransactions"`
+	FencedIDs     bson.RawValue `bson:"fencedTransactions"`
+	PendingCredit bson.RawValue `bson:"pendingCredit"`
+	PendingDebit  bson.RawValue `bson:"pendingDebit"`
+	FencedBefore  time.Time     `bson:"fencedBefore"`
+	Tombstone     bool          `bson:"tombstone"`
+}
+
+// accountProjection is what the protocol reads of an account.
+var accountProjection = bson.D{
+	{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFenced, Value: 1},
+	{Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1},
+	{Key: fieldFencedBefore, Value: 1}, {Key: fieldTombstone, Value: 1},
+}
+
+// closedTo reports whether the account's fence line refuses every leg of a
+// transaction created at created.
+func (a *account) closedTo(created time.Time) bool {
+	return !a.FencedBefore.IsZero() && !a.FencedBefore.Before(created)
+}
+
+// objectIDs returns the ObjectIDs in an array value, ignoring the rest.
+func objectIDs(v bson.RawValue) []bson.ObjectID {
+	arr, ok := v.ArrayOK()
+	if !ok {
+		return nil
+	}
+	vals, _ := arr.Values()
+	ids := make([]bson.ObjectID, 0, len(vals))
+	for _, x := range vals {
+		if oid, ok := x.ObjectIDOK(); ok {
+			ids = append(ids, oid)
+		}
+	}
+	return ids
+}
+
+func (a *account) pending() []bson.ObjectID { return objectIDs(a.PendingIDs) }
+
+func (a *account) fenced() []bson.ObjectID { return objectIDs(a.FencedIDs) }
+
+// credit returns pendingCredit, 0 when absent.
+func (a *account) credit() int64 {
+	if n, ok := a.PendingCredit.AsInt64OK(); ok {
+		return n
+	}
+	return 0
+}
+
+// heldDebit returns pendingDebit, 0 when absent.
+func (a *account) heldDebit() int64 {
+	if n, ok := a.PendingDebit.AsInt64OK(); ok {
+		return n
+	}
+	return 0
+}
+
+// idle reports whether nothing is in flight on the account:
+// pendingTransactions missing or an empty array.
+func (a *account) idle() bool {
+	if a.PendingIDs.Type == 0 {
+		return true
+	}
+	arr, ok := a.PendingIDs.ArrayOK()
+	if !ok {
+		return false
+	}
+	vals, err := arr.Values()
+	return err == nil && len(vals) == 0
+}
+
+// creditFits mirrors creditGuard: whether a credit of value may apply.
+func (a *account) creditFits(b, value int64) bool {
+	if a.idle() && b <= math.MaxInt64-value {
+		return true
+	}
+	return value <= 2*creditQuarter && b <= creditQuarter && a.heldDebit() <= creditQuarter &&
+		a.credit() <= 2*creditQuarter-value
+}
+
+// creditGuard is the filter that keeps a credit of value settleable (see
+// creditQuarter).
+func creditGuard(value int64) bson.E {
+	alone := bson.D{
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: fieldPending, Value: bson.D{{Key: "$exists", Value: false}}}},
+			bson.D{{Key: fieldPending, Value: bson.D{{Key: "$size", Value: 0}}}},
+		}},
+		{Key: fieldBalance, Value: bson.D{{Key: "$lte", Value: math.MaxInt64 - value}}},
+	}
+	if value > 2*creditQuarter {
+		return bson.E{Key: "$or", Value: bson.A{alone}}
+	}
+	busy := bson.D{
+		{Key: fieldBalance, Value: bson.D{{Key: "$lte", Value: int64(creditQuarter)}}},
+		{Key: fieldPendingDebit, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: int64(creditQuarter)}}}}},
+		{Key: fieldPendingCredit, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: 2*creditQuarter - value}}}}},
+	}
+	return bson.E{Key: "$or", Value: bson.A{alone, busy}}
+}
+
+// balance returns the account's balance if it is an integer.
+func (a *account) balance() (int64, bool) {
+	switch a.Balance.Type {
+	case bson.TypeInt64:
+		return a.Balance.Int64(), true
+	case bson.TypeInt32:
+		return int64(a.Balance.Int32()), true
+	}
+	return 0, false
+}
+
+func has(ids []bson.ObjectID, id bson.ObjectID) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// legVerdict is what an account says of one leg.
+type legVerdict int
+
+const (
+	legRetry   legVerdict = iota // not applied, and nothing stops it now
+	legApplied                   // applied: the id is in pendingTransactions
+	legFenced                    // closed: settled or rolled back by someone else
+	legBlocked                   // cannot apply: see the error
+)
+
+// judge reads account a (nil if missing) for leg l of transaction r.
+func judge(a *account, r *record, l leg) (legVerdict, error) {
+	switch {
+	case a != nil && has(a.fenced(), l.marker): // a may be a tombstone
+		return legFenced, nil
+	case a != nil && has(a.pending(), l.marker):
+		return legApplied, nil
+	case a != nil && a.closedTo(r.Created):
+		// Past the account's fence line: the transaction was finished by
+		// someone else, or its time is older than transactions already
+		// finished here (a slow clock, a very late insert). It cannot
+		// apply; the caller's guarded move to canceling tells which.
+		return legBlocked, fmt.Errorf("%w: account %v is closed to transactions created at or before %v",
+			ErrTooLate, l.account, a.FencedBefore.UTC().Format(time.RFC3339Nano))
+	case a == nil || a.Tombstone:
+		return legBlocked, fmt.Errorf("%w: %v", ErrAccountNotFound, l.account)
+	case a.FencedIDs.Type != 0 && a.FencedIDs.Type != bson.TypeArray:
+		return legBlocked, fmt.Errorf("%w: account %v has fencedTransactions of BSON type %s", ErrInvalidAccount, l.account, a.FencedIDs.Type)
+	}
+	b, ok := a.balance()
+	switch {
+	case !ok:
+		return legBlocked, fmt.Errorf("%w: account %v has balance of BSON type %s", ErrInvalidAccount, l.account, a.Balance.Type)
+	case l.debit() && !r.AllowNegative && b < -l.delta:
+		return legBlocked, fmt.Errorf("%w: account %v has %d, needs %d", ErrInsufficientFunds, l.account, b, -l.delta)
+	case l.debit() && b < math.MinInt64-l.delta:
+		return legBlocked, fmt.Errorf("%w: account %v has %d, debit %d", ErrBalanceOverflow, l.account, b, -l.delta)
+	case !l.debit() && !a.creditFits(b, l.delta):
+		return legBlocked, fmt.Errorf("%w: account %v has %d with %d in flight in and %d out, credit %d",
+			ErrBalanceOverflow, l.account, b, a.credit(), a.heldDebit(), l.delta)
+	}
+	return legRetry, nil
+}

@@ -1,0 +1,229 @@
+package twopc
+
+// The Coordinator: the public face of the coordinator side (seed 004's
+// coordinator, which keeps the log and decides), its construction, indexes,
+// the accounts and ledgers it was given, lookups, and Settle and Close.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+)
+
+// Coordinator drives transfers between account documents through the
+// two-phase commit protocol: it inserts each transaction claimed and
+// pending, applies both legs, moves it to applied (the commit point), and
+// settles it to done. It is safe for concurrent use. Close it to let
+// background settling finish.
+type Coordinator struct {
+	config
+	db      *mongo.Database
+	ledger  *Ledger             // the default ledger: the accounts of db
+	ledgers map[string]*Ledger  // every ledger, the default ("") among them
+	txns    *mongo.Collection   // the log
+	settler *settlers           // background settling, one settler per set of ledgers
+	inserts *stage[*insertCall] // see insertAll
+	applies *applyStages        // see applyRound
+	commits *stage[*commitCall] // see commitAll
+
+	closeOnce sync.Once
+}
+
+// NewCoordinator returns a coordinator for the accounts and transactions
+// collections of db. Whatever db's (or its client's) defaults, every read
+// the library decides by uses majority read concern, every write majority
+// write concern (WithWriteConcern changes that), and both go to the
+// primary: a step the library reports done survives a failover.
+func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
+	if db == nil {
+		return nil, errors.New("twopc: NewCoordinator: nil database")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, fmt.Errorf("twopc: %w", err)
+		}
+	}
+	if cfg.fenceRetention < cfg.staleAfter {
+		cfg.fenceRetention = cfg.staleAfter
+	}
+	// Every read the library decides by is a majority read, and every
+	// write a majority write, on the primary: on a replica set, a write
+	// that a failover could roll back is never taken as done, nor reported
+	// done to a caller.
+	majority := options.Collection().SetReadConcern(readconcern.Majority()).
+		SetWriteConcern(cfg.writeConcern).SetReadPreference(readpref.Primary())
+	c := &Coordinator{
+		config: cfg,
+		db:     db,
+		txns:   db.Collection(cfg.transactions, majority),
+	}
+	if c.history.archive != nil {
+		a := c.history.archive
+		if a.Name() == cfg.transactions && a.Database().Name() == db.Name() {
+			return nil, fmt.Errorf("twopc: WithHistory: the archive is the transactions collection")
+		}
+		c.history.archive = a.Clone(majority)
+	}
+	c.ledger = &Ledger{config: &c.config, accounts: db.Collection(cfg.accounts, majority)}
+	c.ledgers = map[string]*Ledger{"": c.ledger}
+	for _, spec := range cfg.ledgers {
+		c.ledgers[spec.name] = &Ledger{config: &c.config, name: spec.name, accounts: spec.accounts.Clone(majority)}
+	}
+	c.settler = &settlers{c: c}
+	c.inserts = &stage[*insertCall]{write: c.insertAll}
+	c.applies = &applyStages{write: c.applyRound}
+	c.commits = &stage[*commitCall]{write: c.commitAll}
+	return c, nil
+}
+
+// Application returns the owner name this coordinator claims transactions
+// under.
+func (c *Coordinator) Application() string { return c.application }
+
+// EnsureIndexes creates the indexes the protocol's scans use, idempotently:
+// {state, lastModified} for recovery, {state, created} for the unfinished
+// transactions fence removal must wait for, and {fences, lastModified} for
+// fence removal. That last one is partial ({fences: true}: only the
+// transactions whose fences are still up) where the server has partial
+// indexes, as MongoDB has; where it refuses them (FerretDB), it is sparse,
+// which holds every transaction. An index of the same name and keys made
+// by an earlier version is kept as it is. No index is needed for
+// correctness: accounts and transactions are read and written by _id, and
+// idempotency keys are enforced by the _id derived from them.
+func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
+	// Only the missing ones are asked for, one per command: an index of
+	// that name, of this version or an earlier one, serves; and FerretDB
+	// v1 drops the connection when one createIndexes names several that
+	// exist.
+	specs, err := c.txns.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return fmt.Errorf("twopc: ensure indexes: %w", err)
+	}
+	have := map[string]bool{}
+	for _, ix := range specs {
+		have[ix.Name] = true
+	}
+	partial := options.Index().SetName(fencesIndex).SetPartialFilterExpression(bson.D{{Key: fieldFences, Value: true}})
+	sparse := options.Index().SetName(fencesIndex).SetSparse(true)
+	for _, ix := range []struct {
+		keys     bson.D
+		opts     *options.IndexOptionsBuilder
+		fallback *options.IndexOptionsBuilder // if the server refuses opts
+	}{
+		{keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}, opts: options.Index().SetName("state_1_lastModified_1")},
+		{keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldCreated, Value: 1}}, opts: options.Index().SetName("state_1_created_1")},
+		{keys: bson.D{{Key: fieldFences, Value: 1}, {Key: fieldLastModified, Value: 1}}, opts: partial, fallback: sparse},
+	} {
+		if err := c.ensureIndex(ctx, have, ix.keys, ix.opts, ix.fallback); err != nil {
+			return fmt.Errorf("twopc: ensure indexes: %w", err)
+		}
+	}
+	return nil
+}
+
+// ensureIndex creates one index unless have names it; if the server
+// refuses its options and fallback is set, it creates fallback instead.
+func (c *Coordinator) ensureIndex(ctx context.Context, have map[string]bool, keys bson.D, opts, fallback *options.IndexOptionsBuilder) error {
+	var o options.IndexOptions
+	for _, set := range opts.List() {
+		if err := set(&o); err != nil {
+			return err
+		}
+	}
+	if o.Name != nil && have[*o.Name] {
+		return nil
+	}
+	_, err := c.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: opts})
+	var se mongo.ServerError
+	// The server has no such option (NotImplemented, CommandNotSupported,
+	// InvalidOptions, BadValue, CannotCreateIndex,
+	// InvalidIndexSpecificationOption), as opposed to a transient failure,
+	// after which the next call tries again.
+	refused := func() bool {
+		return errors.As(err, &se) && (se.HasErrorCode(238) || se.HasErrorCode(115) || se.HasErrorCode(72) ||
+			se.HasErrorCode(2) || se.HasErrorCode(67) || se.HasErrorCode(197))
+	}
+	conflict := func() bool {
+		return errors.As(err, &se) && (se.HasErrorCode(codeIndexOptionsConflict) || se.HasErrorCode(codeIndexKeySpecsConflict))
+	}
+	if fallback != nil && refused() {
+		_, err = c.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: fallback})
+	}
+	if conflict() {
+		return nil // made meanwhile by another process, of the other kind: it serves
+	}
+	return err
+}
+
+// fencesIndex names fence removal's index, partial or sparse.
+const fencesIndex = "fences_1_lastModified_1"
+
+// The server's codes for an index that exists with other options, or other
+// keys, under the name asked for.
+const (
+	codeIndexOptionsConflict  = 85
+	codeIndexKeySpecsConflict = 86
+)
+
+// OpenAccount opens account id in the coordinator's default ledger (see
+// Ledger.OpenAccount).
+func (c *Coordinator) OpenAccount(ctx context.Context, id any, balance int64) error {
+	return c.ledger.OpenAccount(ctx, id, balance)
+}
+
+// Account reads account id of the default ledger (see Ledger.Account).
+func (c *Coordinator) Account(ctx context.Context, id any) (*Account, error) {
+	return c.ledger.Account(ctx, id)
+}
+
+// Balance returns the available balance of account id of the default
+// ledger (see Account).
+func (c *Coordinator) Balance(ctx context.Context, id any) (int64, error) {
+	return c.ledger.Balance(ctx, id)
+}
+
+// Ledger returns the ledger of that name: "" for the default one (the
+// accounts collection of the coordinator's database), or one given with
+// WithLedger. ErrUnknownLedger if there is none.
+func (c *Coordinator) Ledger(name string) (*Ledger, error) {
+	l, ok := c.ledgers[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownLedger, name)
+	}
+	return l, nil
+}
+
+// Get returns transaction id as it now stands: as the archive holds it, if
+// WithHistory's archive does (see Coordinator.lookup), else as the log
+// does.
+func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
+	r, _, err := c.lookup(ctx, id)
+	if r == nil {
+		return nil, err
+	}
+	return r.txn(), err
+}
+
+// Settle waits until every transaction this coordinator committed before
+// the call is settled (or has failed to settle and been left to recovery).
+func (c *Coordinator) Settle(ctx context.Context) error { return c.settler.flush(ctx) }
+
+// Close stops background settling after settling what was committed, and
+// makes later Transfers fail with ErrClosed. It does not disconnect the
+// database client.
+func (c *Coordinator) Close(ctx context.Context) error {
+	var err error
+	c.closeOnce.Do(func() { err = c.settler.close(ctx) })
+	return err
+}

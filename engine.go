@@ -1,0 +1,355 @@
+package twopc
+
+// The engine: one call's transfers on their way through the steps (insert,
+// apply, commit, settle), each step of all of them in shared writes (see
+// stage.go), and what each caller is answered. Recovery's roll-forward reuses
+// drive.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// transfer is one transfer on its way through the steps: the transaction
+// this call wrote (or means to), the claim once it owns it, and, once
+// decided, the caller's answer.
+type transfer struct {
+	rec  *record
+	o    *owned
+	txn  *Txn
+	err  error
+	over bool // answered
+}
+
+func (t *transfer) answer(txn *Txn, err error) { t.txn, t.err, t.over = txn, err, true }
+
+// newTransfer makes the transaction of transfer t (validated), with key if
+// not "", claimed by this coordinator and pending, under the policy of
+// this coordinator, which it records.
+func (c *Coordinator) newTransfer(t Txn, key string) *transfer {
+	id := c.newID()
+	if key != "" {
+		id = keyID(key)
+	}
+	t.ID, t.State, t.Application, t.Key = id, StatePending, c.application, key
+	t.Created = c.now().UTC().Truncate(time.Millisecond)
+	return &transfer{rec: &record{
+		Txn:           t,
+		Claim:         bson.NewObjectID(),
+		AllowNegative: c.allowNegative,
+		LeaseMs:       c.staleAfter.Milliseconds(),
+		RetainMs:      c.fenceRetention.Milliseconds(),
+		KeepMs:        c.history.keep.Milliseconds(),
+		Archive:       c.history.archiveName(),
+	}}
+}
+
+// run takes transfers ts through every step, each step of all of them in
+// the same writes (see stage), and leaves each one's answer in it.
+func (c *Coordinator) run(ctx context.Context, ts []*transfer) {
+	claimedAt := c.now()
+	calls := make([]*insertCall, 0, len(ts))
+	for _, t := range ts {
+		if err := c.at(ctx, StepInsert, t.rec); err != nil {
+			t.answer(t.rec.txn(), insertUnknown(t.rec, err))
+			continue
+		}
+		calls = append(calls, &insertCall{t: t})
+	}
+	if err := c.inserts.join(ctx, calls...); err != nil {
+		// Given up on: a write may still be filling calls in.
+		for _, q := range calls {
+			q.t.answer(q.t.rec.txn(), insertUnknown(q.t.rec, err))
+		}
+		return
+	}
+	var mine []*transfer
+	for _, q := range calls {
+		t, r, cur, err := q.t, q.t.rec, q.cur, q.err
+		for attempt := 0; err == nil && r.Key == "" && cur.Claim != r.Claim && attempt < 3; attempt++ {
+			// A fresh id is taken only by another transaction whose id
+			// collided with it (or a placeholder Cancel wrote for that
+			// one): not this transfer's to answer for. Take another id.
+			r.ID = c.newID()
+			cur, err = c.insert(ctx, r)
+		}
+		switch {
+		case err != nil:
+			t.answer(r.txn(), insertUnknown(r, err))
+		case cur.Claim != r.Claim:
+			t.answer(c.replay(cur, r))
+		case cur.State != StatePending:
+			t.answer(c.outcome(cur))
+		default:
+			t.o = &owned{rec: cur, claimedAt: claimedAt}
+			mine = append(mine, t)
+		}
+	}
+	c.driveAll(ctx, mine, c.syncSettle)
+}
+
+// owned is a transaction this process holds the claim of, and when it sent
+// the write that took the claim, by its own monotonic clock.
+type owned struct {
+	rec       *record
+	claimedAt time.Time
+
+	// What a first apply round made with other transfers left for this
+	// one to do alone (see applyFirst): legs to apply again, or why a leg
+	// cannot apply.
+	next []leg
+	why  error
+}
+
+// drive takes an owned pending transaction to its commit point, or rolls it
+// back when a leg cannot apply; then settles it now (sync) or in the
+// background.
+func (c *Coordinator) drive(ctx context.Context, o *owned, sync bool) (*Txn, error) {
+	t := &transfer{rec: o.rec, o: o}
+	c.driveAll(ctx, []*transfer{t}, sync)
+	return t.txn, t.err
+}
+
+// driveAll drives owned pending transfers ts (see drive), each step of
+// all of them in the same writes: their legs in one command per ledger,
+// their commits in one, their settling in one batch. A transfer that
+// leaves the common path (a leg that cannot apply, an account that changed
+// under the write, a lost claim) goes on alone, beside the others.
+//
+// Transfers on different sets of ledgers are driven apart, at once, so
+// that a ledger that is down or slow holds up only the transfers with a
+// leg on it, even within one TransferBatch.
+func (c *Coordinator) driveAll(ctx context.Context, ts []*transfer, syncSettle bool) {
+	if len(ts) > 1 {
+		sets := splitByLedgers(ts, func(t *transfer) []leg { return t.o.rec.legs() })
+		if len(sets) > 1 {
+			_ = parallel(len(sets), func(i int) error {
+				c.driveAll(ctx, sets[i], syncSettle)
+				return nil
+			})
+			return
+		}
+	}
+	var ready, alone []*transfer
+	switch len(ts) {
+	case 0:
+		return
+	case 1:
+		alone = ts
+	default:
+		ready, alone = c.applyFirst(ctx, ts)
+	}
+	rest := func(i int) error {
+		t := alone[i]
+		why, err := t.o.why, error(nil)
+		if why == nil {
+			todo, round := t.o.rec.legs(), 0
+			if t.o.next != nil {
+				todo, round = t.o.next, 1
+			}
+			why, err = c.applyLegs(ctx, t.o, todo, round)
+		}
+		c.applied(ctx, t, why, err)
+		if !t.over {
+			c.commitEach(ctx, []*transfer{t}, syncSettle)
+		}
+		return nil
+	}
+	if len(ready) == 0 {
+		_ = parallel(len(alone), rest)
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = parallel(len(alone), rest)
+	}()
+	c.commitEach(ctx, ready, syncSettle)
+	<-done
+}
+
+// applyFirst makes the first apply round of transfers ts together (see
+// applyRound), and returns those whose legs all applied and those that go
+// on alone; it answers those it is done with.
+func (c *Coordinator) applyFirst(ctx context.Context, ts []*transfer) (ready, alone []*transfer) {
+	var calls []*applyCall
+	var of []*transfer
+	for _, t := range ts {
+		err := c.at(ctx, StepApply, t.o.rec)
+		if err == nil {
+			err = c.renew(ctx, t.o)
+		}
+		if err != nil {
+			c.applied(ctx, t, nil, err)
+			continue
+		}
+		calls = append(calls, &applyCall{o: t.o, todo: t.o.rec.legs()})
+		of = append(of, t)
+	}
+	if err := c.applies.join(ctx, calls...); err != nil {
+		for _, t := range of {
+			c.applied(ctx, t, nil, err)
+		}
+		return nil, nil
+	}
+	for i, q := range calls {
+		t := of[i]
+		switch {
+		case q.unsent || (q.err != nil && transient(ctx, q.err)):
+			alone = append(alone, t) // from the first round again, alone
+		case q.err != nil:
+			c.applied(ctx, t, nil, q.err)
+		case q.lost:
+			c.applied(ctx, t, nil, errLost)
+		case q.why != nil:
+			alone = append(alone, t)
+			t.o.why = q.why
+		case len(q.next) > 0:
+			t.o.next = q.next
+			alone = append(alone, t)
+		default:
+			ready = append(ready, t)
+		}
+	}
+	return ready, alone
+}
+
+// applied answers t when applying its legs ended in an error or with a leg
+// that cannot apply (why: it is rolled back).
+func (c *Coordinator) applied(ctx context.Context, t *transfer, why, err error) {
+	o := t.o
+	if errors.Is(err, errLost) {
+		cur, rerr := c.read(ctx, o.rec.ID)
+		if rerr != nil {
+			t.answer(o.rec.txn(), rerr)
+			return
+		}
+		t.answer(c.outcome(cur))
+		return
+	}
+	if err != nil {
+		t.answer(o.rec.txn(), fmt.Errorf("twopc: transfer %s: %w", o.rec.ID.Hex(), err))
+		return
+	}
+	if why != nil {
+		t.answer(c.abort(ctx, o.rec, why))
+	}
+}
+
+// commitEach commits transfers ts, whose legs all applied, in the commit
+// stage, and settles those it moved: now (sync), in one batch, or in the
+// background.
+func (c *Coordinator) commitEach(ctx context.Context, ts []*transfer, sync bool) {
+	var calls []*commitCall
+	var of []*transfer
+	for _, t := range ts {
+		if err := c.at(ctx, StepCommit, t.o.rec); err != nil {
+			t.answer(t.o.rec.txn(), fmt.Errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), err))
+			continue
+		}
+		calls = append(calls, &commitCall{rec: t.o.rec})
+		of = append(of, t)
+	}
+	if err := c.commits.join(ctx, calls...); err != nil {
+		// Given up on: a write may still be filling calls in.
+		for _, t := range of {
+			t.answer(t.o.rec.txn(), fmt.Errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), err))
+		}
+		return
+	}
+	var settle []*record
+	var settling []*transfer
+	for i, q := range calls {
+		t := of[i]
+		switch {
+		case q.err != nil:
+			t.answer(q.cur.txn(), fmt.Errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), q.err))
+		case !q.moved:
+			t.answer(c.outcome(q.cur))
+		default:
+			settle = append(settle, q.cur)
+			settling = append(settling, t)
+		}
+	}
+	if len(settle) == 0 {
+		return
+	}
+	if !sync && c.settler.enqueue(settle...) {
+		// Settled in the background, in one batch at least.
+		for i, t := range settling {
+			t.answer(settle[i].txn(), nil)
+		}
+		return
+	}
+	done, left, _ := c.settle(ctx, settle)
+	byID := map[bson.ObjectID]*record{}
+	for _, r := range done {
+		byID[r.ID] = r
+	}
+	failed := map[bson.ObjectID]error{}
+	for _, u := range left {
+		failed[u.rec.ID] = u.err
+	}
+	for i, t := range settling {
+		cur := settle[i]
+		if err := failed[cur.ID]; err != nil {
+			t.answer(cur.txn(), fmt.Errorf("twopc: transfer %s committed; settling: %w", cur.ID.Hex(), err))
+			continue
+		}
+		if d := byID[cur.ID]; d != nil {
+			cur = d
+		}
+		t.answer(cur.txn(), nil)
+	}
+}
+
+// abort rolls back an owned pending transaction whose leg cannot apply,
+// and returns why.
+func (c *Coordinator) abort(ctx context.Context, r *record, why error) (*Txn, error) {
+	cur, moved, err := c.advance(ctx, r, move{
+		step: StepCancel, from: StatePending, to: StateCanceling, claim: r.Claim,
+		set: bson.D{{Key: fieldReason, Value: reasonOf(why)}},
+	})
+	if err != nil {
+		return cur.txn(), fmt.Errorf("twopc: transfer %s: rolling back (%v): %w", r.ID.Hex(), why, err)
+	}
+	if !moved {
+		return c.outcome(cur)
+	}
+	cur, err = c.rollback(ctx, cur)
+	if err != nil {
+		return cur.txn(), fmt.Errorf("twopc: transfer %s: rolling back (%v): %w", r.ID.Hex(), why, err)
+	}
+	return cur.txn(), fmt.Errorf("twopc: transfer %s: %w", r.ID.Hex(), why)
+}
+
+// outcome reports a transaction this call no longer drives: committed is
+// success, canceled the reason's error, anything else in progress.
+func (c *Coordinator) outcome(r *record) (*Txn, error) {
+	switch {
+	case r.State.Committed():
+		return r.txn(), nil
+	case r.State == StateCanceled || r.State == StateCanceling:
+		return r.txn(), fmt.Errorf("twopc: transfer %s is %s: %w", r.ID.Hex(), r.State, errorOfReason(r.Reason))
+	case !r.State.Valid():
+		return r.txn(), fmt.Errorf("%w: transfer %s is %q", ErrUnknownState, r.ID.Hex(), r.State)
+	default:
+		return r.txn(), fmt.Errorf("%w: transfer %s is %s, owned by %q", ErrInProgress, r.ID.Hex(), r.State, r.Application)
+	}
+}
+
+// replay answers a Transfer whose key an earlier transfer holds.
+func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
+	if prior.Placeholder {
+		return c.outcome(prior) // canceled before it arrived
+	}
+	if prior.Key != asked.Key || !sameLegs(prior.legs(), asked.legs()) {
+		return prior.txn(), fmt.Errorf("%w: key %q is transaction %s (legs %v)",
+			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.AllLegs())
+	}
+	return c.outcome(prior)
+}

@@ -1,0 +1,258 @@
+package twopc
+
+// The insert step: the guarded upsert that writes a new transaction, claimed
+// and pending, alone (findAndModify) or grouped (one update command), and the
+// one-_id-one-owner rule of a group.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// insertUnknown is a transfer's error when its insert failed: it may have
+// happened, or may still arrive. The caller gets the id, and Cancel
+// settles it either way (a transaction that never arrived is canceled for
+// good), or repeats the call with its key.
+func insertUnknown(r *record, err error) error {
+	return fmt.Errorf("twopc: transfer %s: the insert's outcome is unknown; Cancel it, or repeat the transfer with its key: %w", r.ID.Hex(), err)
+}
+
+// insertCall is one transfer's insert in the insert stage, and its
+// outcome: the transaction under its _id as the write left it.
+type insertCall struct {
+	t   *transfer
+	cur *record
+	err error
+}
+
+// insertAll is the insert stage's write. One insert is insert's single
+// find-and-modify, which returns the document. Several are commands of the
+// same guarded upserts, one statement each, at most writeBatch statements
+// a command; a transaction counts as this call's, as written, only if the
+// reply names its own statement (by index, as MongoDB numbers upserted
+// statements) as having upserted its _id. Any other (an _id already taken,
+// an earlier attempt's lost reply, a write error) is inserted again alone,
+// which the upsert's guard makes harmless, and answered as a single insert
+// is.
+//
+// One _id, one owner: calls whose transactions share an _id (one key,
+// concurrent Reverse of one transfer, a fresh id that collided) never go
+// in one command. The first of them does; the others are inserted alone
+// after it, one at a time, and each learns from the document the
+// find-and-modify returns whose claim the log holds, so exactly one call
+// owns the transaction, as if the calls had come one after the other.
+// Step hooks were called by each transfer's caller.
+func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
+	if len(calls) == 1 {
+		q := calls[0]
+		q.cur, q.err = c.insertOne(ctx, q.t.rec)
+		return
+	}
+	var grouped []*insertCall
+	first := map[bson.ObjectID]*insertCall{}   // the first call of each _id
+	later := map[bson.ObjectID][]*insertCall{} // calls whose _id an earlier call of the group has
+	var laterIDs []bson.ObjectID
+	for _, q := range calls {
+		id := q.t.rec.ID
+		if first[id] != nil {
+			if len(later[id]) == 0 {
+				laterIDs = append(laterIDs, id)
+			}
+			later[id] = append(later[id], q)
+			continue
+		}
+		first[id] = q
+		grouped = append(grouped, q)
+	}
+	var again []*insertCall
+	for start := 0; start < len(grouped); start += c.writeBatch {
+		again = append(again, c.insertGroup(ctx, grouped[start:min(start+c.writeBatch, len(grouped))], len(calls))...)
+	}
+	// Those inserted alone: each _id's calls one after the other.
+	byID := map[bson.ObjectID][]*insertCall{}
+	var ids []bson.ObjectID
+	for _, q := range again {
+		if byID[q.t.rec.ID] == nil {
+			ids = append(ids, q.t.rec.ID)
+		}
+		byID[q.t.rec.ID] = append(byID[q.t.rec.ID], q)
+	}
+	for _, id := range laterIDs {
+		if byID[id] == nil {
+			ids = append(ids, id)
+		}
+		byID[id] = append(byID[id], later[id]...)
+	}
+	_ = parallel(len(ids), func(i int) error {
+		// Once one call of the _id has the document as stored, it is
+		// every later call's answer too (none of them wrote it): no need
+		// to send their inserts only to be told so.
+		stored := first[ids[i]].cur
+		for _, q := range byID[ids[i]] {
+			if stored != nil && q.cur == nil {
+				cp := *stored
+				q.cur = &cp
+				continue
+			}
+			if q.cur == nil {
+				q.cur, q.err = c.insertOne(ctx, q.t.rec)
+			}
+			if q.err == nil {
+				stored = q.cur
+			}
+		}
+		return nil
+	})
+}
+
+// insertGroup sends the guarded upserts of calls, whose _ids are distinct,
+// in one command, fills in the calls it inserted, and returns the others,
+// to be inserted alone. of is the size of the stage's group, for the
+// observers.
+func (c *Coordinator) insertGroup(ctx context.Context, calls []*insertCall, of int) []*insertCall {
+	if len(calls) == 1 {
+		return calls
+	}
+	models := make([]mongo.WriteModel, len(calls))
+	for i, q := range calls {
+		filter, update := insertWrite(q.t.rec)
+		models[i] = updateByID().SetFilter(filter).SetUpdate(update).SetUpsert(true)
+	}
+	start := time.Now()
+	var res *mongo.BulkWriteResult
+	err := c.retry(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = c.txns.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		return err
+	})
+	var bwe mongo.BulkWriteException
+	if err != nil && (!errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0) {
+		// Not answered, or not durably: every insert's outcome is unknown.
+		for _, q := range calls {
+			q.err = err
+			c.transition(ctx, q.t.rec.ID, inserted, start, of, false, err)
+		}
+		return nil
+	}
+	var again []*insertCall
+	for i, q := range calls {
+		// The statement's own index, and its own _id: a reply that numbers
+		// upserts otherwise (FerretDB v1's count) can only send a
+		// transaction to be inserted again alone, never make two calls
+		// owners of one.
+		var id bson.ObjectID
+		if res != nil {
+			id, _ = res.UpsertedIDs[int64(i)].(bson.ObjectID)
+		}
+		if id.IsZero() || id != q.t.rec.ID {
+			again = append(again, q)
+			continue
+		}
+		cur := *q.t.rec
+		cur.LastModified = start // the server's clock set the stored one; not read back
+		q.cur = &cur
+		c.transition(ctx, cur.ID, inserted, start, of, true, nil)
+	}
+	return again
+}
+
+// inserted is the insert's move, from no state, as the observers hear it.
+var inserted = move{step: StepInsert, to: StatePending}
+
+// insert writes the new transaction alone (see insertOne), after calling
+// the step hook.
+func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
+	if err := c.at(ctx, StepInsert, r); err != nil {
+		return nil, err
+	}
+	return c.insertOne(ctx, r)
+}
+
+// insertWrite is the guarded upsert that inserts r, claimed and pending,
+// with lastModified from the server's clock, keyed by its _id: a retry
+// after a lost reply finds it rather than inserting a second one.
+func insertWrite(r *record) (filter, update bson.D) {
+	var doc bson.D
+	if len(r.Legs) > 0 {
+		doc = bson.D{{Key: fieldLegs, Value: r.Legs}}
+	} else {
+		doc = bson.D{{Key: "source", Value: r.Source}, {Key: "destination", Value: r.Destination}}
+	}
+	doc = append(doc, bson.D{
+		{Key: "value", Value: r.Value},
+		{Key: fieldState, Value: r.State},
+		{Key: fieldApplication, Value: r.Application},
+		{Key: fieldCreated, Value: r.Created},
+		{Key: fieldLease, Value: r.LeaseMs},
+		{Key: fieldRetain, Value: r.RetainMs},
+	}...)
+	if r.AllowNegative {
+		doc = append(doc, bson.E{Key: fieldAllowNegative, Value: true})
+	}
+	if r.KeepMs > 0 {
+		doc = append(doc, bson.E{Key: fieldKeep, Value: r.KeepMs})
+		if r.Archive != "" {
+			doc = append(doc, bson.E{Key: fieldArchive, Value: r.Archive})
+		}
+	}
+	if r.Key != "" {
+		doc = append(doc, bson.E{Key: fieldKey, Value: r.Key})
+	}
+	// A fresh _id is nobody else's: the filter is the _id alone, which
+	// every server serves from its index, and a retry that finds the
+	// document only refreshes this transfer's own lastModified. A key's _id
+	// may be an earlier transfer's, whose lastModified a retry must not
+	// refresh (that would keep a dead owner's transaction from going
+	// stale): the filter adds the claim, so that only this call's own
+	// document matches and any other fails on the _id's uniqueness.
+	filter = bson.D{{Key: "_id", Value: r.ID}}
+	if r.Key != "" {
+		filter = append(filter, bson.E{Key: fieldClaim, Value: r.Claim}) // the claim comes from the filter's equality
+	} else {
+		doc = append(doc, bson.E{Key: fieldClaim, Value: r.Claim})
+	}
+	update = bson.D{
+		{Key: "$setOnInsert", Value: doc},
+		{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
+	}
+	return filter, update
+}
+
+// insertOne writes the new transaction (see insertWrite) in one
+// find-and-modify. If the _id is an earlier transfer's (same key), it
+// returns that transaction; the caller compares claims to tell.
+func (c *Coordinator) insertOne(ctx context.Context, r *record) (*record, error) {
+	filter, update := insertWrite(r)
+	var cur record
+	start := time.Now()
+	err := c.retry(ctx, func(ctx context.Context) error {
+		return c.txns.FindOneAndUpdate(ctx, filter, update,
+			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&cur)
+	})
+	if mongo.IsDuplicateKeyError(err) {
+		prior, err := c.read(ctx, r.ID)
+		if prior == nil && errors.Is(err, ErrTxnNotFound) {
+			// Taken, then not found: removed since (WithHistory), or not
+			// yet visible at majority. Not ErrTxnNotFound: it may exist.
+			err = fmt.Errorf("the _id was taken by a document that is not found now (removed by WithHistory, or not yet majority-committed): %v", err)
+		}
+		if prior == nil {
+			c.transition(ctx, r.ID, inserted, start, 1, false, err)
+			return nil, err
+		}
+		c.transition(ctx, r.ID, inserted, start, 1, false, nil) // another transaction has the _id
+		return prior, nil
+	}
+	if err != nil {
+		c.transition(ctx, r.ID, inserted, start, 1, false, err)
+		return nil, err
+	}
+	c.transition(ctx, r.ID, inserted, start, 1, cur.Claim == r.Claim, nil)
+	return &cur, nil
+}

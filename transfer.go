@@ -1,0 +1,147 @@
+package twopc
+
+// The transfer calls and their validation: Transfer and Reverse (TransferLegs
+// is in multileg.go, TransferBatch in batch.go). Each builds transfers and
+// hands them to the engine (engine.go).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Transfer moves value (in minor units) from source to destination. It
+// validates its input first: a value that is not positive, equal accounts,
+// or an id that cannot be an _id returns ErrInvalidTransfer and writes
+// nothing.
+//
+// Transfer inserts the transaction claimed by this coordinator and pending,
+// applies both legs, and moves it to applied, the commit point: three round
+// trips. It returns the transaction with State applied, or done under
+// WithSyncSettle; settling (pulling the id from both accounts, then done)
+// follows in the background, and a Recoverer finishes it if this process
+// dies first.
+//
+// If a leg cannot apply, the transaction is rolled back and ends canceled,
+// and Transfer returns ErrInsufficientFunds, ErrAccountNotFound,
+// ErrBalanceOverflow or ErrInvalidAccount. If a Canceler canceled it first,
+// ErrCanceled; if another application took it over while this call
+// stalled, ErrInProgress.
+//
+// Any other error (the database, the context, a step hook) leaves the
+// transaction where it stood, for a Recoverer: the returned Txn, when not
+// nil, says where. An error with a Txn whose State is Committed means the
+// money moved. Cancel(txn.ID) settles the question for good (see
+// Canceler.Cancel). With WithKey, Transfer can be repeated safely after
+// any error: it returns the first attempt's transaction in whatever state
+// it reached. A first attempt abandoned before any leg applied is rolled
+// back by recovery once stale (ErrCanceled, reason "stale_pending"): the
+// money did not move, and a new transfer needs a new key.
+func (c *Coordinator) Transfer(ctx context.Context, source, destination any, value int64, opts ...TransferOption) (*Txn, error) {
+	if err := validateTransfer(source, destination, value); err != nil {
+		return nil, err
+	}
+	return c.start(ctx, Txn{Source: source, Destination: destination, Value: value}, opts)
+}
+
+// start inserts and drives transfer t, whose legs were validated.
+func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (*Txn, error) {
+	tc, err := transferOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if c.settler.isClosed() {
+		return nil, ErrClosed
+	}
+	tr := c.newTransfer(t, tc.key)
+	c.run(ctx, []*transfer{tr})
+	return tr.txn, tr.err
+}
+
+// validateTransfer checks Transfer's input before anything is written.
+func validateTransfer(source, destination any, value int64) error {
+	if value <= 0 {
+		return fmt.Errorf("%w: value %d is not positive", ErrInvalidTransfer, value)
+	}
+	if err := validateAccountID("source", source); err != nil {
+		return err
+	}
+	if err := validateAccountID("destination", destination); err != nil {
+		return err
+	}
+	if sameID(source, destination) {
+		return fmt.Errorf("%w: source and destination are the same account %v", ErrInvalidTransfer, source)
+	}
+	return nil
+}
+
+// Reverse undoes a committed transfer the way the tutorial says to: a new
+// transfer of the same value from its destination back to its source. Its
+// idempotency key is derived from id ("reverse:<id>", then
+// "reverse:<id>:2", ...), so reversing twice moves the money back once: a
+// reversal that committed or is in progress is returned, and one that was
+// canceled (say the destination lacked the funds then) is followed by a new
+// attempt under the next key. A key given in opts is used as it is.
+func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (*Txn, error) {
+	tc, err := transferOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	r, _, err := c.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if r.Placeholder || !r.State.Committed() {
+		return r.txn(), fmt.Errorf("twopc: reverse %s: it is %s, not applied or done; cancel it instead", id.Hex(), r.State)
+	}
+	if tc.keyed {
+		return c.reverse(ctx, r, opts)
+	}
+	for n := 1; n <= maxReverseAttempts; n++ {
+		key := "reverse:" + id.Hex()
+		if n > 1 {
+			key = fmt.Sprintf("%s:%d", key, n)
+		}
+		prior, err := c.read(ctx, keyID(key))
+		switch {
+		case errors.Is(err, ErrTxnNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("twopc: reverse %s: %w", id.Hex(), err)
+		case prior.State == StateCanceled:
+			continue // that attempt failed: the next key is a new attempt
+		}
+		return c.reverse(ctx, r, append([]TransferOption{WithKey(key)}, opts...))
+	}
+	return nil, fmt.Errorf("twopc: reverse %s: %d attempts were canceled", id.Hex(), maxReverseAttempts)
+}
+
+// reverse makes the transfer that undoes committed transfer r.
+func (c *Coordinator) reverse(ctx context.Context, r *record, opts []TransferOption) (*Txn, error) {
+	if len(r.Legs) == 0 {
+		return c.Transfer(ctx, r.Destination, r.Source, r.Value, opts...)
+	}
+	legs := r.AllLegs()
+	for i := range legs {
+		legs[i].Amount = -legs[i].Amount
+	}
+	return c.TransferLegs(ctx, legs, opts...)
+}
+
+// sameLegs reports whether two transfers have the same legs, in order.
+func sameLegs(a, b []leg) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].delta != b[i].delta || a[i].ledger != b[i].ledger || !sameID(a[i].account, b[i].account) {
+			return false
+		}
+	}
+	return true
+}
+
+// maxReverseAttempts bounds the reversals of one transfer that Reverse
+// tries after earlier ones were canceled.
+const maxReverseAttempts = 100

@@ -1,0 +1,293 @@
+package twopc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// The pure parts of the protocol, tested without a server (as mgo/txn
+// tests its graph algorithm): go test -run Unit ./... runs them in seconds
+// (TestMain starts no server for that pattern).
+
+// account builds an account document as the server would return it.
+func unitAccount(t *testing.T, fields bson.D) *account {
+	t.Helper()
+	raw, err := bson.Marshal(append(bson.D{{Key: "_id", Value: "A"}}, fields...))
+	require.NoError(t, err)
+	var a account
+	require.NoError(t, bson.Unmarshal(raw, &a))
+	return &a
+}
+
+func TestUnitJudge(t *testing.T) {
+	id := newTxnID()
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := &record{Txn: Txn{ID: id, Created: created}}
+	debit := leg{account: "A", delta: -10, marker: legMarker(id, 0)}
+	credit := leg{account: "A", delta: 10, marker: legMarker(id, 1)}
+	other := legMarker(newTxnID(), 0)
+	for _, tc := range []struct {
+		name    string
+		fields  bson.D // nil: the account is missing
+		l       leg
+		neg     bool
+		verdict legVerdict
+		err     error
+	}{
+		{"debit applies", bson.D{{Key: "balance", Value: int64(10)}}, debit, false, legRetry, nil},
+		{"debit overdraws", bson.D{{Key: "balance", Value: int64(9)}}, debit, false, legBlocked, ErrInsufficientFunds},
+		{"debit overdraws, allowed", bson.D{{Key: "balance", Value: int64(9)}}, debit, true, legRetry, nil},
+		{"debit past int64", bson.D{{Key: "balance", Value: int64(math.MinInt64 + 5)}}, debit, true, legBlocked, ErrBalanceOverflow},
+		{"applied", bson.D{{Key: "balance", Value: int64(0)}, {Key: "pendingTransactions", Value: bson.A{debit.marker}}}, debit, false, legApplied, nil},
+		{"another leg pending is not this one", bson.D{{Key: "balance", Value: int64(10)}, {Key: "pendingTransactions", Value: bson.A{other}}}, debit, false, legRetry, nil},
+		{"fenced", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedTransactions", Value: bson.A{debit.marker}}}, debit, false, legFenced, nil},
+		{"fenced tombstone", bson.D{{Key: "tombstone", Value: true}, {Key: "fencedTransactions", Value: bson.A{credit.marker}}}, credit, false, legFenced, nil},
+		{"past the fence line", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: created}}, debit, false, legBlocked, ErrTooLate},
+		{"before the fence line", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: created.Add(-time.Millisecond)}}, debit, false, legRetry, nil},
+		{"missing", nil, credit, false, legBlocked, ErrAccountNotFound},
+		{"tombstone", bson.D{{Key: "tombstone", Value: true}}, credit, false, legBlocked, ErrAccountNotFound},
+		{"balance a string", bson.D{{Key: "balance", Value: "10"}}, credit, false, legBlocked, ErrInvalidAccount},
+		{"balance int32", bson.D{{Key: "balance", Value: int32(10)}}, debit, false, legRetry, nil},
+		{"fences not an array", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedTransactions", Value: "x"}}, debit, false, legBlocked, ErrInvalidAccount},
+		{"credit idle, fits", bson.D{{Key: "balance", Value: int64(math.MaxInt64 - 10)}}, credit, false, legRetry, nil},
+		{"credit idle, past int64", bson.D{{Key: "balance", Value: int64(math.MaxInt64 - 9)}}, credit, false, legBlocked, ErrBalanceOverflow},
+		{"credit busy, within quarters", bson.D{{Key: "balance", Value: int64(creditQuarter)}, {Key: "pendingTransactions", Value: bson.A{other}}}, credit, false, legRetry, nil},
+		{"credit busy, balance past a quarter", bson.D{{Key: "balance", Value: int64(creditQuarter + 1)}, {Key: "pendingTransactions", Value: bson.A{other}}}, credit, false, legBlocked, ErrBalanceOverflow},
+		{"credit busy, pending credit at the bound", bson.D{{Key: "balance", Value: int64(0)}, {Key: "pendingCredit", Value: int64(2*creditQuarter - 10)}, {Key: "pendingTransactions", Value: bson.A{other}}}, credit, false, legRetry, nil},
+		{"credit busy, pending credit past the bound", bson.D{{Key: "balance", Value: int64(0)}, {Key: "pendingCredit", Value: int64(2*creditQuarter - 9)}, {Key: "pendingTransactions", Value: bson.A{other}}}, credit, false, legBlocked, ErrBalanceOverflow},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var a *account
+			if tc.fields != nil {
+				a = unitAccount(t, tc.fields)
+			}
+			rec := *r
+			rec.AllowNegative = tc.neg
+			verdict, err := judge(a, &rec, tc.l)
+			assert.Equal(t, tc.verdict, verdict)
+			if tc.err == nil {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorIs(t, err, tc.err)
+			}
+		})
+	}
+}
+
+func TestUnitStateMoves(t *testing.T) {
+	allowed := map[[2]State]bool{
+		{StateInitial, StateInitial}: true, {StateInitial, StatePending}: true, {StateInitial, StateCanceling}: true,
+		{StatePending, StatePending}: true, {StatePending, StateApplied}: true, {StatePending, StateCanceling}: true,
+		{StateApplied, StateDone}:        true,
+		{StateCanceling, StateCanceling}: true, {StateCanceling, StateCanceled}: true,
+	}
+	all := []State{StateInitial, StatePending, StateApplied, StateDone, StateCanceling, StateCanceled, "bogus"}
+	for _, from := range all {
+		for _, to := range all {
+			assert.Equalf(t, allowed[[2]State{from, to}], canMove(from, to), "%s → %s", from, to)
+		}
+	}
+	for _, s := range all {
+		assert.Equalf(t, s == StateDone || s == StateCanceled, s.Final(), "%s final", s)
+		assert.Equalf(t, s == StateApplied || s == StateDone, s.Committed(), "%s committed", s)
+	}
+	// No move leaves a final state, and none reaches applied but from pending:
+	// the commit point is one guarded move.
+	for pair := range allowed {
+		assert.False(t, pair[0].Final(), "a move from final %s", pair[0])
+		if pair[1] == StateApplied {
+			assert.Equal(t, StatePending, pair[0])
+		}
+	}
+}
+
+func TestUnitSameID(t *testing.T) {
+	for _, tc := range []struct {
+		a, b any
+		same bool
+	}{
+		{int32(1), int64(1), true},
+		{int64(1), 1.0, true},
+		{int32(1), 2, false},
+		{"a", "a", true},
+		{"a", "A", false},
+		{"1", 1, false},
+		{bson.D{{Key: "n", Value: int32(1)}}, bson.D{{Key: "n", Value: int64(1)}}, true},
+		{bson.D{{Key: "x", Value: 1}, {Key: "y", Value: 2}}, bson.D{{Key: "y", Value: 2}, {Key: "x", Value: 1}}, false},
+	} {
+		assert.Equalf(t, tc.same, sameID(tc.a, tc.b), "%v and %v", tc.a, tc.b)
+	}
+}
+
+// updateOf returns the filter and update of a single-document update model.
+func updateOf(t *testing.T, m mongo.WriteModel) (filter, update bson.M, upsert bool) {
+	t.Helper()
+	u, ok := m.(*mongo.UpdateOneModel)
+	require.True(t, ok, "a single-document update, got %T", m)
+	re := func(v any) bson.M {
+		raw, err := bson.Marshal(v)
+		require.NoError(t, err)
+		dec := bson.NewDecoder(bson.NewDocumentReader(bytes.NewReader(raw)))
+		dec.DefaultDocumentM()
+		var out bson.M
+		require.NoError(t, dec.Decode(&out))
+		return out
+	}
+	return re(u.Filter), re(u.Update), u.Upsert != nil && *u.Upsert
+}
+
+// TestUnitLegWrites checks the guard of each of the five leg writes: what
+// makes it take effect at most once.
+func TestUnitLegWrites(t *testing.T) {
+	id := newTxnID()
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := &record{Txn: Txn{ID: id, Created: created}}
+	l := leg{account: "A", delta: -10, marker: legMarker(id, 0)}
+
+	f, u, upsert := updateOf(t, applyModel(r, l))
+	assert.False(t, upsert)
+	assert.Equal(t, "A", f["_id"])
+	assert.Equal(t, bson.M{"$ne": l.marker}, f[fieldPending], "not applied yet")
+	assert.Equal(t, bson.M{"$ne": l.marker}, f[fieldFenced], "not closed")
+	assert.Equal(t, bson.M{"$not": bson.M{"$gte": bson.DateTime(created.UnixMilli())}}, f[fieldFencedBefore], "before the fence line")
+	assert.Contains(t, f, fieldBalance)
+	assert.Equal(t, bson.M{"$gte": int64(10), "$type": bson.A{"int", "long"}}, f[fieldBalance], "no overdraft")
+	assert.Equal(t, bson.M{fieldPending: l.marker}, u["$push"])
+	assert.Equal(t, bson.M{fieldBalance: int64(-10), fieldPendingDebit: int64(10)}, u["$inc"])
+
+	f, u, upsert = updateOf(t, closeModel(l))
+	assert.False(t, upsert)
+	assert.Equal(t, bson.M{"_id": "A", fieldPending: l.marker}, f, "only while pending")
+	assert.Equal(t, bson.M{fieldPending: l.marker}, u["$pull"])
+	assert.Equal(t, bson.M{fieldFenced: l.marker}, u["$addToSet"])
+
+	f, u, upsert = updateOf(t, fenceModel(r, l))
+	assert.True(t, upsert, "a tombstone where the account is missing")
+	assert.Equal(t, bson.M{"$not": bson.M{"$gte": bson.DateTime(created.UnixMilli())}}, f[fieldFencedBefore], "never past the fence line")
+	assert.Equal(t, bson.M{fieldFenced: l.marker}, u["$addToSet"])
+	assert.Equal(t, bson.M{fieldTombstone: true}, u["$setOnInsert"])
+
+	f, u, upsert = updateOf(t, undoModel(l))
+	assert.False(t, upsert)
+	assert.Equal(t, bson.M{"_id": "A", fieldPending: l.marker}, f, "only while pending")
+	assert.Equal(t, bson.M{fieldBalance: int64(10), fieldPendingDebit: int64(-10)}, u["$inc"])
+
+	f, u, upsert = updateOf(t, unfenceModel(r, l))
+	assert.False(t, upsert)
+	assert.Equal(t, bson.M{"_id": "A"}, f)
+	assert.Equal(t, bson.M{fieldFencedBefore: bson.DateTime(created.UnixMilli())}, u["$max"], "the fence line only moves forward")
+
+	// A credit is held in pendingCredit until it settles, and a debit
+	// leaves the balance when it applies.
+	c := leg{account: "B", delta: 10, marker: legMarker(id, 1)}
+	assert.Equal(t, bson.D{{Key: fieldPendingCredit, Value: int64(10)}}, c.applyInc())
+	assert.Equal(t, bson.D{{Key: fieldBalance, Value: int64(10)}, {Key: fieldPendingCredit, Value: int64(-10)}}, c.settleInc())
+	assert.Equal(t, bson.D{{Key: fieldPendingCredit, Value: int64(-10)}}, c.undoInc())
+}
+
+func TestUnitLedgerSets(t *testing.T) {
+	a, b := leg{ledger: "a"}, leg{ledger: "b"}
+	assert.Equal(t, ledgerSet([]leg{a, b}), ledgerSet([]leg{b, a, b}))
+	assert.NotEqual(t, ledgerSet([]leg{a}), ledgerSet([]leg{a, b}))
+	assert.NotEqual(t, ledgerSet([]leg{{ledger: `a","b`}}), ledgerSet([]leg{a, b}), "names are quoted")
+	parts := splitByLedgers([][]leg{{a}, {a, b}, {b, a}, {b}, {a}}, func(ls []leg) []leg { return ls })
+	require.Len(t, parts, 3)
+	assert.Len(t, parts[0], 2)
+	assert.Len(t, parts[1], 2)
+	assert.Len(t, parts[2], 1)
+}
+
+func TestUnitKeys(t *testing.T) {
+	assert.NoError(t, validateKey("k"))
+	assert.NoError(t, validateKey(strings.Repeat("é", MaxKeyLen/2)))
+	for _, k := range []string{"", "k\xff", strings.Repeat("k", MaxKeyLen+1)} {
+		assert.ErrorIs(t, validateKey(k), ErrInvalidTransfer, "%q", k)
+	}
+	tc, err := transferOptions([]TransferOption{nil, WithKey("k")})
+	require.NoError(t, err)
+	assert.Equal(t, "k", tc.key)
+	_, err = transferOptions([]TransferOption{WithKey("")})
+	assert.ErrorIs(t, err, ErrInvalidTransfer, "a key asked for must not be empty")
+	assert.NotEqual(t, keyID("k"), keyID("k "))
+	assert.Zero(t, keyID("k")[11], "the marker byte is free")
+}
+
+// TestUnitStage checks the stage's rules: a call that finds no write in
+// flight writes at once, in its own goroutine; calls that come meanwhile
+// go together in the next write; a caller that gives up before its items
+// are taken is not written; one that gives up after is answered with its
+// context's error while the write goes on for the others.
+func TestUnitStage(t *testing.T) {
+	var mu sync.Mutex
+	var writes [][]int
+	inFirst := make(chan struct{})
+	releaseFirst := make(chan struct{})
+	s := &stage[int]{}
+	s.write = func(ctx context.Context, items []int) {
+		mu.Lock()
+		writes = append(writes, append([]int(nil), items...))
+		n := len(writes)
+		mu.Unlock()
+		if n == 1 {
+			close(inFirst)
+			<-releaseFirst
+		}
+		require.NoError(t, ctx.Err(), "a group's write runs under a context no caller ends")
+	}
+	joined := make(chan struct{}, 8)
+	s.joined = func() { joined <- struct{}{} }
+
+	first := make(chan error, 1)
+	go func() { first <- s.join(context.Background(), 1) }()
+	<-inFirst
+
+	gaveUp, cancel := context.WithCancel(context.Background())
+	results := make(chan error, 3)
+	go func() { results <- s.join(context.Background(), 2, 3) }()
+	<-joined
+	go func() { results <- s.join(gaveUp, 4) }()
+	<-joined
+	cancel() // before the next write takes it: never written
+	assert.ErrorIs(t, <-results, context.Canceled)
+	go func() { results <- s.join(context.Background(), 5) }()
+	<-joined
+
+	close(releaseFirst)
+	require.NoError(t, <-first)
+	require.NoError(t, <-results)
+	require.NoError(t, <-results)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, [][]int{{1}, {2, 3, 5}}, writes, "the first alone, then the waiting ones together; the one that gave up is not written")
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return !s.busy
+	}, 10*time.Second, time.Millisecond, "idle once the queue is empty")
+}
+
+var errUnit = errors.New("unit")
+
+// TestUnitParallelKeepsTheFirstError: parallel runs every f and returns
+// an error one of them returned.
+func TestUnitParallelKeepsTheFirstError(t *testing.T) {
+	err := parallel(3, func(i int) error {
+		if i == 1 {
+			return errUnit
+		}
+		return nil
+	})
+	assert.ErrorIs(t, err, errUnit)
+	assert.NoError(t, parallel(0, func(int) error { return errUnit }))
+}

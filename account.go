@@ -8,42 +8,43 @@ import (
 	"math"
 	"time"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // Field names of account documents.
 const (
-	fieldBalance = "balance"
+	fieldBalance = schema.Balance
 	// fieldPending holds the ids of transactions whose leg is applied to the
 	// account and not yet settled (the tutorial's pendingTransactions).
-	fieldPending = "pendingTransactions"
+	fieldPending = schema.Pending
 	// fieldFenced holds the ids of transactions whose leg on the account is
 	// closed, settled or rolled back: no leg of theirs may apply here again.
 	// It is what keeps a stalled applier that resumes after its transaction
 	// was settled or canceled from applying a leg a second time, the hazard
 	// of the tutorial's protocol, where the guard is only pendingTransactions.
-	fieldFenced = "fencedTransactions"
+	fieldFenced = schema.Fenced
 	// fieldPendingCredit holds the sum of the credits applied to the account
 	// and not yet settled. A credit reaches balance only when its
 	// transaction settles, after the commit point, so it cannot be spent
 	// before then: undoing a credit never takes a balance below zero.
-	fieldPendingCredit = "pendingCredit"
+	fieldPendingCredit = schema.PendingCredit
 	// fieldPendingDebit holds the sum of the debits applied to the account
 	// and not yet settled (already taken off balance): with balance and
 	// pendingCredit it bounds what the balance can become when every leg
 	// in flight settles or is undone, which the credit guard keeps inside
 	// int64 (see creditGuard).
-	fieldPendingDebit = "pendingDebit"
+	fieldPendingDebit = schema.PendingDebit
 	// fieldFencedBefore is the account's fence line, a transaction time:
 	// no leg of a transaction created at or before it applies here. Fence
 	// removal moves it forward, past the transactions whose fences it
 	// removes, so that a leg write delivered however late after its fence
 	// is gone is still refused by the server (see unfence).
-	fieldFencedBefore = "fencedBefore"
+	fieldFencedBefore = schema.FencedBefore
 	// fieldTombstone marks a document that holds only fences, written by a
 	// rollback on an account that did not exist. It is never deleted: its
 	// fence line keeps refusing late legs, and OpenAccount adopts it.
-	fieldTombstone = "tombstone"
+	fieldTombstone = schema.Tombstone
 )
 
 // creditQuarter is a quarter of int64's range. A credit applies when

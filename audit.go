@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -448,7 +449,7 @@ func (c *Coordinator) auditMarkers(ctx context.Context, l *Ledger, accts []*acco
 	ids := map[bson.ObjectID]bool{}
 	for _, a := range accts {
 		for _, m := range a.pending() {
-			ids[txnOfMarker(m)] = true
+			ids[schema.TxnOfMarker(m)] = true
 		}
 	}
 	list := make(bson.A, 0, len(ids))
@@ -480,7 +481,7 @@ func (c *Coordinator) auditMarkers(ctx context.Context, l *Ledger, accts []*acco
 	for _, a := range accts {
 		var suspects []bson.ObjectID
 		for _, m := range a.pending() {
-			if s, ok := state[txnOfMarker(m)]; !ok || s.Final() {
+			if s, ok := state[schema.TxnOfMarker(m)]; !ok || s.Final() {
 				suspects = append(suspects, m)
 			}
 		}
@@ -500,10 +501,10 @@ func (c *Coordinator) auditMarkers(ctx context.Context, l *Ledger, accts []*acco
 				continue // settled or undone since the first read
 			}
 			what := "does not exist"
-			if s, ok := state[txnOfMarker(m)]; ok {
+			if s, ok := state[schema.TxnOfMarker(m)]; ok {
 				what = "is " + string(s)
 			}
-			rep.add(Violation{Kind: ViolationOrphanMarker, Ledger: l.name, Account: rawID(a.ID), Txn: txnOfMarker(m),
+			rep.add(Violation{Kind: ViolationOrphanMarker, Ledger: l.name, Account: rawID(a.ID), Txn: schema.TxnOfMarker(m),
 				Detail: fmt.Sprintf("the account holds marker %s of a leg in flight, but its transaction %s", m.Hex(), what)})
 		}
 	}

@@ -3,6 +3,7 @@ package twopc
 import (
 	"time"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -29,7 +30,7 @@ func NewTxnID() bson.ObjectID { return newTxnID() }
 
 // LegMarker is the value that marks leg i (0: the source, 1: the
 // destination) of transaction id on its account.
-func LegMarker(id bson.ObjectID, i int) bson.ObjectID { return legMarker(id, i) }
+func LegMarker(id bson.ObjectID, i int) bson.ObjectID { return schema.Marker(id, i) }
 
 // OnCommitWait has f called each time a commit of c starts waiting for
 // the next group commit, so that tests can form groups without sleeping.

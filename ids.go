@@ -20,7 +20,7 @@ import (
 // different types are equal when their values are (int32(1), int64(1) and
 // 1.0 are one _id), at any depth of an embedded document or array, and the
 // unique index on _id agrees. So the library compares ids the same way:
-// two ids are one account when their canonical forms (canonicalID) are
+// two ids are one account when their canonical forms (schema.CanonicalID) are
 // equal. The id forms whose server equality the library cannot decide
 // exactly are refused with ErrInvalidTransfer wherever they appear:
 // Decimal128 (equal to numbers of other types by value, which the library
@@ -31,7 +31,7 @@ import (
 // in random field order, and {a, b} and {b, a} are two _ids. Collections
 // with a non-simple default collation (which would make "a" and "A" one
 // _id) are not supported; per-leg markers keep even that case from moving
-// money wrongly (see legMarker).
+// money wrongly (see schema.Marker).
 
 // validateAccountID checks that id can be a document _id whose equality the
 // library decides as the server does.
@@ -162,98 +162,6 @@ func checkKeys(doc bson.Raw) error {
 	return nil
 }
 
-// sameID reports whether two ids name the same document as the server sees
-// it (see canonicalID). Ids that cannot be marshaled are never the same.
-func sameID(a, b any) bool {
-	ka, errA := idKey(a)
-	kb, errB := idKey(b)
-	return errA == nil && errB == nil && ka == kb
-}
-
-// idKey is the canonical form of id, for comparing and as a map key.
-func idKey(id any) (string, error) {
-	if rv, ok := id.(bson.RawValue); ok {
-		return canonicalID(rv), nil
-	}
-	t, data, err := bson.MarshalValue(id)
-	if err != nil {
-		return "", err
-	}
-	return canonicalID(bson.RawValue{Type: t, Value: data}), nil
-}
-
-// canonicalID encodes v so that two values have the same encoding exactly
-// when the server compares them equal: numbers by value (an integral double
-// in int64's range is encoded as that int64; -0.0 as 0), recursively inside
-// documents (field order kept, as the server compares it) and arrays, every
-// other value by its type and bytes. Values checkIDValue refuses are
-// encoded by type and bytes, which is never wrong for equal bytes and is
-// never relied on: such ids do not pass validation.
-func canonicalID(v bson.RawValue) string {
-	var b strings.Builder
-	writeCanonical(&b, v)
-	return b.String()
-}
-
-const (
-	canonInt    = 'i'
-	canonDouble = 'd'
-)
-
-func writeCanonical(b *strings.Builder, v bson.RawValue) {
-	var num [8]byte
-	switch v.Type {
-	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
-		var i int64
-		isInt := true
-		switch v.Type {
-		case bson.TypeInt32:
-			i = int64(v.Int32())
-		case bson.TypeInt64:
-			i = v.Int64()
-		default:
-			f := v.Double()
-			if f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63 {
-				i = int64(f)
-			} else {
-				isInt = false
-				b.WriteByte(canonDouble)
-				binary.BigEndian.PutUint64(num[:], math.Float64bits(f))
-				b.Write(num[:])
-				return
-			}
-		}
-		if isInt {
-			b.WriteByte(canonInt)
-			binary.BigEndian.PutUint64(num[:], uint64(i))
-			b.Write(num[:])
-		}
-	case bson.TypeEmbeddedDocument, bson.TypeArray:
-		b.WriteByte(byte(v.Type))
-		elems, _ := bson.Raw(v.Value).Elements()
-		binary.BigEndian.PutUint64(num[:], uint64(len(elems)))
-		b.Write(num[:])
-		for _, e := range elems {
-			if v.Type == bson.TypeEmbeddedDocument {
-				writeBytes(b, e.Key())
-			}
-			writeCanonical(b, e.Value())
-		}
-	default:
-		b.WriteByte(byte(v.Type))
-		writeBytes(b, string(v.Value))
-	}
-}
-
-// writeBytes writes s length-prefixed, so that no two sequences of values
-// encode alike.
-func writeBytes(b *strings.Builder, s string) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-	b.Write(n[:])
-	b.WriteString(s)
-}
-
 // keyID is the _id of the transaction with idempotency key key: the first
 // 12 bytes of a SHA-256 of it. Deriving the _id from the key makes the
 // _id's own uniqueness enforce the key's, with no secondary unique index
@@ -262,14 +170,14 @@ func writeBytes(b *strings.Builder, s string) {
 func keyID(key string) bson.ObjectID {
 	sum := sha256.Sum256([]byte("twopc/key\x00" + key))
 	var id bson.ObjectID
-	copy(id[:len(id)-1], sum[:]) // the last byte is zero: see legMarker
+	copy(id[:len(id)-1], sum[:]) // the last byte is zero: see schema.Marker
 	return id
 }
 
 // newTxnID is a fresh transaction id: an ObjectID-shaped value of four
 // bytes of seconds (so ids sort roughly by creation, as ObjectIDs do) and
 // seven random bytes, and a zero last byte, which leg markers use (see
-// legMarker). Two ids collide only if made in the same second with the
+// schema.Marker). Two ids collide only if made in the same second with the
 // same 56 random bits.
 func newTxnID() bson.ObjectID {
 	var id bson.ObjectID
@@ -277,19 +185,3 @@ func newTxnID() bson.ObjectID {
 	_, _ = rand.Read(id[4 : len(id)-1]) // crypto/rand.Read never fails
 	return id
 }
-
-// legMarker is the marker of leg i of transaction id: the id with its last
-// byte set to i. Every transaction id the library writes ends in a zero
-// byte (see newTxnID and keyID), so the first leg's marker is the
-// transaction's id, as in the tutorial, and no marker of one transaction
-// is ever another transaction's id or marker. Markers are per leg so that
-// two legs of one transfer that land on one document (ids the library took
-// for two accounts and the server for one, as a collation could make them)
-// never apply, settle or undo each other: each is guarded by its own.
-func legMarker(id bson.ObjectID, i int) bson.ObjectID {
-	id[len(id)-1] = byte(i)
-	return id
-}
-
-// txnOfMarker is the transaction a marker belongs to.
-func txnOfMarker(m bson.ObjectID) bson.ObjectID { return legMarker(m, 0) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -94,7 +95,7 @@ func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
 	}
 	var txns []bson.ObjectID
 	for _, m := range a.pending() {
-		if t := txnOfMarker(m); !has(txns, t) {
+		if t := schema.TxnOfMarker(m); !has(txns, t) {
 			txns = append(txns, t)
 		}
 	}
@@ -239,11 +240,11 @@ func (l *Ledger) inspect(ctx context.Context, legs []leg) ([]*account, error) {
 	}
 	byKey := make(map[string]*account, len(found))
 	for j := range found {
-		byKey[canonicalID(found[j].ID)] = &found[j]
+		byKey[schema.CanonicalID(found[j].ID)] = &found[j]
 	}
 	out := make([]*account, len(legs))
 	for i, lg := range legs {
-		key, _ := idKey(lg.account)
+		key, _ := schema.IDKey(lg.account)
 		out[i] = byKey[key]
 	}
 	return out, nil

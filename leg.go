@@ -8,13 +8,14 @@ package twopc
 import (
 	"math"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // leg is one side of a transfer: the account, the signed amount, and the
 // leg's marker, the value its account's pendingTransactions and
-// fencedTransactions hold for it (see legMarker).
+// fencedTransactions hold for it (see schema.Marker).
 type leg struct {
 	ledger  string // the ledger's name; "" is the default ledger
 	account any
@@ -107,7 +108,7 @@ func (r *record) legs() []leg {
 	all := r.AllLegs()
 	out := make([]leg, len(all))
 	for i, l := range all {
-		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: legMarker(r.ID, i)}
+		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: schema.Marker(r.ID, i)}
 	}
 	return out
 }

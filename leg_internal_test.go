@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/twopc/twopc/internal/mongotest"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 // Two legs of one transfer that land on one document (ids the library
@@ -51,9 +52,9 @@ func TestTxnIDsLeaveTheMarkerByteFree(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		id := newTxnID()
 		require.Zero(t, id[len(id)-1])
-		require.Equal(t, id, legMarker(id, 0))
-		require.NotEqual(t, id, legMarker(id, 1))
-		require.Equal(t, id, txnOfMarker(legMarker(id, 1)))
+		require.Equal(t, id, schema.Marker(id, 0))
+		require.NotEqual(t, id, schema.Marker(id, 1))
+		require.Equal(t, id, schema.TxnOfMarker(schema.Marker(id, 1)))
 	}
 	require.Zero(t, keyID("order-1")[11])
 }

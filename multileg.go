@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+
+	"github.com/twopc/twopc/internal/schema"
 )
 
 // Leg is one account's part in a transfer of any number of legs (see
@@ -68,7 +70,7 @@ func (t *Txn) AllLegs() []Leg {
 // legKey is the canonical form of account id of ledger: two legs are on
 // one account when their keys are equal.
 func legKey(ledger string, id any) string {
-	key, _ := idKey(id)
+	key, _ := schema.IDKey(id)
 	return ledger + "\x00" + key
 }
 

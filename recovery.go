@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -420,17 +421,11 @@ func (c *Coordinator) stale(ctx context.Context, r *record) (bool, error) {
 // server also writes ($currentDate): the clocks of the hosts running the
 // library play no part.
 func (c *Coordinator) serverNow(ctx context.Context) (time.Time, error) {
-	var hello struct {
-		LocalTime time.Time `bson:"localTime"`
-	}
+	var now time.Time
 	err := c.try(ctx, StepClock, nil, func(ctx context.Context) error {
-		return c.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
+		var err error
+		now, err = schema.ServerNow(ctx, c.db)
+		return err
 	})
-	if err != nil {
-		return time.Time{}, fmt.Errorf("server time: %w", err)
-	}
-	if hello.LocalTime.IsZero() {
-		return time.Time{}, fmt.Errorf("server time: hello has no localTime")
-	}
-	return hello.LocalTime, nil
+	return now, err
 }

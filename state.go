@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -75,21 +76,21 @@ func canMove(from, to State) bool {
 
 // Field names of transaction documents.
 const (
-	fieldState         = "state"
-	fieldLastModified  = "lastModified"
-	fieldApplication   = "application"
-	fieldClaim         = "claim"
-	fieldKey           = "key"
-	fieldReason        = "reason"
-	fieldFences        = "fences"
-	fieldLease         = "leaseMs"
-	fieldRetain        = "retainMs"
-	fieldKeep          = "keepMs"
-	fieldArchive       = "archive"
-	fieldCreated       = "created"
-	fieldAllowNegative = "allowNegative"
-	fieldPlaceholder   = "placeholder"
-	fieldLegs          = "legs"
+	fieldState         = schema.State
+	fieldLastModified  = schema.LastModified
+	fieldApplication   = schema.Application
+	fieldClaim         = schema.Claim
+	fieldKey           = schema.Key
+	fieldReason        = schema.Reason
+	fieldFences        = schema.Fences
+	fieldLease         = schema.Lease
+	fieldRetain        = schema.Retain
+	fieldKeep          = schema.Keep
+	fieldArchive       = schema.Archive
+	fieldCreated       = schema.Created
+	fieldAllowNegative = schema.AllowNegative
+	fieldPlaceholder   = schema.Placeholder
+	fieldLegs          = schema.Legs
 )
 
 // record is a transaction document as stored: the public Txn plus what the
@@ -160,7 +161,7 @@ func (r *record) check() error {
 	} else if err := validateTransfer(r.Source, r.Destination, r.Value); err != nil {
 		return fmt.Errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
 	}
-	if !r.foreign() && legMarker(r.ID, 0) != r.ID {
+	if !r.foreign() && schema.Marker(r.ID, 0) != r.ID {
 		return fmt.Errorf("%w: transaction %s: not an id this library makes (its last byte is not zero)", ErrMalformedTxn, r.ID.Hex())
 	}
 	return nil

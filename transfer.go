@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -71,7 +72,7 @@ func validateTransfer(source, destination any, value int64) error {
 	if err := validateAccountID("destination", destination); err != nil {
 		return err
 	}
-	if sameID(source, destination) {
+	if schema.SameID(source, destination) {
 		return fmt.Errorf("%w: source and destination are the same account %v", ErrInvalidTransfer, source)
 	}
 	return nil
@@ -135,7 +136,7 @@ func sameLegs(a, b []leg) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].delta != b[i].delta || a[i].ledger != b[i].ledger || !sameID(a[i].account, b[i].account) {
+		if a[i].delta != b[i].delta || a[i].ledger != b[i].ledger || !schema.SameID(a[i].account, b[i].account) {
 			return false
 		}
 	}

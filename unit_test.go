@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
@@ -34,9 +35,9 @@ func TestUnitJudge(t *testing.T) {
 	id := newTxnID()
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := &record{Txn: Txn{ID: id, Created: created}}
-	debit := leg{account: "A", delta: -10, marker: legMarker(id, 0)}
-	credit := leg{account: "A", delta: 10, marker: legMarker(id, 1)}
-	other := legMarker(newTxnID(), 0)
+	debit := leg{account: "A", delta: -10, marker: schema.Marker(id, 0)}
+	credit := leg{account: "A", delta: 10, marker: schema.Marker(id, 1)}
+	other := schema.Marker(newTxnID(), 0)
 	for _, tc := range []struct {
 		name    string
 		fields  bson.D // nil: the account is missing
@@ -126,7 +127,7 @@ func TestUnitSameID(t *testing.T) {
 		{bson.D{{Key: "n", Value: int32(1)}}, bson.D{{Key: "n", Value: int64(1)}}, true},
 		{bson.D{{Key: "x", Value: 1}, {Key: "y", Value: 2}}, bson.D{{Key: "y", Value: 2}, {Key: "x", Value: 1}}, false},
 	} {
-		assert.Equalf(t, tc.same, sameID(tc.a, tc.b), "%v and %v", tc.a, tc.b)
+		assert.Equalf(t, tc.same, schema.SameID(tc.a, tc.b), "%v and %v", tc.a, tc.b)
 	}
 }
 
@@ -153,7 +154,7 @@ func TestUnitLegWrites(t *testing.T) {
 	id := newTxnID()
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := &record{Txn: Txn{ID: id, Created: created}}
-	l := leg{account: "A", delta: -10, marker: legMarker(id, 0)}
+	l := leg{account: "A", delta: -10, marker: schema.Marker(id, 0)}
 
 	f, u, upsert := updateOf(t, applyModel(r, l))
 	assert.False(t, upsert)
@@ -190,7 +191,7 @@ func TestUnitLegWrites(t *testing.T) {
 
 	// A credit is held in pendingCredit until it settles, and a debit
 	// leaves the balance when it applies.
-	c := leg{account: "B", delta: 10, marker: legMarker(id, 1)}
+	c := leg{account: "B", delta: 10, marker: schema.Marker(id, 1)}
 	assert.Equal(t, bson.D{{Key: fieldPendingCredit, Value: int64(10)}}, c.applyInc())
 	assert.Equal(t, bson.D{{Key: fieldBalance, Value: int64(10)}, {Key: fieldPendingCredit, Value: int64(-10)}}, c.settleInc())
 	assert.Equal(t, bson.D{{Key: fieldPendingCredit, Value: int64(-10)}}, c.undoInc())

@@ -7,6 +7,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 func TestAudit(t *testing.T) {
@@ -55,7 +56,7 @@ func TestAudit(t *testing.T) {
 	require.False(t, rep.OK)
 	require.Len(t, rep.Violations, 1)
 	require.Equal(t, twopc.ViolationOrphanMarker, rep.Violations[0].Kind)
-	require.Equal(t, marker(bogus, 0).Hex(), rep.Violations[0].Txn)
+	require.Equal(t, schema.Marker(bogus, 0).Hex(), rep.Violations[0].Txn)
 	r = f.run("audit")
 	require.Equal(t, exitFailed, r.code, r.stdout)
 	require.Contains(t, r.stdout, "orphan-marker")

@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 // conn is a connection to the database the flags name.
@@ -179,16 +180,11 @@ func closeCoordinator(c *twopc.Coordinator) error {
 // serverNow is the server's clock (hello's localTime), by which the library
 // judges staleness.
 func (cn *conn) serverNow(ctx context.Context) (time.Time, error) {
-	var hello struct {
-		LocalTime time.Time `bson:"localTime"`
+	now, err := schema.ServerNow(ctx, cn.db)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w (see twopc doctor)", err)
 	}
-	if err := cn.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
-		return time.Time{}, fmt.Errorf("server time: hello: %w", err)
-	}
-	if hello.LocalTime.IsZero() {
-		return time.Time{}, errors.New("server time: hello has no localTime (see twopc doctor)")
-	}
-	return hello.LocalTime, nil
+	return now, nil
 }
 
 // findTxn reads transaction id as stored; nil if there is none.

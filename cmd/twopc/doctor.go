@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/twopc/twopc/internal/native"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 var doctorCommand = &command{
@@ -276,7 +277,7 @@ func atomicInc(ctx context.Context, coll *mongo.Collection) (int64, error) {
 // to claim one document with a conditional update, and returns how many
 // won and the errors met. A win the document does not show is an error.
 func atomicClaim(ctx context.Context, coll *mongo.Collection) (int, error) {
-	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "claim"}, {Key: "state", Value: "initial"}}); err != nil {
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "claim"}, {Key: schema.State, Value: "initial"}}); err != nil {
 		return 0, err
 	}
 	var (
@@ -292,8 +293,8 @@ func atomicClaim(ctx context.Context, coll *mongo.Collection) (int, error) {
 			defer wg.Done()
 			<-starts
 			err := coll.FindOneAndUpdate(ctx,
-				bson.D{{Key: "_id", Value: "claim"}, {Key: "state", Value: "initial"}},
-				bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: "claimed"}, {Key: "by", Value: g}}}}).Err()
+				bson.D{{Key: "_id", Value: "claim"}, {Key: schema.State, Value: "initial"}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: schema.State, Value: "claimed"}, {Key: "by", Value: g}}}}).Err()
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

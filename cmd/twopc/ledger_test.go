@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/twopc/twopc"
 )
@@ -83,4 +84,35 @@ func TestLedgers(t *testing.T) {
 	r = f.run("audit", "--ledger", "sh="+sh, "--total", "default=900", "--total", "sh=100")
 	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
 	require.Contains(t, r.stdout, "accounts by ledger: default 1, sh 1")
+}
+
+// TestListAccountIDsAsTheLibrary: list --account takes ids as the library
+// and the server do (schema.SameID): {n: 1} given on the command line (an
+// int32) is the account {n: int64(1)} a transfer named.
+func TestListAccountIDsAsTheLibrary(t *testing.T) {
+	f := newFixture(t)
+	const sh = "accounts_sh"
+	opt := twopc.WithLedger("sh", f.db.Collection(sh))
+	c := f.coordinator(twopc.WithApplication("seed"), opt, twopc.WithSyncSettle())
+	require.NoError(t, c.OpenAccount(f.ctx, "alice", 1000))
+	shanghai, err := c.Ledger("sh")
+	require.NoError(t, err)
+	acct := bson.D{{Key: "n", Value: int64(1)}}
+	require.NoError(t, shanghai.OpenAccount(f.ctx, acct, 0))
+	_, err = c.TransferLegs(f.ctx, []twopc.Leg{{Account: "alice", Amount: -5}, {Ledger: "sh", Account: acct, Amount: 5}})
+	require.NoError(t, err)
+
+	var l struct {
+		Count int `json:"count"`
+	}
+	for _, given := range []string{`{"n": 1}`, `{"n": {"$numberLong": "1"}}`, `{"n": 1.0}`} {
+		r := f.run("list", "--ledger", "sh", "--account", given, "--json")
+		require.Equal(t, exitOK, r.code, "%s: %s", given, r.stderr)
+		r.decode(t, &l)
+		require.Equal(t, 1, l.Count, "--account %s", given)
+	}
+	r := f.run("list", "--ledger", "sh", "--account", `{"n": 2}`, "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r.decode(t, &l)
+	require.Equal(t, 0, l.Count)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -139,10 +139,10 @@ func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	}
 	filter := bson.D{}
 	if len(st) > 0 {
-		filter = append(filter, bson.E{Key: "state", Value: bson.D{{Key: "$in", Value: st}}})
+		filter = append(filter, bson.E{Key: schema.State, Value: bson.D{{Key: "$in", Value: st}}})
 	}
 	if ids != nil {
-		or := bson.A{bson.D{{Key: "legs.account", Value: bson.D{{Key: "$in", Value: ids}}}}}
+		or := bson.A{bson.D{{Key: schema.Legs + ".account", Value: bson.D{{Key: "$in", Value: ids}}}}}
 		if !ledger.set || ledger.value == "" {
 			or = append(or,
 				bson.D{{Key: "source", Value: bson.D{{Key: "$in", Value: ids}}}},
@@ -151,13 +151,13 @@ func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 		filter = append(filter, bson.E{Key: "$or", Value: or})
 	}
 	if ledger.set && ledger.value != "" {
-		filter = append(filter, bson.E{Key: "legs.ledger", Value: ledger.value})
+		filter = append(filter, bson.E{Key: schema.Legs + ".ledger", Value: ledger.value})
 	}
 	if *olderThan > 0 {
-		filter = append(filter, bson.E{Key: "lastModified", Value: bson.D{{Key: "$lt", Value: now.Add(-*olderThan)}}})
+		filter = append(filter, bson.E{Key: schema.LastModified, Value: bson.D{{Key: "$lt", Value: now.Add(-*olderThan)}}})
 	}
 	if *application != "" {
-		filter = append(filter, bson.E{Key: "application", Value: *application})
+		filter = append(filter, bson.E{Key: schema.Application, Value: *application})
 	}
 	// A leg's account and ledger are matched together here: the filter
 	// above matches them on any legs (FerretDB v1 has no $elemMatch on
@@ -173,7 +173,7 @@ func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 		}
 		return false
 	}
-	opts := options.Find().SetSort(bson.D{{Key: "lastModified", Value: 1}, {Key: "_id", Value: 1}})
+	opts := options.Find().SetSort(bson.D{{Key: schema.LastModified, Value: 1}, {Key: "_id", Value: 1}})
 	if *limit > 0 && !ledger.set {
 		opts.SetLimit(int64(*limit) + 1)
 	}
@@ -226,30 +226,12 @@ func accountValues(s string) ([]any, error) {
 }
 
 // sameAccount reports whether account id v is one of ids, as the server
-// compares them (numbers by value).
+// compares them and the library does (schema.SameID: numbers by value,
+// inside documents too).
 func sameAccount(v bson.RawValue, ids []any) bool {
 	for _, id := range ids {
-		switch id := id.(type) {
-		case string:
-			if s, ok := v.StringValueOK(); ok && s == id {
-				return true
-			}
-		case int64:
-			if n, ok := v.AsInt64OK(); ok && n == id && v.Type != bson.TypeDouble {
-				return true
-			}
-			if f, ok := v.DoubleOK(); ok && f == float64(id) {
-				return true
-			}
-		case bson.ObjectID:
-			if oid, ok := v.ObjectIDOK(); ok && oid == id {
-				return true
-			}
-		case bson.D:
-			b, err := bson.Marshal(id)
-			if d, ok := v.DocumentOK(); ok && err == nil && bytes.Equal(d, b) {
-				return true
-			}
+		if schema.SameID(v, id) {
+			return true
 		}
 	}
 	return false

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 var showCommand = &command{
@@ -103,7 +104,7 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 	rep := &showReport{ServerTime: now, Transaction: extJSON(t.raw), Legs: []legReport{}, txn: t}
 	for i, l := range t.legs {
 		lr := legReport{Index: i, Ledger: l.ledger, AccountID: extJSONValue(l.account), Amount: l.amount,
-			Marker: marker(id, i).Hex(), Account: json.RawMessage("null"), id: l.account}
+			Marker: schema.Marker(id, i).Hex(), Account: json.RawMessage("null"), id: l.account}
 		coll, ok := cn.ledger(l.ledger)
 		if !ok {
 			lr.Leg = legUnknownLedger
@@ -120,7 +121,7 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 		default:
 			lr.acct = raw
 			lr.Account = extJSON(raw)
-			lr.Leg = legState(raw, marker(id, i), t.created)
+			lr.Leg = legState(raw, schema.Marker(id, i), t.created)
 		}
 		rep.Legs = append(rep.Legs, lr)
 	}
@@ -130,7 +131,7 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 // legState says what account acct shows of the leg whose marker is m, of a
 // transaction created at created.
 func legState(acct bson.Raw, m bson.ObjectID, created time.Time) string {
-	if tomb, _ := acct.Lookup("tombstone").BooleanOK(); tomb && !hasMarker(acct, "fencedTransactions", m) {
+	if tomb, _ := acct.Lookup(schema.Tombstone).BooleanOK(); tomb && !hasMarker(acct, "fencedTransactions", m) {
 		return legNoAccount
 	}
 	switch {
@@ -139,7 +140,7 @@ func legState(acct bson.Raw, m bson.ObjectID, created time.Time) string {
 	case hasMarker(acct, "fencedTransactions", m):
 		return legClosed
 	}
-	if line, ok := acct.Lookup("fencedBefore").TimeOK(); ok && !created.IsZero() && !line.Before(created) {
+	if line, ok := acct.Lookup(schema.FencedBefore).TimeOK(); ok && !created.IsZero() && !line.Before(created) {
 		return legClosed
 	}
 	return legNotApplied
@@ -212,11 +213,11 @@ func (r *showReport) print(w io.Writer) {
 		}
 		a := l.acct
 		fmt.Fprintf(w, "     balance %s, pendingCredit %s, pendingDebit %s\n",
-			human(a.Lookup("balance")), orZero(a.Lookup("pendingCredit")), orZero(a.Lookup("pendingDebit")))
+			human(a.Lookup(schema.Balance)), orZero(a.Lookup(schema.PendingCredit)), orZero(a.Lookup(schema.PendingDebit)))
 		pending, fenced := markers(a, "pendingTransactions"), markers(a, "fencedTransactions")
 		fmt.Fprintf(w, "     pendingTransactions: %s\n", markerList(pending))
-		fmt.Fprintf(w, "     fencedTransactions: %s; fence line (fencedBefore) %s", markerList(fenced), human(a.Lookup("fencedBefore")))
-		if tomb, _ := a.Lookup("tombstone").BooleanOK(); tomb {
+		fmt.Fprintf(w, "     fencedTransactions: %s; fence line (fencedBefore) %s", markerList(fenced), human(a.Lookup(schema.FencedBefore)))
+		if tomb, _ := a.Lookup(schema.Tombstone).BooleanOK(); tomb {
 			fmt.Fprint(w, "; a tombstone (fences of an account that did not exist)")
 		}
 		fmt.Fprintln(w)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -103,7 +104,7 @@ func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport,
 	rep := &statusReport{Database: cn.db.Name(), Collection: cn.txns.Name(), ServerTime: now,
 		States: map[string]int64{}, Window: seconds(window), Applications: []appActivity{}}
 	for _, s := range states {
-		n, err := cn.txns.CountDocuments(ctx, bson.D{{Key: "state", Value: s}})
+		n, err := cn.txns.CountDocuments(ctx, bson.D{{Key: schema.State, Value: s}})
 		if err != nil {
 			return nil, fmt.Errorf("count %s transactions: %w", s, err)
 		}
@@ -113,13 +114,13 @@ func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport,
 	for _, s := range unfinishedStates {
 		rep.Unfinished += rep.States[s]
 	}
-	if rep.Other, err = cn.txns.CountDocuments(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$nin", Value: states}}}}); err != nil {
+	if rep.Other, err = cn.txns.CountDocuments(ctx, bson.D{{Key: schema.State, Value: bson.D{{Key: "$nin", Value: states}}}}); err != nil {
 		return nil, fmt.Errorf("count transactions in other states: %w", err)
 	}
 	rep.Total += rep.Other
 
-	raw, err := cn.txns.FindOne(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
-		options.FindOne().SetSort(bson.D{{Key: "lastModified", Value: 1}})).Raw()
+	raw, err := cn.txns.FindOne(ctx, bson.D{{Key: schema.State, Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
+		options.FindOne().SetSort(bson.D{{Key: schema.LastModified, Value: 1}})).Raw()
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 	case err != nil:
@@ -141,8 +142,8 @@ func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport,
 // that the {state, lastModified} index serves it.
 func activity(ctx context.Context, txns *mongo.Collection, now time.Time, window time.Duration) ([]appActivity, error) {
 	match := bson.D{
-		{Key: "state", Value: bson.D{{Key: "$in", Value: states}}},
-		{Key: "lastModified", Value: bson.D{{Key: "$gte", Value: now.Add(-window)}}},
+		{Key: schema.State, Value: bson.D{{Key: "$in", Value: states}}},
+		{Key: schema.LastModified, Value: bson.D{{Key: "$gte", Value: now.Add(-window)}}},
 	}
 	var rows []struct {
 		App  bson.RawValue `bson:"_id"`
@@ -175,12 +176,12 @@ func activity(ctx context.Context, txns *mongo.Collection, now time.Time, window
 			}
 			f := append(bson.D{}, match...)
 			if a.Application == "" {
-				f = append(f, bson.E{Key: "application", Value: bson.D{{Key: "$in", Value: bson.A{nil, ""}}}})
+				f = append(f, bson.E{Key: schema.Application, Value: bson.D{{Key: "$in", Value: bson.A{nil, ""}}}})
 			} else {
-				f = append(f, bson.E{Key: "application", Value: a.Application})
+				f = append(f, bson.E{Key: schema.Application, Value: a.Application})
 			}
-			err := txns.FindOne(ctx, f, options.FindOne().SetSort(bson.D{{Key: "lastModified", Value: -1}}).
-				SetProjection(bson.D{{Key: "lastModified", Value: 1}})).Decode(&doc)
+			err := txns.FindOne(ctx, f, options.FindOne().SetSort(bson.D{{Key: schema.LastModified, Value: -1}}).
+				SetProjection(bson.D{{Key: schema.LastModified, Value: 1}})).Decode(&doc)
 			if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 				return nil, err
 			}

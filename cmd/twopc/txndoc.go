@@ -3,6 +3,7 @@ package main
 import (
 	"time"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -33,13 +34,13 @@ type legDoc struct {
 // parseTxn reads what the tool needs of a transaction document.
 func parseTxn(raw bson.Raw) txnDoc {
 	t := txnDoc{raw: raw, id: raw.Lookup("_id")}
-	t.state, _ = raw.Lookup("state").StringValueOK()
-	t.application, _ = raw.Lookup("application").StringValueOK()
-	t.reason, _ = raw.Lookup("reason").StringValueOK()
-	t.lastModified, _ = raw.Lookup("lastModified").TimeOK()
-	t.created, _ = raw.Lookup("created").TimeOK()
-	t.placeholder, _ = raw.Lookup("placeholder").BooleanOK()
-	if arr, ok := raw.Lookup("legs").ArrayOK(); ok {
+	t.state, _ = raw.Lookup(schema.State).StringValueOK()
+	t.application, _ = raw.Lookup(schema.Application).StringValueOK()
+	t.reason, _ = raw.Lookup(schema.Reason).StringValueOK()
+	t.lastModified, _ = raw.Lookup(schema.LastModified).TimeOK()
+	t.created, _ = raw.Lookup(schema.Created).TimeOK()
+	t.placeholder, _ = raw.Lookup(schema.Placeholder).BooleanOK()
+	if arr, ok := raw.Lookup(schema.Legs).ArrayOK(); ok {
 		vals, _ := arr.Values()
 		for _, v := range vals {
 			d, ok := v.DocumentOK()
@@ -72,11 +73,3 @@ func (t *txnDoc) idString() string { return human(t.id) }
 
 // final reports whether the state is done or canceled.
 func final(state string) bool { return state == "done" || state == "canceled" }
-
-// marker is the marker of leg i of transaction id in its account's
-// pendingTransactions and fencedTransactions: the id with its last byte
-// set to i (so the first leg's is the id itself, as in the tutorial).
-func marker(id bson.ObjectID, i int) bson.ObjectID {
-	id[len(id)-1] = byte(i)
-	return id
-}

@@ -1,0 +1,172 @@
+// Package schema is the document schema that the library and the twopc
+// tool share, so that the tool can never disagree with the library: the
+// field names of transaction and account documents, leg markers, the
+// equality of ids as the server sees it, and the server's clock.
+package schema
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// Field names of transaction documents.
+const (
+	State         = "state"
+	LastModified  = "lastModified"
+	Application   = "application"
+	Claim         = "claim"
+	Key           = "key"
+	Reason        = "reason"
+	Fences        = "fences"
+	Lease         = "leaseMs"
+	Retain        = "retainMs"
+	Keep          = "keepMs"
+	Archive       = "archive"
+	Created       = "created"
+	AllowNegative = "allowNegative"
+	Placeholder   = "placeholder"
+	Legs          = "legs"
+)
+
+// Field names of account documents (see the root package's account.go for
+// what each holds).
+const (
+	Balance       = "balance"
+	Pending       = "pendingTransactions"
+	Fenced        = "fencedTransactions"
+	PendingCredit = "pendingCredit"
+	PendingDebit  = "pendingDebit"
+	FencedBefore  = "fencedBefore"
+	Tombstone     = "tombstone"
+)
+
+// Marker is the marker of leg i of transaction id: the id with its last
+// byte set to i. Every transaction id the library writes ends in a zero
+// byte (the root package's newTxnID and keyID), so the first leg's marker is the
+// transaction's id, as in the tutorial, and no marker of one transaction
+// is ever another transaction's id or marker. Markers are per leg so that
+// two legs of one transfer that land on one document (ids the library took
+// for two accounts and the server for one, as a collation could make them)
+// never apply, settle or undo each other: each is guarded by its own.
+func Marker(id bson.ObjectID, i int) bson.ObjectID {
+	id[len(id)-1] = byte(i)
+	return id
+}
+
+// TxnOfMarker is the transaction a marker belongs to.
+func TxnOfMarker(m bson.ObjectID) bson.ObjectID { return Marker(m, 0) }
+
+// SameID reports whether two ids name the same document as the server sees
+// it (see CanonicalID). Ids that cannot be marshaled are never the same.
+func SameID(a, b any) bool {
+	ka, errA := IDKey(a)
+	kb, errB := IDKey(b)
+	return errA == nil && errB == nil && ka == kb
+}
+
+// IDKey is the canonical form of id, for comparing and as a map key.
+func IDKey(id any) (string, error) {
+	if rv, ok := id.(bson.RawValue); ok {
+		return CanonicalID(rv), nil
+	}
+	t, data, err := bson.MarshalValue(id)
+	if err != nil {
+		return "", err
+	}
+	return CanonicalID(bson.RawValue{Type: t, Value: data}), nil
+}
+
+// CanonicalID encodes v so that two values have the same encoding exactly
+// when the server compares them equal: numbers by value (an integral double
+// in int64's range is encoded as that int64; -0.0 as 0), recursively inside
+// documents (field order kept, as the server compares it) and arrays, every
+// other value by its type and bytes. Values the library refuses as ids are
+// encoded by type and bytes, which is never wrong for equal bytes and is
+// never relied on: such ids do not pass validation.
+func CanonicalID(v bson.RawValue) string {
+	var b strings.Builder
+	writeCanonical(&b, v)
+	return b.String()
+}
+
+const (
+	canonInt    = 'i'
+	canonDouble = 'd'
+)
+
+func writeCanonical(b *strings.Builder, v bson.RawValue) {
+	var num [8]byte
+	switch v.Type {
+	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+		var i int64
+		isInt := true
+		switch v.Type {
+		case bson.TypeInt32:
+			i = int64(v.Int32())
+		case bson.TypeInt64:
+			i = v.Int64()
+		default:
+			f := v.Double()
+			if f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63 {
+				i = int64(f)
+			} else {
+				isInt = false
+				b.WriteByte(canonDouble)
+				binary.BigEndian.PutUint64(num[:], math.Float64bits(f))
+				b.Write(num[:])
+				return
+			}
+		}
+		if isInt {
+			b.WriteByte(canonInt)
+			binary.BigEndian.PutUint64(num[:], uint64(i))
+			b.Write(num[:])
+		}
+	case bson.TypeEmbeddedDocument, bson.TypeArray:
+		b.WriteByte(byte(v.Type))
+		elems, _ := bson.Raw(v.Value).Elements()
+		binary.BigEndian.PutUint64(num[:], uint64(len(elems)))
+		b.Write(num[:])
+		for _, e := range elems {
+			if v.Type == bson.TypeEmbeddedDocument {
+				writeBytes(b, e.Key())
+			}
+			writeCanonical(b, e.Value())
+		}
+	default:
+		b.WriteByte(byte(v.Type))
+		writeBytes(b, string(v.Value))
+	}
+}
+
+// writeBytes writes s length-prefixed, so that no two sequences of values
+// encode alike.
+func writeBytes(b *strings.Builder, s string) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+	b.Write(n[:])
+	b.WriteString(s)
+}
+
+// ServerNow is the server's clock: hello's localTime, by which staleness
+// and retention are judged (never the caller's clock).
+func ServerNow(ctx context.Context, db *mongo.Database) (time.Time, error) {
+	var hello struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	if err := db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		return time.Time{}, fmt.Errorf("server time: hello: %w", err)
+	}
+	if hello.LocalTime.IsZero() {
+		return time.Time{}, errors.New("server time: hello has no localTime")
+	}
+	return hello.LocalTime, nil
+}

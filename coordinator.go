@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -226,4 +228,29 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	var err error
 	c.closeOnce.Do(func() { err = c.settler.close(ctx) })
 	return err
+}
+
+// serverNow returns the server's clock, from hello's localTime. Staleness is
+// always judged by the server's clock against lastModified, which the
+// server also writes ($currentDate): the clocks of the hosts running the
+// library play no part.
+func (c *Coordinator) serverNow(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	err := c.try(ctx, StepClock, nil, func(ctx context.Context) error {
+		var err error
+		now, err = schema.ServerNow(ctx, c.db)
+		return err
+	})
+	return now, err
+}
+
+// stale reports whether r's lastModified is older than its lease (the
+// longest StaleAfter of any process that claimed it, and c's) by the
+// server's clock.
+func (c *Coordinator) stale(ctx context.Context, r *record) (bool, error) {
+	now, err := c.serverNow(ctx)
+	if err != nil {
+		return false, err
+	}
+	return r.LastModified.Before(now.Add(-r.lease(c.staleAfter))), nil
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"time"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -338,86 +337,5 @@ func WithObserver(o Observer) Option {
 		}
 		c.observers = append(c.observers, o)
 		return nil
-	}
-}
-
-// TransferOption configures one Transfer.
-type TransferOption func(*transferConfig)
-
-type transferConfig struct {
-	key   string
-	keyed bool // WithKey was given, maybe with ""
-}
-
-// WithKey sets an idempotency key: a Transfer repeated with the same key
-// returns the first transaction, in whatever state it reached, and never
-// moves money twice. Keys are unique across the transactions collection.
-// A key is valid UTF-8, not empty, and at most MaxKeyLen bytes; any other
-// gets ErrInvalidTransfer, and nothing is written.
-func WithKey(key string) TransferOption {
-	return func(t *transferConfig) { t.key, t.keyed = key, true }
-}
-
-// MaxKeyLen is the longest idempotency key, in bytes (see WithKey).
-const MaxKeyLen = 512
-
-// validateKey checks an idempotency key that was asked for (see WithKey).
-func validateKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: an empty idempotency key", ErrInvalidTransfer)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: an idempotency key of %d bytes, more than MaxKeyLen (%d)", ErrInvalidTransfer, len(key), MaxKeyLen)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: idempotency key %q is not valid UTF-8", ErrInvalidTransfer, key)
-	}
-	return nil
-}
-
-// transferOptions applies opts, and checks the key if one was asked for.
-func transferOptions(opts []TransferOption) (transferConfig, error) {
-	var tc transferConfig
-	for _, o := range opts {
-		if o != nil {
-			o(&tc)
-		}
-	}
-	if tc.keyed {
-		if err := validateKey(tc.key); err != nil {
-			return tc, err
-		}
-	}
-	return tc, nil
-}
-
-// RecoverOption configures a Recoverer.
-type RecoverOption func(*Recoverer)
-
-// WithInterval sets how often Run makes a recovery pass (default 30s).
-func WithInterval(d time.Duration) RecoverOption {
-	return func(r *Recoverer) {
-		if d > 0 {
-			r.interval = d
-		}
-	}
-}
-
-// WithRecoveryLogger sets the logger Run reports passes and errors to
-// (default: the coordinator's logger).
-func WithRecoveryLogger(l *slog.Logger) RecoverOption {
-	return func(r *Recoverer) {
-		if l != nil {
-			r.logger = l
-		}
-	}
-}
-
-// WithBatch sets how many stale transactions one pass takes on at most
-// (default 100); a pass that finds a full batch goes on with the next.
-func WithBatch(n int) RecoverOption {
-	return func(r *Recoverer) {
-		if n > 0 {
-			r.batch = n
-		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -346,42 +345,6 @@ func isLegReason(err error) bool {
 		errors.Is(err, ErrBalanceOverflow) || errors.Is(err, ErrInvalidAccount) || errors.Is(err, ErrTooLate)
 }
 
-// unfence removes the fences of final transactions whose retention has
-// passed by now: the longest of this coordinator's and those recorded in
-// the transaction by every process that claimed or finished it. Removing
-// them is safe at any time (see Coordinator.unfence); the retention only
-// keeps recent fences in place, so that the fence line does not move for
-// every transfer.
-func (r *Recoverer) unfence(ctx context.Context, now time.Time) (int, error) {
-	filter := bson.D{
-		{Key: fieldFences, Value: true},
-		{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: now.Add(-r.c.fenceRetention)}}},
-	}
-	total := 0
-	var firstErr error
-	err := r.each(ctx, filter, func(err error) { firstErr = cmpErr(firstErr, err) }, func(recs []*record) {
-		var due []*record
-		for _, t := range recs {
-			// Final for its retention, and created no later than now by
-			// the server's clock: a line is never moved into the future,
-			// so a host whose clock runs ahead cannot close the accounts
-			// it touched to everyone else's transfers (its own
-			// transactions keep their fences until the server's clock
-			// passes their time).
-			if t.LastModified.Before(now.Add(-t.retention(r.c.fenceRetention))) && !t.Created.After(now) {
-				due = append(due, t)
-			}
-		}
-		start := time.Now()
-		n, err := r.c.unfence(ctx, due, func(t *record, outcome Outcome, err error) {
-			r.report(ctx, t.ID, t.State, RecoveryUnfence, start, outcome, StepUnfence, err)
-		})
-		total += n
-		firstErr = cmpErr(firstErr, err)
-	})
-	return total, cmpErr(firstErr, err)
-}
-
 // Run makes a recovery pass at once and then every interval (WithInterval,
 // default 30s), until ctx ends; then it returns ctx's error. It logs each
 // pass that did something, and each error, to the recoverer's logger; an
@@ -405,27 +368,34 @@ func (r *Recoverer) Run(ctx context.Context) error {
 	}
 }
 
-// stale reports whether r's lastModified is older than its lease (the
-// longest StaleAfter of any process that claimed it, and c's) by the
-// server's clock.
-func (c *Coordinator) stale(ctx context.Context, r *record) (bool, error) {
-	now, err := c.serverNow(ctx)
-	if err != nil {
-		return false, err
+// RecoverOption configures a Recoverer.
+type RecoverOption func(*Recoverer)
+
+// WithInterval sets how often Run makes a recovery pass (default 30s).
+func WithInterval(d time.Duration) RecoverOption {
+	return func(r *Recoverer) {
+		if d > 0 {
+			r.interval = d
+		}
 	}
-	return r.LastModified.Before(now.Add(-r.lease(c.staleAfter))), nil
 }
 
-// serverNow returns the server's clock, from hello's localTime. Staleness is
-// always judged by the server's clock against lastModified, which the
-// server also writes ($currentDate): the clocks of the hosts running the
-// library play no part.
-func (c *Coordinator) serverNow(ctx context.Context) (time.Time, error) {
-	var now time.Time
-	err := c.try(ctx, StepClock, nil, func(ctx context.Context) error {
-		var err error
-		now, err = schema.ServerNow(ctx, c.db)
-		return err
-	})
-	return now, err
+// WithRecoveryLogger sets the logger Run reports passes and errors to
+// (default: the coordinator's logger).
+func WithRecoveryLogger(l *slog.Logger) RecoverOption {
+	return func(r *Recoverer) {
+		if l != nil {
+			r.logger = l
+		}
+	}
+}
+
+// WithBatch sets how many stale transactions one pass takes on at most
+// (default 100); a pass that finds a full batch goes on with the next.
+func WithBatch(n int) RecoverOption {
+	return func(r *Recoverer) {
+		if n > 0 {
+			r.batch = n
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -146,3 +147,52 @@ func sameLegs(a, b []leg) bool {
 // maxReverseAttempts bounds the reversals of one transfer that Reverse
 // tries after earlier ones were canceled.
 const maxReverseAttempts = 100
+
+// TransferOption configures one Transfer.
+type TransferOption func(*transferConfig)
+
+type transferConfig struct {
+	key   string
+	keyed bool // WithKey was given, maybe with ""
+}
+
+// WithKey sets an idempotency key: a Transfer repeated with the same key
+// returns the first transaction, in whatever state it reached, and never
+// moves money twice. Keys are unique across the transactions collection.
+// A key is valid UTF-8, not empty, and at most MaxKeyLen bytes; any other
+// gets ErrInvalidTransfer, and nothing is written.
+func WithKey(key string) TransferOption {
+	return func(t *transferConfig) { t.key, t.keyed = key, true }
+}
+
+// MaxKeyLen is the longest idempotency key, in bytes (see WithKey).
+const MaxKeyLen = 512
+
+// validateKey checks an idempotency key that was asked for (see WithKey).
+func validateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: an empty idempotency key", ErrInvalidTransfer)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: an idempotency key of %d bytes, more than MaxKeyLen (%d)", ErrInvalidTransfer, len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: idempotency key %q is not valid UTF-8", ErrInvalidTransfer, key)
+	}
+	return nil
+}
+
+// transferOptions applies opts, and checks the key if one was asked for.
+func transferOptions(opts []TransferOption) (transferConfig, error) {
+	var tc transferConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&tc)
+		}
+	}
+	if tc.keyed {
+		if err := validateKey(tc.key); err != nil {
+			return tc, err
+		}
+	}
+	return tc, nil
+}

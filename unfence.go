@@ -178,3 +178,39 @@ func (c *Coordinator) openBefore(ctx context.Context, recs []*record) (openTxns,
 func (c *Coordinator) unfenceLegs(ctx context.Context, recs []*record) (map[int]error, error) {
 	return c.eachLedgerFailed(ctx, recs, (*Ledger).unfenceLegs)
 }
+
+// unfence removes the fences of final transactions whose retention has
+// passed by now: the longest of this coordinator's and those recorded in
+// the transaction by every process that claimed or finished it. Removing
+// them is safe at any time (see Coordinator.unfence); the retention only
+// keeps recent fences in place, so that the fence line does not move for
+// every transfer.
+func (r *Recoverer) unfence(ctx context.Context, now time.Time) (int, error) {
+	filter := bson.D{
+		{Key: fieldFences, Value: true},
+		{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: now.Add(-r.c.fenceRetention)}}},
+	}
+	total := 0
+	var firstErr error
+	err := r.each(ctx, filter, func(err error) { firstErr = cmpErr(firstErr, err) }, func(recs []*record) {
+		var due []*record
+		for _, t := range recs {
+			// Final for its retention, and created no later than now by
+			// the server's clock: a line is never moved into the future,
+			// so a host whose clock runs ahead cannot close the accounts
+			// it touched to everyone else's transfers (its own
+			// transactions keep their fences until the server's clock
+			// passes their time).
+			if t.LastModified.Before(now.Add(-t.retention(r.c.fenceRetention))) && !t.Created.After(now) {
+				due = append(due, t)
+			}
+		}
+		start := time.Now()
+		n, err := r.c.unfence(ctx, due, func(t *record, outcome Outcome, err error) {
+			r.report(ctx, t.ID, t.State, RecoveryUnfence, start, outcome, StepUnfence, err)
+		})
+		total += n
+		firstErr = cmpErr(firstErr, err)
+	})
+	return total, cmpErr(firstErr, err)
+}

@@ -1,0 +1,219 @@
+package twopc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// What an audit reports, and its options: the kinds of violation, the
+// report, and the bounds it checks against (the checks are in audit.go).
+
+// ErrAuditFailed is what AuditReport.Err wraps when the audit found a
+// violation.
+var ErrAuditFailed = errors.New("twopc: audit failed")
+
+// Defaults of the audit's options.
+const (
+	// DefaultAuditBatch is how many documents the audit reads per batch.
+	DefaultAuditBatch = 500
+	// DefaultPendingBound is the most markers of legs in flight one
+	// account may hold before the audit reports it: legs in flight are
+	// bounded by the transfers in flight on the account.
+	DefaultPendingBound = 1_000
+	// DefaultFencedBound is the most fences one account may hold: about
+	// 170 kB of markers, twice the 9,000 that doc.go's Limits gives for
+	// 100 transfers a second at the default retention and interval.
+	DefaultFencedBound = 10_000
+)
+
+// Violation kinds, as AuditReport lists them.
+const (
+	// ViolationOrphanMarker: an account holds the marker of a leg in
+	// flight whose transaction is final (done or canceled) or does not
+	// exist. Settling and rolling back remove a leg's marker before the
+	// transaction becomes final, so this never happens while the protocol
+	// is kept.
+	ViolationOrphanMarker = "orphan-marker"
+	// ViolationStale: a transaction is not final and nobody has touched it
+	// for longer than its lease plus the grace (WithStaleGrace): no
+	// Recoverer is finishing it.
+	ViolationStale = "stale"
+	// ViolationMarkerBound: an account holds more markers than the bound
+	// (WithMarkerBounds).
+	ViolationMarkerBound = "marker-bound"
+	// ViolationMalformed: an account whose balance is not an integer, or
+	// whose marker arrays are not arrays; or a transaction the protocol
+	// could not have written.
+	ViolationMalformed = "malformed"
+	// ViolationTotal: a ledger's accounts do not hold the total the
+	// caller stated (WithExpectedTotal), with nothing in flight.
+	ViolationTotal = "total"
+	// ViolationHeldWithoutMarker: an account holds a pending credit or a
+	// held debit with no leg in flight on it. Applying a leg adds its
+	// marker and its amount in one write, and settling or undoing removes
+	// both, so the two go together.
+	ViolationHeldWithoutMarker = "held-without-marker"
+)
+
+// Violation is one broken invariant.
+type Violation struct {
+	Kind    string        `json:"kind"`
+	Ledger  string        `json:"ledger,omitempty"`
+	Account any           `json:"account,omitempty"`
+	Txn     bson.ObjectID `json:"txn,omitzero"`
+	Detail  string        `json:"detail"`
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	b.WriteString(v.Kind)
+	if v.Account != nil {
+		fmt.Fprintf(&b, " account %q/%v", v.Ledger, v.Account)
+	}
+	if !v.Txn.IsZero() {
+		fmt.Fprintf(&b, " txn %s", v.Txn.Hex())
+	}
+	return b.String() + ": " + v.Detail
+}
+
+// TotalCheck is the check of one ledger's total (WithExpectedTotal).
+type TotalCheck struct {
+	Ledger   string `json:"ledger"`
+	Expected int64  `json:"expected"`
+	// Actual is the sum over the ledger's accounts of balance plus held
+	// debits (pendingDebit): money a debit holds is still its account's
+	// until the transfer settles.
+	Actual int64 `json:"actual"`
+	// Decided is false when transactions were in flight during the audit
+	// (unfinished at its start or end, or written since it began): a
+	// transfer between its commit and the end of its settling moves money
+	// between ledgers' sums, and one that ran while the accounts were read
+	// is seen in part, so the figure is not a snapshot and no violation is
+	// reported.
+	Decided bool `json:"decided"`
+	OK      bool `json:"ok"`
+}
+
+// AuditReport is what one audit found: counts a health check can serve,
+// and every violation.
+type AuditReport struct {
+	Started  time.Time `json:"started"`  // by the server's clock
+	Finished time.Time `json:"finished"` // by the server's clock
+	// Transactions counts the transactions by state.
+	Transactions map[State]int `json:"transactions"`
+	// Unfinished is how many were not final (initial, pending, applied,
+	// canceling) at the start of the audit.
+	Unfinished int `json:"unfinished"`
+	// OldestUnfinished is the age, by the server's clock, of the least
+	// recently touched unfinished transaction at the start; 0 if none.
+	OldestUnfinished time.Duration `json:"oldestUnfinished"`
+	// Accounts counts the account documents read per ledger, tombstones
+	// included; Markers and Fences the markers they hold.
+	Accounts map[string]int `json:"accounts"`
+	Markers  int            `json:"markers"`
+	Fences   int            `json:"fences"`
+	Totals   []TotalCheck   `json:"totals,omitempty"`
+	// Violations lists every broken invariant, at most
+	// maxReportedViolations of them; Dropped counts the rest.
+	Violations []Violation `json:"violations"`
+	Dropped    int         `json:"dropped,omitempty"`
+}
+
+// auditLookup is the most transaction ids one lookup of the audit names.
+const auditLookup = 1000
+
+// maxReportedViolations bounds the report's size on a badly broken system.
+const maxReportedViolations = 1000
+
+// OK reports whether the audit found no violation.
+func (r *AuditReport) OK() bool { return len(r.Violations) == 0 && r.Dropped == 0 }
+
+// Err returns nil if the audit found nothing, else an error wrapping
+// ErrAuditFailed that names the first violations.
+func (r *AuditReport) Err() error {
+	if r.OK() {
+		return nil
+	}
+	var parts []string
+	for i, v := range r.Violations {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(r.Violations)+r.Dropped-3))
+			break
+		}
+		parts = append(parts, v.String())
+	}
+	return fmt.Errorf("%w: %s", ErrAuditFailed, strings.Join(parts, "; "))
+}
+
+func (r *AuditReport) add(v Violation) {
+	if len(r.Violations) < maxReportedViolations {
+		r.Violations = append(r.Violations, v)
+	} else {
+		r.Dropped++
+	}
+}
+
+// AuditOption configures one Audit.
+type AuditOption func(*auditConfig)
+
+type auditConfig struct {
+	batch         int
+	pendingBound  int
+	fencedBound   int
+	grace         time.Duration
+	totals        map[string]int64
+	totalsOrdered []string
+}
+
+// WithAuditBatch sets how many documents the audit reads per batch
+// (default DefaultAuditBatch); it never holds more than about one batch of
+// accounts and the transactions their markers name.
+func WithAuditBatch(n int) AuditOption {
+	return func(c *auditConfig) {
+		if n > 0 {
+			c.batch = n
+		}
+	}
+}
+
+// WithMarkerBounds sets the most markers of legs in flight
+// (pendingTransactions) and fences (fencedTransactions) one account may
+// hold (defaults DefaultPendingBound and DefaultFencedBound).
+func WithMarkerBounds(pending, fenced int) AuditOption {
+	return func(c *auditConfig) {
+		if pending > 0 {
+			c.pendingBound = pending
+		}
+		if fenced > 0 {
+			c.fencedBound = fenced
+		}
+	}
+}
+
+// WithStaleGrace sets how long past its lease an unfinished transaction
+// may stay untouched before the audit reports it stale (default
+// DefaultInterval, a Recoverer's default interval: a transaction is
+// finished by the first pass after its lease ends).
+func WithStaleGrace(d time.Duration) AuditOption {
+	return func(c *auditConfig) {
+		if d >= 0 {
+			c.grace = d
+		}
+	}
+}
+
+// WithExpectedTotal states the money ledger ("" for the default) holds:
+// the sum over its accounts of balance plus held debits. The audit checks
+// it when no transaction is in flight (see TotalCheck).
+func WithExpectedTotal(ledger string, total int64) AuditOption {
+	return func(c *auditConfig) {
+		if _, ok := c.totals[ledger]; !ok {
+			c.totalsOrdered = append(c.totalsOrdered, ledger)
+		}
+		c.totals[ledger] = total
+	}
+}

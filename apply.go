@@ -223,7 +223,7 @@ func (c *Coordinator) applyAll(ctx context.Context, recs []*record, legs []leg) 
 	var modified int64
 	refused := map[int]string{}
 	unsent := map[int]bool{}
-	err := c.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
+	err := c.ledgers.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
 		of := make([]*record, len(idx))
 		for j, i := range idx {
 			of[j] = recs[i]
@@ -256,7 +256,7 @@ func (c *Coordinator) inspect(ctx context.Context, r *record, legs []leg) ([]*ac
 // the ledgers' at once; nil for a missing one.
 func (c *Coordinator) inspectLegs(ctx context.Context, legs []leg) ([]*account, error) {
 	out := make([]*account, len(legs))
-	err := c.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
+	err := c.ledgers.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
 		accts, err := l.inspect(ctx, mine)
 		for j, a := range accts { // distinct indexes: no lock needed
 			out[idx[j]] = a

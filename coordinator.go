@@ -28,7 +28,7 @@ type Coordinator struct {
 	config
 	db      *mongo.Database
 	ledger  *Ledger             // the default ledger: the accounts of db
-	ledgers map[string]*Ledger  // every ledger, the default ("") among them
+	ledgers ledgers             // every ledger, the default ("") among them
 	txns    *mongo.Collection   // the log
 	settler *settlers           // background settling, one settler per set of ledgers
 	inserts *stage[*insertCall] // see insertAll
@@ -78,7 +78,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		c.history.archive = a.Clone(majority)
 	}
 	c.ledger = &Ledger{config: &c.config, accounts: db.Collection(cfg.accounts, majority)}
-	c.ledgers = map[string]*Ledger{"": c.ledger}
+	c.ledgers = ledgers{"": c.ledger}
 	for _, spec := range cfg.ledgers {
 		c.ledgers[spec.name] = &Ledger{config: &c.config, name: spec.name, accounts: spec.accounts.Clone(majority)}
 	}
@@ -199,11 +199,7 @@ func (c *Coordinator) Balance(ctx context.Context, id any) (int64, error) {
 // accounts collection of the coordinator's database), or one given with
 // WithLedger. ErrUnknownLedger if there is none.
 func (c *Coordinator) Ledger(name string) (*Ledger, error) {
-	l, ok := c.ledgers[name]
-	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownLedger, name)
-	}
-	return l, nil
+	return c.ledgers.get(name)
 }
 
 // Get returns transaction id as it now stands: as the archive holds it, if

@@ -10,6 +10,20 @@ import (
 	"sync"
 )
 
+// ledgers are a coordinator's participants by name ("" is the default
+// ledger, the accounts of the coordinator's database): the one place that
+// says whether a ledger is known, and that sends to several at once.
+type ledgers map[string]*Ledger
+
+// get returns the ledger of that name, or ErrUnknownLedger.
+func (ls ledgers) get(name string) (*Ledger, error) {
+	l, ok := ls[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownLedger, name)
+	}
+	return l, nil
+}
+
 // cmpErr keeps the first error.
 func cmpErr(first, next error) error {
 	if first != nil {
@@ -18,22 +32,22 @@ func cmpErr(first, next error) error {
 	return next
 }
 
-// onLedgers runs f on every ledger of the coordinator (see parallel), and
+// onEach runs f on every ledger (see parallel), and
 // returns the first error. f must do nothing on a ledger none of its work
 // is on.
-func (c *Coordinator) onLedgers(f func(*Ledger) error) error {
-	ledgers := make([]*Ledger, 0, len(c.ledgers))
-	for _, l := range c.ledgers {
-		ledgers = append(ledgers, l)
+func (ls ledgers) onEach(f func(*Ledger) error) error {
+	all := make([]*Ledger, 0, len(ls))
+	for _, l := range ls {
+		all = append(all, l)
 	}
-	return parallel(len(ledgers), func(i int) error { return f(ledgers[i]) })
+	return parallel(len(all), func(i int) error { return f(all[i]) })
 }
 
 // perLedger runs f once for each ledger that legs are on, with that
 // ledger's legs and their indexes in legs (see parallel), and returns the
 // first error; ErrUnknownLedger if a leg is on a ledger the coordinator
 // was not given.
-func (c *Coordinator) perLedger(legs []leg, f func(l *Ledger, mine []leg, idx []int) error) error {
+func (ls ledgers) perLedger(legs []leg, f func(l *Ledger, mine []leg, idx []int) error) error {
 	type part struct {
 		l    *Ledger
 		mine []leg
@@ -44,9 +58,9 @@ func (c *Coordinator) perLedger(legs []leg, f func(l *Ledger, mine []leg, idx []
 	for i, lg := range legs {
 		p := byName[lg.ledger]
 		if p == nil {
-			l, ok := c.ledgers[lg.ledger]
-			if !ok {
-				return fmt.Errorf("%w: %q", ErrUnknownLedger, lg.ledger)
+			l, err := ls.get(lg.ledger)
+			if err != nil {
+				return err
 			}
 			p = &part{l: l}
 			byName[lg.ledger] = p
@@ -83,31 +97,31 @@ func parallel(n int, f func(i int) error) error {
 }
 
 // knows checks that every leg of legs is on a ledger of the coordinator.
-func (c *Coordinator) knows(legs []leg) error {
+func (ls ledgers) knows(legs []leg) error {
 	for _, lg := range legs {
-		if _, ok := c.ledgers[lg.ledger]; !ok {
-			return fmt.Errorf("%w: %q", ErrUnknownLedger, lg.ledger)
+		if _, err := ls.get(lg.ledger); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// eachLedgerFailed runs write on every ledger (it skips legs of other
+// eachFailed runs write on every ledger (it skips legs of other
 // ledgers) and returns, by index in recs, why a transaction may not have
 // been written: the error of a ledger it has a leg on, never another's. A
 // transaction naming a ledger the coordinator lacks is failed. The second
 // result is the first of those errors.
-func (c *Coordinator) eachLedgerFailed(ctx context.Context, recs []*record, write func(*Ledger, context.Context, []*record) (map[int]bool, error)) (map[int]error, error) {
+func (ls ledgers) eachFailed(ctx context.Context, recs []*record, write func(*Ledger, context.Context, []*record) (map[int]bool, error)) (map[int]error, error) {
 	failed := map[int]error{}
 	var firstErr error
 	for i, r := range recs {
-		if err := c.knows(r.legs()); err != nil {
+		if err := ls.knows(r.legs()); err != nil {
 			failed[i] = fmt.Errorf("transaction %s: %w", r.ID.Hex(), err)
 			firstErr = cmpErr(firstErr, failed[i])
 		}
 	}
 	var mu sync.Mutex
-	err := c.onLedgers(func(l *Ledger) error {
+	err := ls.onEach(func(l *Ledger) error {
 		f, err := write(l, ctx, recs)
 		mu.Lock()
 		defer mu.Unlock()

@@ -51,8 +51,8 @@ func (c *Coordinator) legsTxn(legs []Leg) (Txn, error) {
 		return Txn{}, err
 	}
 	for i, l := range legs {
-		if _, ok := c.ledgers[l.Ledger]; !ok {
-			return Txn{}, fmt.Errorf("%w: leg %d: %w: %q", ErrInvalidTransfer, i, ErrUnknownLedger, l.Ledger)
+		if _, err := c.ledgers.get(l.Ledger); err != nil {
+			return Txn{}, fmt.Errorf("%w: leg %d: %w", ErrInvalidTransfer, i, err)
 		}
 	}
 	return Txn{Legs: append([]Leg(nil), legs...), Value: credited}, nil

@@ -209,10 +209,8 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 	// A transaction with a leg on a ledger this coordinator was not given
 	// is left to a recoverer that has it, before any claim: taking it
 	// over would only hold it from that recoverer for a whole lease.
-	for _, lg := range t.legs() {
-		if _, ok := c.ledgers[lg.ledger]; !ok {
-			return fmt.Errorf("%w: %q: left to a recoverer that has it", ErrUnknownLedger, lg.ledger)
-		}
+	if err := c.ledgers.knows(t.legs()); err != nil {
+		return fmt.Errorf("%w: left to a recoverer that has it", err)
 	}
 	sent := c.now()
 	start := time.Now()

@@ -190,5 +190,5 @@ func (c *Coordinator) rollback(ctx context.Context, r *record) (*record, error) 
 // fenceAndUndo closes the legs of canceling transaction r on every ledger
 // (see Ledger.fenceAndUndo).
 func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
-	return c.perLedger(r.legs(), func(l *Ledger, mine []leg, _ []int) error { return l.fenceAndUndo(ctx, r, mine) })
+	return c.ledgers.perLedger(r.legs(), func(l *Ledger, mine []leg, _ []int) error { return l.fenceAndUndo(ctx, r, mine) })
 }

@@ -291,5 +291,5 @@ type unsettled struct {
 // ledger, and returns, by index in recs, why a leg of a transaction may
 // not have closed.
 func (c *Coordinator) closeLegs(ctx context.Context, recs []*record) (map[int]error, error) {
-	return c.eachLedgerFailed(ctx, recs, (*Ledger).closeLegs)
+	return c.ledgers.eachFailed(ctx, recs, (*Ledger).closeLegs)
 }

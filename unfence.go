@@ -176,7 +176,7 @@ func (c *Coordinator) openBefore(ctx context.Context, recs []*record) (openTxns,
 // unfenceLegs removes the fences of final transactions recs on every
 // ledger (see Ledger.unfenceLegs).
 func (c *Coordinator) unfenceLegs(ctx context.Context, recs []*record) (map[int]error, error) {
-	return c.eachLedgerFailed(ctx, recs, (*Ledger).unfenceLegs)
+	return c.ledgers.eachFailed(ctx, recs, (*Ledger).unfenceLegs)
 }
 
 // unfence removes the fences of final transactions whose retention has

@@ -327,15 +327,18 @@ var unserialized = map[string]bool{
 // the request takes longer than the stall warning, the front says so in the
 // log: every client is waiting.
 func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, error) {
-	if unserialized[req.command] {
-		return f.forward(backend, msg, req)
+	serialized := !unserialized[req.command]
+	if serialized {
+		f.serial.Lock()
+		defer f.serial.Unlock()
 	}
-	f.serial.Lock()
-	defer f.serial.Unlock()
 	start := time.Now()
 	warning := time.AfterFunc(f.stall, func() {
-		f.log.Warn("front waits for a backend that has not answered; every client waits with it",
-			slog.String("command", req.command), slog.Duration("waiting", time.Since(start)))
+		msg := "front waits for a backend that has not answered"
+		if serialized {
+			msg += "; every client waits with it"
+		}
+		f.log.Warn(msg, slog.String("command", req.command), slog.Duration("waiting", time.Since(start)))
 	})
 	defer func() {
 		if !warning.Stop() { // it fired: say when the wait ended

@@ -101,7 +101,7 @@ func (c *Coordinator) renew(ctx context.Context, o *owned) error {
 		return nil
 	}
 	sent := c.now()
-	cur, moved, err := c.advance(ctx, o.rec, move{step: StepRenew, from: StatePending, to: StatePending, claim: o.rec.Claim})
+	cur, moved, err := c.log.advance(ctx, o.rec, move{step: StepRenew, from: StatePending, to: StatePending, claim: o.rec.Claim})
 	if err != nil {
 		return err
 	}

@@ -47,18 +47,19 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 			return nil, fmt.Errorf("twopc: audit: %w", err)
 		}
 	}
-	now, err := c.serverNow(ctx)
+	now, err := c.log.serverNow(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("twopc: audit: %w", err)
 	}
 	rep := &AuditReport{Started: now, Transactions: map[State]int{}, Accounts: map[string]int{}}
-	if err := c.auditTransactions(ctx, &cfg, rep); err != nil {
+	au := &audit{c: c, cfg: cfg, rep: rep}
+	if err := au.transactions(ctx); err != nil {
 		return nil, fmt.Errorf("twopc: audit: %w", err)
 	}
 	inFlight := rep.Unfinished > 0
 	sums := map[string]int64{}
 	for _, name := range c.ledgerNames() {
-		sum, err := c.auditLedger(ctx, &cfg, c.ledgers[name], rep)
+		sum, err := au.ledger(ctx, c.ledgers[name])
 		if err != nil {
 			return nil, fmt.Errorf("twopc: audit: ledger %q: %w", name, err)
 		}
@@ -68,7 +69,7 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 		// Nothing was in flight at the start. Was anything by the end, or
 		// did a transfer run from start to end while the accounts were
 		// read? Either way it was written since the audit began.
-		n, err := c.txns.CountDocuments(ctx, bson.D{{Key: "$or", Value: bson.A{
+		n, err := c.log.txns.CountDocuments(ctx, bson.D{{Key: "$or", Value: bson.A{
 			bson.D{{Key: fieldState, Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
 			bson.D{{Key: fieldLastModified, Value: bson.D{{Key: "$gte", Value: rep.Started}}}},
 		}}})
@@ -86,7 +87,7 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 		}
 		rep.Totals = append(rep.Totals, tc)
 	}
-	if rep.Finished, err = c.serverNow(ctx); err != nil {
+	if rep.Finished, err = c.log.serverNow(ctx); err != nil {
 		return nil, fmt.Errorf("twopc: audit: %w", err)
 	}
 	return rep, nil
@@ -94,27 +95,36 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 
 // ledgerNames returns the coordinator's ledgers, the default first, then
 // in the order they were given.
-func (c *Coordinator) ledgerNames() []string {
+func (c *config) ledgerNames() []string {
 	names := []string{""}
-	for _, spec := range c.config.ledgers {
+	for _, spec := range c.ledgers {
 		names = append(names, spec.name)
 	}
 	return names
 }
 
+// audit is one Audit call's state: the coordinator it reads, its options,
+// and the report it fills in.
+type audit struct {
+	c   *Coordinator
+	cfg auditConfig
+	rep *AuditReport
+}
+
 var unfinishedStates = bson.A{StateInitial, StatePending, StateApplied, StateCanceling}
 
-// auditTransactions counts the transactions by state and checks every
+// transactions counts the transactions by state and checks every
 // unfinished one against its lease, reading them in batches.
-func (c *Coordinator) auditTransactions(ctx context.Context, cfg *auditConfig, rep *AuditReport) error {
+func (au *audit) transactions(ctx context.Context) error {
+	c, cfg, rep := au.c, &au.cfg, au.rep
 	for _, s := range []State{StateInitial, StatePending, StateApplied, StateDone, StateCanceling, StateCanceled} {
-		n, err := c.txns.CountDocuments(ctx, bson.D{{Key: fieldState, Value: s}})
+		n, err := c.log.txns.CountDocuments(ctx, bson.D{{Key: fieldState, Value: s}})
 		if err != nil {
 			return err
 		}
 		rep.Transactions[s] = int(n)
 	}
-	cur, err := c.txns.Find(ctx, bson.D{{Key: fieldState, Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
+	cur, err := c.log.txns.Find(ctx, bson.D{{Key: fieldState, Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
 		options.Find().SetSort(bson.D{{Key: fieldLastModified, Value: 1}}).SetBatchSize(int32(cfg.batch)))
 	if err != nil {
 		return err
@@ -145,7 +155,8 @@ func (c *Coordinator) auditTransactions(ctx context.Context, cfg *auditConfig, r
 
 // auditLedger checks the accounts of l in batches and returns the sum of
 // their balances and held debits.
-func (c *Coordinator) auditLedger(ctx context.Context, cfg *auditConfig, l *Ledger, rep *AuditReport) (int64, error) {
+func (au *audit) ledger(ctx context.Context, l *Ledger) (int64, error) {
+	cfg, rep := &au.cfg, au.rep
 	cur, err := l.accounts.Find(ctx, bson.D{},
 		options.Find().SetProjection(accountProjection).SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(cfg.batch)))
 	if err != nil {
@@ -156,7 +167,7 @@ func (c *Coordinator) auditLedger(ctx context.Context, cfg *auditConfig, l *Ledg
 	overflow := false
 	batch := make([]*account, 0, cfg.batch)
 	flush := func() error {
-		err := c.auditMarkers(ctx, l, batch, rep)
+		err := au.markers(ctx, l, batch)
 		batch = batch[:0]
 		return err
 	}
@@ -238,7 +249,8 @@ func rawID(v bson.RawValue) any {
 // exists and is not final. A marker found with a final or missing
 // transaction is checked again on a fresh majority read of its account:
 // the transfer may have settled or rolled back since the account was read.
-func (c *Coordinator) auditMarkers(ctx context.Context, l *Ledger, accts []*account, rep *AuditReport) error {
+func (au *audit) markers(ctx context.Context, l *Ledger, accts []*account) error {
+	c, rep := au.c, au.rep
 	ids := map[bson.ObjectID]bool{}
 	for _, a := range accts {
 		for _, m := range a.pending() {
@@ -255,7 +267,7 @@ func (c *Coordinator) auditMarkers(ctx context.Context, l *Ledger, accts []*acco
 	for len(list) > 0 {
 		part := list[:min(len(list), auditLookup)]
 		list = list[len(part):]
-		cur, err := c.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: part}}}},
+		cur, err := c.log.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: part}}}},
 			options.Find().SetProjection(bson.D{{Key: fieldState, Value: 1}}))
 		if err != nil {
 			return err

@@ -79,7 +79,7 @@ func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest)
 		ts = append(ts, c.newTransfer(t, q.Key))
 		at = append(at, i)
 	}
-	c.run(ctx, ts)
+	newEngine(c).run(ctx, ts)
 	for j, t := range ts {
 		out[at[j]] = TransferResult{Txn: t.txn, Err: t.err}
 	}

@@ -50,10 +50,10 @@ type commitCall struct {
 // majority wait on a replica set) and, on a server that uses the _id index
 // only for a filter on _id alone, one collection scan, instead of k. Only
 // the commits of one Coordinator are grouped.
-func (c *Coordinator) commitAll(ctx context.Context, calls []*commitCall) {
+func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 	if len(calls) == 1 {
 		q := calls[0]
-		q.cur, q.moved, q.err = c.advanceHooked(ctx, q.rec, commitMove(q.rec), true)
+		q.cur, q.moved, q.err = g.advanceHooked(ctx, q.rec, commitMove(q.rec), true)
 		return
 	}
 	or := make(bson.A, len(calls))
@@ -66,8 +66,8 @@ func (c *Coordinator) commitAll(ctx context.Context, calls []*commitCall) {
 	update := commitMove(calls[0].rec).update()
 	start := time.Now()
 	var modified int64
-	err := c.retry(ctx, func(ctx context.Context) error {
-		res, err := c.txns.UpdateMany(ctx, filter, update)
+	err := g.retry(ctx, func(ctx context.Context) error {
+		res, err := g.txns.UpdateMany(ctx, filter, update)
 		if res != nil {
 			modified = res.ModifiedCount
 		}
@@ -76,7 +76,7 @@ func (c *Coordinator) commitAll(ctx context.Context, calls []*commitCall) {
 	defer func() {
 		m := move{step: StepCommit, from: StatePending, to: StateApplied}
 		for _, q := range calls {
-			c.transition(ctx, q.rec.ID, m, start, len(calls), q.moved, q.err)
+			g.transition(ctx, q.rec.ID, m, start, len(calls), q.moved, q.err)
 		}
 	}()
 	if err == nil && modified == int64(len(calls)) {
@@ -91,8 +91,8 @@ func (c *Coordinator) commitAll(ctx context.Context, calls []*commitCall) {
 	// happened): read which moved. A transaction moved if it is applied
 	// under its own claim.
 	var now []record
-	rerr := c.retry(ctx, func(ctx context.Context) error {
-		cur, err := c.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	rerr := g.retry(ctx, func(ctx context.Context) error {
+		cur, err := g.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 		if err != nil {
 			return err
 		}

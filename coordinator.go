@@ -29,7 +29,7 @@ type Coordinator struct {
 	db      *mongo.Database
 	ledger  *Ledger             // the default ledger: the accounts of db
 	ledgers ledgers             // every ledger, the default ("") among them
-	txns    *mongo.Collection   // the log
+	log     *txnLog             // the log: every command on the transactions collection
 	settler *settlers           // background settling, one settler per set of ledgers
 	inserts *stage[*insertCall] // see insertAll
 	applies *applyStages        // see applyRound
@@ -68,8 +68,8 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	c := &Coordinator{
 		config: cfg,
 		db:     db,
-		txns:   db.Collection(cfg.transactions, majority),
 	}
+	c.log = &txnLog{config: &c.config, txns: db.Collection(cfg.transactions, majority)}
 	if c.history.archive != nil {
 		a := c.history.archive
 		if a.Name() == cfg.transactions && a.Database().Name() == db.Name() {
@@ -85,7 +85,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	c.settler = &settlers{c: c}
 	c.inserts = &stage[*insertCall]{write: c.insertAll}
 	c.applies = &applyStages{write: c.applyRound}
-	c.commits = &stage[*commitCall]{write: c.commitAll}
+	c.commits = &stage[*commitCall]{write: c.log.commitAll}
 	return c, nil
 }
 
@@ -108,7 +108,7 @@ func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 	// that name, of this version or an earlier one, serves; and FerretDB
 	// v1 drops the connection when one createIndexes names several that
 	// exist.
-	specs, err := c.txns.Indexes().ListSpecifications(ctx)
+	specs, err := c.log.txns.Indexes().ListSpecifications(ctx)
 	if err != nil {
 		return fmt.Errorf("twopc: ensure indexes: %w", err)
 	}
@@ -146,7 +146,7 @@ func (c *Coordinator) ensureIndex(ctx context.Context, have map[string]bool, key
 	if o.Name != nil && have[*o.Name] {
 		return nil
 	}
-	_, err := c.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: opts})
+	_, err := c.log.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: opts})
 	var se mongo.ServerError
 	// The server has no such option (NotImplemented, CommandNotSupported,
 	// InvalidOptions, BadValue, CannotCreateIndex,
@@ -160,7 +160,7 @@ func (c *Coordinator) ensureIndex(ctx context.Context, have map[string]bool, key
 		return errors.As(err, &se) && (se.HasErrorCode(codeIndexOptionsConflict) || se.HasErrorCode(codeIndexKeySpecsConflict))
 	}
 	if fallback != nil && refused() {
-		_, err = c.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: fallback})
+		_, err = c.log.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: fallback})
 	}
 	if conflict() {
 		return nil // made meanwhile by another process, of the other kind: it serves
@@ -206,7 +206,7 @@ func (c *Coordinator) Ledger(name string) (*Ledger, error) {
 // WithHistory's archive does (see Coordinator.lookup), else as the log
 // does.
 func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
-	r, _, err := c.lookup(ctx, id)
+	r, _, err := c.log.lookup(ctx, id)
 	if r == nil {
 		return nil, err
 	}
@@ -230,11 +230,11 @@ func (c *Coordinator) Close(ctx context.Context) error {
 // always judged by the server's clock against lastModified, which the
 // server also writes ($currentDate): the clocks of the hosts running the
 // library play no part.
-func (c *Coordinator) serverNow(ctx context.Context) (time.Time, error) {
+func (g *txnLog) serverNow(ctx context.Context) (time.Time, error) {
 	var now time.Time
-	err := c.try(ctx, StepClock, nil, func(ctx context.Context) error {
+	err := g.try(ctx, StepClock, nil, func(ctx context.Context) error {
 		var err error
-		now, err = schema.ServerNow(ctx, c.db)
+		now, err = schema.ServerNow(ctx, g.txns.Database())
 		return err
 	})
 	return now, err
@@ -243,10 +243,10 @@ func (c *Coordinator) serverNow(ctx context.Context) (time.Time, error) {
 // stale reports whether r's lastModified is older than its lease (the
 // longest StaleAfter of any process that claimed it, and c's) by the
 // server's clock.
-func (c *Coordinator) stale(ctx context.Context, r *record) (bool, error) {
-	now, err := c.serverNow(ctx)
+func (g *txnLog) stale(ctx context.Context, r *record) (bool, error) {
+	now, err := g.serverNow(ctx)
 	if err != nil {
 		return false, err
 	}
-	return r.LastModified.Before(now.Add(-r.lease(c.staleAfter))), nil
+	return r.LastModified.Before(now.Add(-r.lease(g.staleAfter))), nil
 }

@@ -14,6 +14,17 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
+// engine carries one call's transfers through the steps (as mgo/txn's
+// flusher does): Transfer, TransferLegs, TransferBatch and Reverse build
+// one, and so does recovery's roll-forward of a taken-over transfer. The
+// steps' writes are shared with other calls' engines through the
+// coordinator's stages.
+type engine struct {
+	c *Coordinator
+}
+
+func newEngine(c *Coordinator) *engine { return &engine{c: c} }
+
 // transfer is one transfer on its way through the steps: the transaction
 // this call wrote (or means to), the claim once it owns it, and, once
 // decided, the caller's answer.
@@ -50,7 +61,8 @@ func (c *Coordinator) newTransfer(t Txn, key string) *transfer {
 
 // run takes transfers ts through every step, each step of all of them in
 // the same writes (see stage), and leaves each one's answer in it.
-func (c *Coordinator) run(ctx context.Context, ts []*transfer) {
+func (e *engine) run(ctx context.Context, ts []*transfer) {
+	c := e.c
 	claimedAt := c.now()
 	calls := make([]*insertCall, 0, len(ts))
 	for _, t := range ts {
@@ -89,7 +101,7 @@ func (c *Coordinator) run(ctx context.Context, ts []*transfer) {
 			mine = append(mine, t)
 		}
 	}
-	c.driveAll(ctx, mine, c.syncSettle)
+	e.driveAll(ctx, mine, c.syncSettle)
 }
 
 // owned is a transaction this process holds the claim of, and when it sent
@@ -108,9 +120,9 @@ type owned struct {
 // drive takes an owned pending transaction to its commit point, or rolls it
 // back when a leg cannot apply; then settles it now (sync) or in the
 // background.
-func (c *Coordinator) drive(ctx context.Context, o *owned, sync bool) (*Txn, error) {
+func (e *engine) drive(ctx context.Context, o *owned, sync bool) (*Txn, error) {
 	t := &transfer{rec: o.rec, o: o}
-	c.driveAll(ctx, []*transfer{t}, sync)
+	e.driveAll(ctx, []*transfer{t}, sync)
 	return t.txn, t.err
 }
 
@@ -123,12 +135,13 @@ func (c *Coordinator) drive(ctx context.Context, o *owned, sync bool) (*Txn, err
 // Transfers on different sets of ledgers are driven apart, at once, so
 // that a ledger that is down or slow holds up only the transfers with a
 // leg on it, even within one TransferBatch.
-func (c *Coordinator) driveAll(ctx context.Context, ts []*transfer, syncSettle bool) {
+func (e *engine) driveAll(ctx context.Context, ts []*transfer, syncSettle bool) {
+	c := e.c
 	if len(ts) > 1 {
 		sets := splitByLedgers(ts, func(t *transfer) []leg { return t.o.rec.legs() })
 		if len(sets) > 1 {
 			_ = parallel(len(sets), func(i int) error {
-				c.driveAll(ctx, sets[i], syncSettle)
+				e.driveAll(ctx, sets[i], syncSettle)
 				return nil
 			})
 			return
@@ -141,7 +154,7 @@ func (c *Coordinator) driveAll(ctx context.Context, ts []*transfer, syncSettle b
 	case 1:
 		alone = ts
 	default:
-		ready, alone = c.applyFirst(ctx, ts)
+		ready, alone = e.applyFirst(ctx, ts)
 	}
 	rest := func(i int) error {
 		t := alone[i]
@@ -153,9 +166,9 @@ func (c *Coordinator) driveAll(ctx context.Context, ts []*transfer, syncSettle b
 			}
 			why, err = c.applyLegs(ctx, t.o, todo, round)
 		}
-		c.applied(ctx, t, why, err)
+		e.applied(ctx, t, why, err)
 		if !t.over {
-			c.commitEach(ctx, []*transfer{t}, syncSettle)
+			e.commitEach(ctx, []*transfer{t}, syncSettle)
 		}
 		return nil
 	}
@@ -168,14 +181,15 @@ func (c *Coordinator) driveAll(ctx context.Context, ts []*transfer, syncSettle b
 		defer close(done)
 		_ = parallel(len(alone), rest)
 	}()
-	c.commitEach(ctx, ready, syncSettle)
+	e.commitEach(ctx, ready, syncSettle)
 	<-done
 }
 
 // applyFirst makes the first apply round of transfers ts together (see
 // applyRound), and returns those whose legs all applied and those that go
 // on alone; it answers those it is done with.
-func (c *Coordinator) applyFirst(ctx context.Context, ts []*transfer) (ready, alone []*transfer) {
+func (e *engine) applyFirst(ctx context.Context, ts []*transfer) (ready, alone []*transfer) {
+	c := e.c
 	var calls []*applyCall
 	var of []*transfer
 	for _, t := range ts {
@@ -184,7 +198,7 @@ func (c *Coordinator) applyFirst(ctx context.Context, ts []*transfer) (ready, al
 			err = c.renew(ctx, t.o)
 		}
 		if err != nil {
-			c.applied(ctx, t, nil, err)
+			e.applied(ctx, t, nil, err)
 			continue
 		}
 		calls = append(calls, &applyCall{o: t.o, todo: t.o.rec.legs()})
@@ -192,7 +206,7 @@ func (c *Coordinator) applyFirst(ctx context.Context, ts []*transfer) (ready, al
 	}
 	if err := c.applies.join(ctx, calls...); err != nil {
 		for _, t := range of {
-			c.applied(ctx, t, nil, err)
+			e.applied(ctx, t, nil, err)
 		}
 		return nil, nil
 	}
@@ -202,9 +216,9 @@ func (c *Coordinator) applyFirst(ctx context.Context, ts []*transfer) (ready, al
 		case q.unsent || (q.err != nil && transient(ctx, q.err)):
 			alone = append(alone, t) // from the first round again, alone
 		case q.err != nil:
-			c.applied(ctx, t, nil, q.err)
+			e.applied(ctx, t, nil, q.err)
 		case q.lost:
-			c.applied(ctx, t, nil, errLost)
+			e.applied(ctx, t, nil, errLost)
 		case q.why != nil:
 			alone = append(alone, t)
 			t.o.why = q.why
@@ -220,10 +234,11 @@ func (c *Coordinator) applyFirst(ctx context.Context, ts []*transfer) (ready, al
 
 // applied answers t when applying its legs ended in an error or with a leg
 // that cannot apply (why: it is rolled back).
-func (c *Coordinator) applied(ctx context.Context, t *transfer, why, err error) {
+func (e *engine) applied(ctx context.Context, t *transfer, why, err error) {
+	c := e.c
 	o := t.o
 	if errors.Is(err, errLost) {
-		cur, rerr := c.read(ctx, o.rec.ID)
+		cur, rerr := c.log.read(ctx, o.rec.ID)
 		if rerr != nil {
 			t.answer(o.rec.txn(), rerr)
 			return
@@ -243,7 +258,8 @@ func (c *Coordinator) applied(ctx context.Context, t *transfer, why, err error) 
 // commitEach commits transfers ts, whose legs all applied, in the commit
 // stage, and settles those it moved: now (sync), in one batch, or in the
 // background.
-func (c *Coordinator) commitEach(ctx context.Context, ts []*transfer, sync bool) {
+func (e *engine) commitEach(ctx context.Context, ts []*transfer, sync bool) {
+	c := e.c
 	var calls []*commitCall
 	var of []*transfer
 	for _, t := range ts {
@@ -310,7 +326,7 @@ func (c *Coordinator) commitEach(ctx context.Context, ts []*transfer, sync bool)
 // abort rolls back an owned pending transaction whose leg cannot apply,
 // and returns why.
 func (c *Coordinator) abort(ctx context.Context, r *record, why error) (*Txn, error) {
-	cur, moved, err := c.advance(ctx, r, move{
+	cur, moved, err := c.log.advance(ctx, r, move{
 		step: StepCancel, from: StatePending, to: StateCanceling, claim: r.Claim,
 		set: bson.D{{Key: fieldReason, Value: reasonOf(why)}},
 	})

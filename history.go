@@ -74,7 +74,7 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 			}
 		}
 		// Guarded as the read was: final, unfenced, no placeholder, no key.
-		res, err := c.txns.DeleteMany(ctx, bson.D{
+		res, err := c.log.txns.DeleteMany(ctx, bson.D{
 			{Key: "_id", Value: bson.D{{Key: "$in", Value: due}}},
 			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateDone, StateCanceled}}}},
 			{Key: fieldFences, Value: bson.D{{Key: "$ne", Value: true}}},
@@ -101,23 +101,23 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 // is the transaction's first record, and a document under the same id in
 // the log is a copy that the removed transaction's own late writes brought
 // back (see WithHistory). Otherwise the log answers.
-func (c *Coordinator) lookup(ctx context.Context, id bson.ObjectID) (r *record, archived bool, err error) {
-	if r, archived, err = c.archived(ctx, id); archived || err != nil {
+func (g *txnLog) lookup(ctx context.Context, id bson.ObjectID) (r *record, archived bool, err error) {
+	if r, archived, err = g.archived(ctx, id); archived || err != nil {
 		return r, archived, err
 	}
-	r, err = c.read(ctx, id)
+	r, err = g.read(ctx, id)
 	return r, false, err
 }
 
 // archived reads transaction id from WithHistory's archive, if there is
 // one and it holds the id.
-func (c *Coordinator) archived(ctx context.Context, id bson.ObjectID) (*record, bool, error) {
-	a := c.history.archive
+func (g *txnLog) archived(ctx context.Context, id bson.ObjectID) (*record, bool, error) {
+	a := g.history.archive
 	if a == nil {
 		return nil, false, nil
 	}
 	var r record
-	err := c.try(ctx, StepRead, &record{Txn: Txn{ID: id}}, func(ctx context.Context) error {
+	err := g.try(ctx, StepRead, &record{Txn: Txn{ID: id}}, func(ctx context.Context) error {
 		return a.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&r)
 	})
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -134,7 +134,7 @@ func (c *Coordinator) archived(ctx context.Context, id bson.ObjectID) (*record, 
 // its copy is there, whatever a partly failed insert reported.
 func (r *Recoverer) archive(ctx context.Context, ids bson.A) (bson.A, error) {
 	c := r.c
-	cur, err := c.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	cur, err := c.log.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 	if err != nil {
 		return nil, err
 	}

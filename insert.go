@@ -51,7 +51,7 @@ type insertCall struct {
 func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 	if len(calls) == 1 {
 		q := calls[0]
-		q.cur, q.err = c.insertOne(ctx, q.t.rec)
+		q.cur, q.err = c.log.insertOne(ctx, q.t.rec)
 		return
 	}
 	var grouped []*insertCall
@@ -72,7 +72,7 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 	}
 	var again []*insertCall
 	for start := 0; start < len(grouped); start += c.writeBatch {
-		again = append(again, c.insertGroup(ctx, grouped[start:min(start+c.writeBatch, len(grouped))], len(calls))...)
+		again = append(again, c.log.insertGroup(ctx, grouped[start:min(start+c.writeBatch, len(grouped))], len(calls))...)
 	}
 	// Those inserted alone: each _id's calls one after the other.
 	byID := map[bson.ObjectID][]*insertCall{}
@@ -101,7 +101,7 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 				continue
 			}
 			if q.cur == nil {
-				q.cur, q.err = c.insertOne(ctx, q.t.rec)
+				q.cur, q.err = c.log.insertOne(ctx, q.t.rec)
 			}
 			if q.err == nil {
 				stored = q.cur
@@ -115,7 +115,7 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 // in one command, fills in the calls it inserted, and returns the others,
 // to be inserted alone. of is the size of the stage's group, for the
 // observers.
-func (c *Coordinator) insertGroup(ctx context.Context, calls []*insertCall, of int) []*insertCall {
+func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) []*insertCall {
 	if len(calls) == 1 {
 		return calls
 	}
@@ -126,9 +126,9 @@ func (c *Coordinator) insertGroup(ctx context.Context, calls []*insertCall, of i
 	}
 	start := time.Now()
 	var res *mongo.BulkWriteResult
-	err := c.retry(ctx, func(ctx context.Context) error {
+	err := g.retry(ctx, func(ctx context.Context) error {
 		var err error
-		res, err = c.txns.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		res, err = g.txns.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 		return err
 	})
 	var bwe mongo.BulkWriteException
@@ -136,7 +136,7 @@ func (c *Coordinator) insertGroup(ctx context.Context, calls []*insertCall, of i
 		// Not answered, or not durably: every insert's outcome is unknown.
 		for _, q := range calls {
 			q.err = err
-			c.transition(ctx, q.t.rec.ID, inserted, start, of, false, err)
+			g.transition(ctx, q.t.rec.ID, inserted, start, of, false, err)
 		}
 		return nil
 	}
@@ -157,7 +157,7 @@ func (c *Coordinator) insertGroup(ctx context.Context, calls []*insertCall, of i
 		cur := *q.t.rec
 		cur.LastModified = start // the server's clock set the stored one; not read back
 		q.cur = &cur
-		c.transition(ctx, cur.ID, inserted, start, of, true, nil)
+		g.transition(ctx, cur.ID, inserted, start, of, true, nil)
 	}
 	return again
 }
@@ -171,7 +171,7 @@ func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
 	if err := c.at(ctx, StepInsert, r); err != nil {
 		return nil, err
 	}
-	return c.insertOne(ctx, r)
+	return c.log.insertOne(ctx, r)
 }
 
 // insertWrite is the guarded upsert that inserts r, claimed and pending,
@@ -227,32 +227,32 @@ func insertWrite(r *record) (filter, update bson.D) {
 // insertOne writes the new transaction (see insertWrite) in one
 // find-and-modify. If the _id is an earlier transfer's (same key), it
 // returns that transaction; the caller compares claims to tell.
-func (c *Coordinator) insertOne(ctx context.Context, r *record) (*record, error) {
+func (g *txnLog) insertOne(ctx context.Context, r *record) (*record, error) {
 	filter, update := insertWrite(r)
 	var cur record
 	start := time.Now()
-	err := c.retry(ctx, func(ctx context.Context) error {
-		return c.txns.FindOneAndUpdate(ctx, filter, update,
+	err := g.retry(ctx, func(ctx context.Context) error {
+		return g.txns.FindOneAndUpdate(ctx, filter, update,
 			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&cur)
 	})
 	if mongo.IsDuplicateKeyError(err) {
-		prior, err := c.read(ctx, r.ID)
+		prior, err := g.read(ctx, r.ID)
 		if prior == nil && errors.Is(err, ErrTxnNotFound) {
 			// Taken, then not found: removed since (WithHistory), or not
 			// yet visible at majority. Not ErrTxnNotFound: it may exist.
 			err = fmt.Errorf("the _id was taken by a document that is not found now (removed by WithHistory, or not yet majority-committed): %v", err)
 		}
 		if prior == nil {
-			c.transition(ctx, r.ID, inserted, start, 1, false, err)
+			g.transition(ctx, r.ID, inserted, start, 1, false, err)
 			return nil, err
 		}
-		c.transition(ctx, r.ID, inserted, start, 1, false, nil) // another transaction has the _id
+		g.transition(ctx, r.ID, inserted, start, 1, false, nil) // another transaction has the _id
 		return prior, nil
 	}
 	if err != nil {
-		c.transition(ctx, r.ID, inserted, start, 1, false, err)
+		g.transition(ctx, r.ID, inserted, start, 1, false, err)
 		return nil, err
 	}
-	c.transition(ctx, r.ID, inserted, start, 1, cur.Claim == r.Claim, nil)
+	g.transition(ctx, r.ID, inserted, start, 1, cur.Claim == r.Claim, nil)
 	return &cur, nil
 }

@@ -34,7 +34,7 @@ func TestLegMarkersKeepTwoLegsOnOneDocumentApart(t *testing.T) {
 	}
 	cur, err := c.insert(ctx, r)
 	require.NoError(t, err)
-	_, err = c.drive(ctx, &owned{rec: cur, claimedAt: c.now()}, true)
+	_, err = newEngine(c).drive(ctx, &owned{rec: cur, claimedAt: c.now()}, true)
 	require.ErrorIs(t, err, ErrInsufficientFunds)
 	a, err := c.Account(ctx, "D")
 	require.NoError(t, err)
@@ -77,7 +77,7 @@ func TestOpenBeforeSeesEveryLeg(t *testing.T) {
 		_, err := c.insert(ctx, &record{Txn: tx, Claim: bson.NewObjectID()})
 		require.NoError(t, err)
 	}
-	open, err := c.openBefore(ctx, []*record{{Txn: Txn{Created: created}}})
+	open, err := c.log.openBefore(ctx, []*record{{Txn: Txn{Created: created}}})
 	require.NoError(t, err)
 	for _, id := range []string{"A", "B", "C", "D", "E"} {
 		assert.Contains(t, open.earliest, legKey("", id), "account %s", id)

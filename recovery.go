@@ -90,7 +90,7 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 		return rep, errors.New("twopc: recover: Recoverer has no Coordinator (use NewRecoverer)")
 	}
 	c := r.c
-	now, err := c.serverNow(ctx)
+	now, err := c.log.serverNow(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("twopc: recover: %w", err)
 	}
@@ -172,7 +172,7 @@ func (r *Recoverer) each(ctx context.Context, filter bson.D, bad func(error), fn
 	var cur *mongo.Cursor
 	err := r.c.try(ctx, StepScan, nil, func(ctx context.Context) error {
 		var err error
-		cur, err = r.c.txns.Find(ctx, filter,
+		cur, err = r.c.log.txns.Find(ctx, filter,
 			options.Find().SetSort(bson.D{{Key: fieldLastModified, Value: 1}}).SetBatchSize(int32(r.batch)))
 		return err
 	})
@@ -214,7 +214,7 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 	}
 	sent := c.now()
 	start := time.Now()
-	cur, moved, err := c.advance(ctx, t, move{
+	cur, moved, err := c.log.advance(ctx, t, move{
 		step: StepTakeover, from: t.State, to: t.State,
 		claim: t.Claim, lastModified: t.LastModified,
 		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
@@ -268,7 +268,7 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 			}
 			return done(RecoveryRollBack, OutcomeMoved, nil)
 		}
-		_, err = c.drive(ctx, &owned{rec: cur, claimedAt: sent}, true)
+		_, err = newEngine(c).drive(ctx, &owned{rec: cur, claimedAt: sent}, true)
 		switch {
 		case err == nil:
 			return done(RecoveryRollForward, OutcomeMoved, nil)
@@ -285,7 +285,7 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 		}
 		return done(RecoveryRollBack, OutcomeMoved, nil)
 	case StateInitial:
-		next, moved, err := c.advance(ctx, cur, move{
+		next, moved, err := c.log.advance(ctx, cur, move{
 			step: StepCancel, from: StateInitial, to: StateCanceling, claim: cur.Claim,
 			set: bson.D{{Key: fieldReason, Value: reasonStaleInitial}},
 		})

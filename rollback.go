@@ -53,7 +53,7 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 	if id.IsZero() {
 		return nil, fmt.Errorf("twopc: cancel: %w: the zero id", ErrTxnNotFound)
 	}
-	if r, archived, err := c.archived(ctx, id); archived || err != nil {
+	if r, archived, err := c.log.archived(ctx, id); archived || err != nil {
 		// Final, and moved out of the log (WithHistory): answered from the
 		// archive, nothing written.
 		switch {
@@ -66,9 +66,9 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 		}
 	}
 	for attempt := 0; attempt < 3; attempt++ {
-		r, err := c.read(ctx, id)
+		r, err := c.log.read(ctx, id)
 		if errors.Is(err, ErrTxnNotFound) {
-			p, err := c.placeholder(ctx, id)
+			p, err := c.log.placeholder(ctx, id)
 			if errors.Is(err, errArrived) {
 				continue // the transaction arrived meanwhile: cancel it
 			}
@@ -96,7 +96,7 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 			return cur.txn(), nil
 		}
 		if r.Application != c.application {
-			stale, err := c.stale(ctx, r)
+			stale, err := c.log.stale(ctx, r)
 			if err != nil {
 				return r.txn(), fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
 			}
@@ -104,7 +104,7 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 				return r.txn(), fmt.Errorf("twopc: cancel %s: %w: %s, owned by %q and not stale", id.Hex(), ErrInProgress, r.State, r.Application)
 			}
 		}
-		cur, moved, err := c.advance(ctx, r, move{
+		cur, moved, err := c.log.advance(ctx, r, move{
 			step: StepCancel, from: r.State, to: StateCanceling,
 			claim: r.Claim, lastModified: r.LastModified,
 			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
@@ -133,19 +133,19 @@ var errArrived = errors.New("twopc: the transaction arrived")
 // transaction had when the caller looked. The upsert matches only a
 // placeholder: if the transaction's own insert arrived meanwhile, it fails
 // on the _id's uniqueness (errArrived) and the caller looks again.
-func (c *Coordinator) placeholder(ctx context.Context, id bson.ObjectID) (*record, error) {
+func (g *txnLog) placeholder(ctx context.Context, id bson.ObjectID) (*record, error) {
 	var cur record
 	start := time.Now()
-	created := c.now().UTC().Truncate(time.Millisecond)
-	err := c.try(ctx, StepCancel, &record{Txn: Txn{ID: id}}, func(ctx context.Context) error {
-		return c.txns.FindOneAndUpdate(ctx,
+	created := g.now().UTC().Truncate(time.Millisecond)
+	err := g.try(ctx, StepCancel, &record{Txn: Txn{ID: id}}, func(ctx context.Context) error {
+		return g.txns.FindOneAndUpdate(ctx,
 			bson.D{{Key: "_id", Value: id}, {Key: fieldPlaceholder, Value: true}},
 			bson.D{
 				{Key: "$setOnInsert", Value: bson.D{
 					{Key: fieldState, Value: StateCanceled},
 					{Key: fieldReason, Value: reasonCanceled},
 					{Key: fieldPlaceholder, Value: true},
-					{Key: fieldApplication, Value: c.application},
+					{Key: fieldApplication, Value: g.application},
 					{Key: fieldCreated, Value: created},
 				}},
 				{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
@@ -157,10 +157,10 @@ func (c *Coordinator) placeholder(ctx context.Context, id bson.ObjectID) (*recor
 	// Cancel's: its transaction time is not this call's).
 	m := move{step: StepCancel, to: StateCanceled}
 	if mongo.IsDuplicateKeyError(err) {
-		c.transition(ctx, id, m, start, 1, false, nil)
+		g.transition(ctx, id, m, start, 1, false, nil)
 		return nil, errArrived
 	}
-	c.transition(ctx, id, m, start, 1, err == nil && cur.Created.Equal(created), err)
+	g.transition(ctx, id, m, start, 1, err == nil && cur.Created.Equal(created), err)
 	if err != nil {
 		return nil, err
 	}
@@ -177,14 +177,14 @@ func (c *Coordinator) rollback(ctx context.Context, r *record) (*record, error) 
 	if err := c.at(ctx, StepCanceled, r); err != nil {
 		return r, err
 	}
-	done, err := c.finish(ctx, []*record{r}, move{step: StepCanceled, from: StateCanceling, to: StateCanceled, anyClaim: true})
+	done, err := c.log.finish(ctx, []*record{r}, move{step: StepCanceled, from: StateCanceling, to: StateCanceled, anyClaim: true})
 	if err != nil {
 		return r, err
 	}
 	if len(done) == 1 {
 		return done[0], nil
 	}
-	return c.read(ctx, r.ID)
+	return c.log.read(ctx, r.ID)
 }
 
 // fenceAndUndo closes the legs of canceling transaction r on every ledger

@@ -264,7 +264,7 @@ func (c *Coordinator) settleOn(ctx context.Context, recs []*record) ([]*record, 
 		}
 		ready = append(ready, r)
 	}
-	done, err := c.finish(ctx, ready, move{step: StepDone, from: StateApplied, to: StateDone, anyClaim: true})
+	done, err := c.log.finish(ctx, ready, move{step: StepDone, from: StateApplied, to: StateDone, anyClaim: true})
 	if err != nil {
 		for _, r := range ready {
 			left = append(left, unsettled{r, StepDone, err})

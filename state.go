@@ -233,13 +233,13 @@ func (m move) update() bson.D {
 // document rather than assume: the move happened if the document is in To
 // under the claim the move leaves. The observers are told of every move it
 // tries (see Observer).
-func (c *Coordinator) advance(ctx context.Context, r *record, m move) (*record, bool, error) {
-	return c.advanceHooked(ctx, r, m, false)
+func (g *txnLog) advance(ctx context.Context, r *record, m move) (*record, bool, error) {
+	return g.advanceHooked(ctx, r, m, false)
 }
 
 // advanceHooked is advance for a caller that has already called the step
 // hook for the first attempt (hooked); retries call it again.
-func (c *Coordinator) advanceHooked(ctx context.Context, r *record, m move, hooked bool) (*record, bool, error) {
+func (g *txnLog) advanceHooked(ctx context.Context, r *record, m move, hooked bool) (*record, bool, error) {
 	if !canMove(m.from, m.to) {
 		return r, false, fmt.Errorf("twopc: no move from %s to %s", m.from, m.to)
 	}
@@ -249,14 +249,14 @@ func (c *Coordinator) advanceHooked(ctx context.Context, r *record, m move, hook
 	}
 	var now record
 	start := time.Now()
-	err := c.retry(ctx, func(ctx context.Context) error {
+	err := g.retry(ctx, func(ctx context.Context) error {
 		if !hooked {
-			if err := c.at(ctx, m.step, r); err != nil {
+			if err := g.at(ctx, m.step, r); err != nil {
 				return err
 			}
 		}
 		hooked = false
-		err := c.txns.FindOneAndUpdate(ctx, m.filter(r.ID), m.update(),
+		err := g.txns.FindOneAndUpdate(ctx, m.filter(r.ID), m.update(),
 			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&now)
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			now = record{}
@@ -265,29 +265,29 @@ func (c *Coordinator) advanceHooked(ctx context.Context, r *record, m move, hook
 		return err
 	})
 	if err != nil {
-		c.transition(ctx, r.ID, m, start, 1, false, err)
+		g.transition(ctx, r.ID, m, start, 1, false, err)
 		return r, false, err
 	}
 	if now.ID.IsZero() {
 		// Not moved by this attempt: re-read to learn what happened.
-		cur, err := c.read(ctx, r.ID)
+		cur, err := g.read(ctx, r.ID)
 		if err != nil {
-			c.transition(ctx, r.ID, m, start, 1, false, err)
+			g.transition(ctx, r.ID, m, start, 1, false, err)
 			return r, false, err
 		}
 		moved := cur.State == m.to && (m.anyClaim || cur.Claim == holder)
-		c.transition(ctx, r.ID, m, start, 1, moved, nil)
+		g.transition(ctx, r.ID, m, start, 1, moved, nil)
 		return cur, moved, nil
 	}
-	c.transition(ctx, r.ID, m, start, 1, true, nil)
+	g.transition(ctx, r.ID, m, start, 1, true, nil)
 	return &now, true, nil
 }
 
 // read loads transaction id; ErrTxnNotFound if there is none.
-func (c *Coordinator) read(ctx context.Context, id bson.ObjectID) (*record, error) {
+func (g *txnLog) read(ctx context.Context, id bson.ObjectID) (*record, error) {
 	var r record
-	err := c.try(ctx, StepRead, &record{Txn: Txn{ID: id}}, func(ctx context.Context) error {
-		return c.txns.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&r)
+	err := g.try(ctx, StepRead, &record{Txn: Txn{ID: id}}, func(ctx context.Context) error {
+		return g.txns.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&r)
 	})
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("%w: %s", ErrTxnNotFound, id.Hex())
@@ -307,30 +307,30 @@ func (c *Coordinator) read(ctx context.Context, id bson.ObjectID) (*record, erro
 // does not match was finished by someone else (or by an attempt whose
 // reply was lost): not moved. The update of several says only how many
 // moved, so each is reported moved when it succeeds.
-func (c *Coordinator) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
+func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
 	m.set = append(m.set, bson.E{Key: fieldFences, Value: true})
-	m.retain = c.fenceRetention
+	m.retain = g.fenceRetention
 	start := time.Now()
 	switch len(recs) {
 	case 0:
 		return nil, nil
 	case 1:
 		var cur record
-		err := c.retry(ctx, func(ctx context.Context) error {
-			return c.txns.FindOneAndUpdate(ctx, m.filter(recs[0].ID), m.update(),
+		err := g.retry(ctx, func(ctx context.Context) error {
+			return g.txns.FindOneAndUpdate(ctx, m.filter(recs[0].ID), m.update(),
 				options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&cur)
 		})
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			// Finished already: by someone else, or by an attempt whose
 			// reply was lost. Re-read to say which state it is in.
-			now, err := c.read(ctx, recs[0].ID)
-			c.transition(ctx, recs[0].ID, m, start, 1, false, nil)
+			now, err := g.read(ctx, recs[0].ID)
+			g.transition(ctx, recs[0].ID, m, start, 1, false, nil)
 			if err != nil || now.State != m.to {
 				return nil, err
 			}
 			return []*record{now}, nil
 		}
-		c.transition(ctx, recs[0].ID, m, start, 1, err == nil, err)
+		g.transition(ctx, recs[0].ID, m, start, 1, err == nil, err)
 		if err != nil {
 			return nil, err
 		}
@@ -342,12 +342,12 @@ func (c *Coordinator) finish(ctx context.Context, recs []*record, m move) ([]*re
 	}
 	filter := m.filter(bson.ObjectID{})
 	filter[0].Value = bson.D{{Key: "$in", Value: ids}}
-	err := c.retry(ctx, func(ctx context.Context) error {
-		_, err := c.txns.UpdateMany(ctx, filter, m.update())
+	err := g.retry(ctx, func(ctx context.Context) error {
+		_, err := g.txns.UpdateMany(ctx, filter, m.update())
 		return err
 	})
 	for _, r := range recs {
-		c.transition(ctx, r.ID, m, start, len(recs), err == nil, err)
+		g.transition(ctx, r.ID, m, start, len(recs), err == nil, err)
 	}
 	if err != nil {
 		return nil, err

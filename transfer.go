@@ -58,7 +58,7 @@ func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (
 		return nil, ErrClosed
 	}
 	tr := c.newTransfer(t, tc.key)
-	c.run(ctx, []*transfer{tr})
+	newEngine(c).run(ctx, []*transfer{tr})
 	return tr.txn, tr.err
 }
 
@@ -91,7 +91,7 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 	if err != nil {
 		return nil, err
 	}
-	r, _, err := c.lookup(ctx, id)
+	r, _, err := c.log.lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 		if n > 1 {
 			key = fmt.Sprintf("%s:%d", key, n)
 		}
-		prior, err := c.read(ctx, keyID(key))
+		prior, err := c.log.read(ctx, keyID(key))
 		switch {
 		case errors.Is(err, ErrTxnNotFound):
 		case err != nil:

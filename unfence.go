@@ -44,7 +44,7 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record, report func(r
 	if len(due) == 0 {
 		return 0, firstErr
 	}
-	open, err := c.openBefore(ctx, due)
+	open, err := c.log.openBefore(ctx, due)
 	if err != nil {
 		for _, r := range due {
 			report(r, OutcomeError, err)
@@ -76,7 +76,7 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record, report func(r
 	}
 	var n int64
 	err = c.retry(ctx, func(ctx context.Context) error {
-		res, err := c.txns.UpdateMany(ctx,
+		res, err := c.log.txns.UpdateMany(ctx,
 			bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: fieldFences, Value: true}},
 			bson.D{{Key: "$unset", Value: bson.D{{Key: fieldFences, Value: ""}}}})
 		if res != nil {
@@ -117,7 +117,7 @@ func (o openTxns) clear(r *record) bool {
 
 // openBefore reads the unfinished transactions created no later than the
 // latest of recs, oldest first, at most maxOpenScan of them.
-func (c *Coordinator) openBefore(ctx context.Context, recs []*record) (openTxns, error) {
+func (g *txnLog) openBefore(ctx context.Context, recs []*record) (openTxns, error) {
 	latest := recs[0].Created
 	for _, r := range recs[1:] {
 		if r.Created.After(latest) {
@@ -134,8 +134,8 @@ func (c *Coordinator) openBefore(ctx context.Context, recs []*record) (openTxns,
 		} `bson:"legs"`
 		Created time.Time `bson:"created"`
 	}
-	err := c.retry(ctx, func(ctx context.Context) error {
-		cur, err := c.txns.Find(ctx, bson.D{
+	err := g.retry(ctx, func(ctx context.Context) error {
+		cur, err := g.txns.Find(ctx, bson.D{
 			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateCanceling}}}},
 			{Key: fieldCreated, Value: bson.D{{Key: "$lte", Value: latest}}},
 		}, options.Find().

@@ -47,7 +47,8 @@ type applyCall struct {
 // fence (errLost: someone else settled or rolled back the transaction).
 // Each round joins the apply stage, so that concurrent transfers share its
 // commands; the first round of a batch was made by applyFirst.
-func (c *Coordinator) applyLegs(ctx context.Context, o *owned, todo []leg, round int) (why error, err error) {
+func (e *engine) applyLegs(ctx context.Context, o *owned, todo []leg, round int) (why error, err error) {
+	c := e.c
 	for ; round < maxApplyRounds; round++ {
 		var q *applyCall
 		err := c.try(ctx, StepApply, o.rec, func(ctx context.Context) error {
@@ -57,7 +58,7 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned, todo []leg, round
 			// write ran out of time before its command) sent nothing: it
 			// renews and joins again, which is not a failed attempt.
 			for unsent := 0; ; unsent++ {
-				if err := c.renew(ctx, o); err != nil {
+				if err := e.renew(ctx, o); err != nil {
 					return err
 				}
 				q = &applyCall{o: o, todo: todo} // a new one: a write given up on may still fill the last in
@@ -96,7 +97,8 @@ func (c *Coordinator) applyLegs(ctx context.Context, o *owned, todo []leg, round
 // leg write, sent with a deadline of half of StaleAfter after the claim, is
 // therefore never sent on a claim another application may already have
 // taken over. errLost if the claim is gone.
-func (c *Coordinator) renew(ctx context.Context, o *owned) error {
+func (e *engine) renew(ctx context.Context, o *owned) error {
+	c := e.c
 	if c.now().Sub(o.claimedAt) < c.staleAfter/8 {
 		return nil
 	}
@@ -155,7 +157,7 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 		return
 	}
 	wctx, cancel := context.WithTimeout(ctx, deadline.Sub(now))
-	modified, refused, unsent, err := c.applyAll(wctx, recs, legs)
+	modified, refused, unsent, err := c.ledgers.applyAll(wctx, recs, legs)
 	cancel()
 	if err != nil {
 		for _, q := range owner {
@@ -183,7 +185,7 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 	if len(judged) == 0 {
 		return
 	}
-	accts, err := c.inspectLegs(ctx, judged)
+	accts, err := c.ledgers.inspectLegs(ctx, judged)
 	for j, l := range judged {
 		i := of[j]
 		q := owner[i]
@@ -218,12 +220,12 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 // many applied, the server's reasons for the legs it refused (by index in
 // legs), and any other error: a failure whose outcome is unknown, or a
 // write-concern error.
-func (c *Coordinator) applyAll(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, map[int]bool, error) {
+func (ls ledgers) applyAll(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, map[int]bool, error) {
 	var mu sync.Mutex
 	var modified int64
 	refused := map[int]string{}
 	unsent := map[int]bool{}
-	err := c.ledgers.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
+	err := ls.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
 		of := make([]*record, len(idx))
 		for j, i := range idx {
 			of[j] = recs[i]
@@ -249,14 +251,14 @@ func (c *Coordinator) inspect(ctx context.Context, r *record, legs []leg) ([]*ac
 	if err := c.at(ctx, StepInspect, r); err != nil {
 		return nil, err
 	}
-	return c.inspectLegs(ctx, legs)
+	return c.ledgers.inspectLegs(ctx, legs)
 }
 
 // inspectLegs reads the accounts of legs, in order, one read per ledger,
 // the ledgers' at once; nil for a missing one.
-func (c *Coordinator) inspectLegs(ctx context.Context, legs []leg) ([]*account, error) {
+func (ls ledgers) inspectLegs(ctx context.Context, legs []leg) ([]*account, error) {
 	out := make([]*account, len(legs))
-	err := c.ledgers.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
+	err := ls.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
 		accts, err := l.inspect(ctx, mine)
 		for j, a := range accts { // distinct indexes: no lock needed
 			out[idx[j]] = a

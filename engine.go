@@ -136,7 +136,6 @@ func (e *engine) drive(ctx context.Context, o *owned, sync bool) (*Txn, error) {
 // that a ledger that is down or slow holds up only the transfers with a
 // leg on it, even within one TransferBatch.
 func (e *engine) driveAll(ctx context.Context, ts []*transfer, syncSettle bool) {
-	c := e.c
 	if len(ts) > 1 {
 		sets := splitByLedgers(ts, func(t *transfer) []leg { return t.o.rec.legs() })
 		if len(sets) > 1 {
@@ -164,7 +163,7 @@ func (e *engine) driveAll(ctx context.Context, ts []*transfer, syncSettle bool) 
 			if t.o.next != nil {
 				todo, round = t.o.next, 1
 			}
-			why, err = c.applyLegs(ctx, t.o, todo, round)
+			why, err = e.applyLegs(ctx, t.o, todo, round)
 		}
 		e.applied(ctx, t, why, err)
 		if !t.over {
@@ -195,7 +194,7 @@ func (e *engine) applyFirst(ctx context.Context, ts []*transfer) (ready, alone [
 	for _, t := range ts {
 		err := c.at(ctx, StepApply, t.o.rec)
 		if err == nil {
-			err = c.renew(ctx, t.o)
+			err = e.renew(ctx, t.o)
 		}
 		if err != nil {
 			e.applied(ctx, t, nil, err)

@@ -171,7 +171,7 @@ func (g *txnLog) placeholder(ctx context.Context, id bson.ObjectID) (*record, er
 // legs on both accounts, then canceled. Anyone may roll back a canceling
 // transaction, concurrently: every write is guarded and idempotent.
 func (c *Coordinator) rollback(ctx context.Context, r *record) (*record, error) {
-	if err := c.fenceAndUndo(ctx, r); err != nil {
+	if err := c.ledgers.fenceAndUndo(ctx, r); err != nil {
 		return r, err
 	}
 	if err := c.at(ctx, StepCanceled, r); err != nil {
@@ -189,6 +189,6 @@ func (c *Coordinator) rollback(ctx context.Context, r *record) (*record, error) 
 
 // fenceAndUndo closes the legs of canceling transaction r on every ledger
 // (see Ledger.fenceAndUndo).
-func (c *Coordinator) fenceAndUndo(ctx context.Context, r *record) error {
-	return c.ledgers.perLedger(r.legs(), func(l *Ledger, mine []leg, _ []int) error { return l.fenceAndUndo(ctx, r, mine) })
+func (ls ledgers) fenceAndUndo(ctx context.Context, r *record) error {
+	return ls.perLedger(r.legs(), func(l *Ledger, mine []leg, _ []int) error { return l.fenceAndUndo(ctx, r, mine) })
 }

@@ -250,7 +250,7 @@ func (c *Coordinator) settle(ctx context.Context, recs []*record) ([]*record, []
 // settleOn settles recs, whose step hooks were called (see settle).
 func (c *Coordinator) settleOn(ctx context.Context, recs []*record) ([]*record, []unsettled, error) {
 	var left []unsettled
-	failed, firstErr := c.closeLegs(ctx, recs)
+	failed, firstErr := c.ledgers.closeLegs(ctx, recs)
 	var ready []*record
 	for i, r := range recs {
 		if why := failed[i]; why != nil {
@@ -290,6 +290,6 @@ type unsettled struct {
 // closeLegs closes the legs of committed transactions recs on every
 // ledger, and returns, by index in recs, why a leg of a transaction may
 // not have closed.
-func (c *Coordinator) closeLegs(ctx context.Context, recs []*record) (map[int]error, error) {
-	return c.ledgers.eachFailed(ctx, recs, (*Ledger).closeLegs)
+func (ls ledgers) closeLegs(ctx context.Context, recs []*record) (map[int]error, error) {
+	return ls.eachFailed(ctx, recs, (*Ledger).closeLegs)
 }

@@ -59,7 +59,7 @@ func (c *Coordinator) unfence(ctx context.Context, recs []*record, report func(r
 			report(r, OutcomeNotMoved, nil)
 		}
 	}
-	failed, err := c.unfenceLegs(ctx, ready)
+	failed, err := c.ledgers.unfenceLegs(ctx, ready)
 	firstErr = cmpErr(firstErr, err)
 	var ids bson.A
 	var cleared []*record
@@ -175,8 +175,8 @@ func (g *txnLog) openBefore(ctx context.Context, recs []*record) (openTxns, erro
 
 // unfenceLegs removes the fences of final transactions recs on every
 // ledger (see Ledger.unfenceLegs).
-func (c *Coordinator) unfenceLegs(ctx context.Context, recs []*record) (map[int]error, error) {
-	return c.ledgers.eachFailed(ctx, recs, (*Ledger).unfenceLegs)
+func (ls ledgers) unfenceLegs(ctx context.Context, recs []*record) (map[int]error, error) {
+	return ls.eachFailed(ctx, recs, (*Ledger).unfenceLegs)
 }
 
 // unfence removes the fences of final transactions whose retention has

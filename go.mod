@@ -1,6 +1,10 @@
 module github.com/twopc/twopc
 
-go 1.26.8
+// The oldest Go the code needs: 1.25.0, which the driver and
+// testcontainers-go ask for too; go vet's stdversion check refuses any
+// standard library API newer than this line, and the GitHub workflow
+// builds and tests with Go 1.25.0 as well as the newest.
+go 1.25.0
 
 require (
 	github.com/stretchr/testify v1.12.1

@@ -1,6 +1,7 @@
 module github.com/twopc/twopc/examples
 
-go 1.26.8
+// The oldest Go the code needs, as the library's go.mod says.
+go 1.25.0
 
 require (
 	github.com/FerretDB/FerretDB v1.24.0

@@ -30,8 +30,12 @@ func TestLedgerDownHoldsOnlyItsOwnTransfers(t *testing.T) {
 	}
 	bk.open(opening)
 
-	// The coordinator waits for Beijing as long as the test takes, rather
-	// than fail fast as the banks' clients do.
+	// Beijing stops before the coordinator's client for it is made, so
+	// that client has never seen it up: its operations wait to select a
+	// server (as long as the test takes, rather than fail fast as the
+	// banks' clients do) instead of failing on a connection to a server it
+	// still believes up.
+	bk.stop(1)
 	patient := options.Client().SetServerSelectionTimeout(2 * time.Minute).SetTimeout(2 * time.Minute)
 	inApply := make(chan struct{}, 64)
 	c, err := twopc.NewCoordinator(bk.database(0),
@@ -47,7 +51,6 @@ func TestLedgerDownHoldsOnlyItsOwnTransfers(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 
-	bk.stop(1)
 	const cross = 2
 	crossDone := make(chan error, cross)
 	for i := 0; i < cross; i++ {

@@ -54,56 +54,45 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 		q.cur, q.err = c.log.insertOne(ctx, q.t.rec)
 		return
 	}
-	var grouped []*insertCall
-	first := map[bson.ObjectID]*insertCall{}   // the first call of each _id
-	later := map[bson.ObjectID][]*insertCall{} // calls whose _id an earlier call of the group has
-	var laterIDs []bson.ObjectID
-	for _, q := range calls {
-		id := q.t.rec.ID
-		if first[id] != nil {
-			if len(later[id]) == 0 {
-				laterIDs = append(laterIDs, id)
-			}
-			later[id] = append(later[id], q)
-			continue
-		}
-		first[id] = q
-		grouped = append(grouped, q)
-	}
-	var again []*insertCall
-	for start := 0; start < len(grouped); start += c.writeBatch {
-		again = append(again, c.log.insertGroup(ctx, grouped[start:min(start+c.writeBatch, len(grouped))], len(calls))...)
-	}
-	// Those inserted alone: each _id's calls one after the other.
+	// The calls of each _id, in arrival order; the first of each goes in
+	// the grouped commands.
 	byID := map[bson.ObjectID][]*insertCall{}
 	var ids []bson.ObjectID
-	for _, q := range again {
-		if byID[q.t.rec.ID] == nil {
-			ids = append(ids, q.t.rec.ID)
-		}
-		byID[q.t.rec.ID] = append(byID[q.t.rec.ID], q)
-	}
-	for _, id := range laterIDs {
+	var grouped []*insertCall
+	for _, q := range calls {
+		id := q.t.rec.ID
 		if byID[id] == nil {
 			ids = append(ids, id)
+			grouped = append(grouped, q)
 		}
-		byID[id] = append(byID[id], later[id]...)
+		byID[id] = append(byID[id], q)
 	}
-	_ = parallel(len(ids), func(i int) error {
-		// Once one call of the _id has the document as stored, it is
-		// every later call's answer too (none of them wrote it): no need
-		// to send their inserts only to be told so.
-		stored := first[ids[i]].cur
-		for _, q := range byID[ids[i]] {
-			if stored != nil && q.cur == nil {
+	for start := 0; start < len(grouped); start += c.writeBatch {
+		c.log.insertGroup(ctx, grouped[start:min(start+c.writeBatch, len(grouped))], len(calls))
+	}
+	// The rest, alone: each _id's calls one after the other. Once one call
+	// of the _id has the document as stored, it is every later call's
+	// answer too (none of them wrote it): no need to send their inserts
+	// only to be told so. A call with an outcome (inserted, or unknown
+	// after a failed command) is left as it is.
+	var alone []bson.ObjectID
+	for _, id := range ids {
+		if qs := byID[id]; len(qs) > 1 || qs[0].cur == nil && qs[0].err == nil {
+			alone = append(alone, id)
+		}
+	}
+	_ = parallel(len(alone), func(i int) error {
+		var stored *record
+		for _, q := range byID[alone[i]] {
+			switch {
+			case q.cur != nil || q.err != nil:
+			case stored != nil:
 				cp := *stored
 				q.cur = &cp
-				continue
-			}
-			if q.cur == nil {
+			default:
 				q.cur, q.err = c.log.insertOne(ctx, q.t.rec)
 			}
-			if q.err == nil {
+			if q.err == nil && q.cur != nil {
 				stored = q.cur
 			}
 		}
@@ -112,12 +101,13 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 }
 
 // insertGroup sends the guarded upserts of calls, whose _ids are distinct,
-// in one command, fills in the calls it inserted, and returns the others,
-// to be inserted alone. of is the size of the stage's group, for the
+// in one command, and fills in the calls it inserted (cur) and those whose
+// outcome the command left unknown (err); the others are left empty, to
+// be inserted alone. of is the size of the stage's group, for the
 // observers.
-func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) []*insertCall {
+func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
 	if len(calls) == 1 {
-		return calls
+		return // inserted alone
 	}
 	models := make([]mongo.WriteModel, len(calls))
 	for i, q := range calls {
@@ -138,9 +128,8 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) [
 			q.err = err
 			g.transition(ctx, q.t.rec.ID, inserted, start, of, false, err)
 		}
-		return nil
+		return
 	}
-	var again []*insertCall
 	for i, q := range calls {
 		// The statement's own index, and its own _id: a reply that numbers
 		// upserts otherwise (FerretDB v1's count) can only send a
@@ -150,16 +139,14 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) [
 		if res != nil {
 			id, _ = res.UpsertedIDs[int64(i)].(bson.ObjectID)
 		}
-		if id.IsZero() || id != q.t.rec.ID {
-			again = append(again, q)
-			continue
+		if id != q.t.rec.ID {
+			continue // inserted again alone
 		}
 		cur := *q.t.rec
 		cur.LastModified = start // the server's clock set the stored one; not read back
 		q.cur = &cur
 		g.transition(ctx, cur.ID, inserted, start, of, true, nil)
 	}
-	return again
 }
 
 // inserted is the insert's move, from no state, as the observers hear it.

@@ -33,8 +33,10 @@ demo:
 
 # banks runs seed 004's transfer between two banks, each its own dev server
 # (started in-process), printing each step; one bank stops mid-transfer.
+# It ends with the twopc command lines for the two banks; ARGS=-serve keeps
+# both up until interrupted, to run them.
 banks:
-	cd examples && $(GO) run ./cmd/banks
+	cd examples && $(GO) run ./cmd/banks $(ARGS)
 
 # metrics runs transfers in a loop (some overdrawn, some dying before their
 # commit point for a Recoverer to finish) and serves their Prometheus

@@ -111,8 +111,8 @@ func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	}
 	opts := []twopc.AuditOption{twopc.WithStaleGrace(*grace), twopc.WithAuditBatch(*batch), twopc.WithMarkerBounds(*maxPending, *maxFences)}
 	for _, t := range totals {
-		if _, ok := g.collection(t.ledger); !ok {
-			return cl.usage(cmd, fs, "--total %s=%d: no ledger %q (give it with --ledger %s=COLLECTION)", t.ledger, t.total, t.ledger, t.ledger)
+		if _, ok := g.ledger(t.ledger); !ok {
+			return cl.usage(cmd, fs, "--total %s=%d: no ledger %q (give it with --ledger %s=COLLECTION or %s=URI)", t.ledger, t.total, t.ledger, t.ledger, t.ledger)
 		}
 		opts = append(opts, twopc.WithExpectedTotal(t.ledger, t.total))
 	}

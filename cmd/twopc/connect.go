@@ -27,6 +27,11 @@ type conn struct {
 	client *mongo.Client
 	db     *mongo.Database
 	txns   *mongo.Collection // the log, read at majority from the primary
+	// others are the clients of the ledgers given in other deployments,
+	// one per connection string; ledgers their accounts collections by
+	// ledger name, read at majority from the primary.
+	others  []*mongo.Client
+	ledgers map[string]*mongo.Collection
 	// commands counts the commands sent, for progress reports.
 	commands atomic.Int64
 }
@@ -103,64 +108,104 @@ func (g *globals) connect(ctx context.Context, cl *cli) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cn := &conn{g: g}
-	monitor := &event.CommandMonitor{Started: func(context.Context, *event.CommandStartedEvent) { cn.commands.Add(1) }}
-	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName(g.application).
-		SetServerSelectionTimeout(g.timeout).SetMonitor(monitor))
+	cn := &conn{g: g, ledgers: map[string]*mongo.Collection{}}
+	client, err := cn.dial(ctx, uri)
 	if err != nil {
-		return nil, usageErrorf("connection string %s: %v", redact(uri), err)
+		return nil, err
 	}
 	cn.client = client
-	pctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	if err := client.Ping(pctx, readpref.Primary()); err != nil {
-		cn.close()
-		return nil, fmt.Errorf("cannot connect to %s: %w", redact(uri), err)
-	}
 	cn.db = client.Database(name)
 	cn.txns = cn.db.Collection(g.transactions, majority)
+	cn.ledgers[""] = cn.db.Collection(g.accounts, majority)
+	byURI := map[string]*mongo.Client{}
+	for _, l := range g.ledgers {
+		if l.uri == "" {
+			cn.ledgers[l.name] = cn.db.Collection(l.collection, majority)
+			continue
+		}
+		c := byURI[l.uri]
+		if c == nil {
+			if c, err = cn.dial(ctx, l.uri); err != nil {
+				cn.close()
+				return nil, fmt.Errorf("ledger %s: %w", l.name, err)
+			}
+			byURI[l.uri] = c
+		}
+		cn.ledgers[l.name] = c.Database(l.db).Collection(l.collection, majority)
+	}
 	return cn, nil
 }
 
-// close disconnects, even after ctx ended.
+// dial connects to the deployment of connection string uri and checks
+// that its primary answers. Every client counts its commands in cn.
+func (cn *conn) dial(ctx context.Context, uri string) (*mongo.Client, error) {
+	monitor := &event.CommandMonitor{Started: func(context.Context, *event.CommandStartedEvent) { cn.commands.Add(1) }}
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName(cn.g.application).
+		SetServerSelectionTimeout(cn.g.timeout).SetMonitor(monitor))
+	if err != nil {
+		return nil, usageErrorf("connection string %s: %v", redact(uri), err)
+	}
+	if cn.client != nil {
+		cn.others = append(cn.others, client)
+	}
+	pctx, cancel := context.WithTimeout(ctx, cn.g.timeout)
+	defer cancel()
+	if err := client.Ping(pctx, readpref.Primary()); err != nil {
+		disconnect(client)
+		if cn.client != nil {
+			cn.others = cn.others[:len(cn.others)-1]
+		}
+		return nil, fmt.Errorf("cannot connect to %s: %w", redact(uri), err)
+	}
+	return client, nil
+}
+
+// close disconnects every client, even after ctx ended.
 func (cn *conn) close() {
+	for _, c := range cn.others {
+		disconnect(c)
+	}
+	disconnect(cn.client)
+}
+
+// disconnect disconnects c, waiting at most 10 seconds.
+func disconnect(c *mongo.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = cn.client.Disconnect(ctx)
+	_ = c.Disconnect(ctx)
 }
 
 // ledger returns the accounts collection of ledger name ("" is the
-// default ledger), read as the library reads it; false if the flags do
-// not give that ledger.
+// default ledger), read as the library reads it, in whatever deployment
+// the flags put it; false if the flags do not give that ledger.
 func (cn *conn) ledger(name string) (*mongo.Collection, bool) {
-	coll, ok := cn.g.collection(name)
-	if !ok {
-		return nil, false
-	}
-	return cn.db.Collection(coll, majority), true
+	coll, ok := cn.ledgers[name]
+	return coll, ok
 }
 
 // needLedgers refuses a transaction with a leg on a ledger the flags do not
 // give: the tool could not read or write its accounts.
 func (cn *conn) needLedgers(t *txnDoc) error {
 	for _, l := range t.legs {
-		if _, ok := cn.g.collection(l.ledger); !ok {
-			return usageErrorf("transaction %s has a leg on ledger %q: give its collection with --ledger %s=COLLECTION",
-				t.idString(), l.ledger, l.ledger)
+		if _, ok := cn.ledger(l.ledger); !ok {
+			return usageErrorf("transaction %s has a leg on ledger %q: give its accounts with --ledger %s=COLLECTION "+
+				"or --ledger %s=mongodb://HOST:PORT/DB.COLLECTION", t.idString(), l.ledger, l.ledger, l.ledger)
 		}
 	}
 	return nil
 }
 
 // coordinator returns a coordinator on the connection's database, under
-// the tool's application name, with every ledger the flags give.
+// the tool's application name, with every ledger the flags give, each in
+// its own deployment.
 func (cn *conn) coordinator(opts ...twopc.Option) (*twopc.Coordinator, error) {
 	all := []twopc.Option{
 		twopc.WithApplication(cn.g.application),
 		twopc.WithCollections(cn.g.accounts, cn.g.transactions),
 	}
 	for _, l := range cn.g.ledgers {
-		all = append(all, twopc.WithLedger(l.name, cn.db.Collection(l.collection)))
+		// The library sets its own read and write concerns on the collection.
+		all = append(all, twopc.WithLedger(l.name, cn.ledgers[l.name]))
 	}
 	c, err := twopc.NewCoordinator(cn.db, append(all, opts...)...)
 	if err != nil {

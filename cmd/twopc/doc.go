@@ -43,12 +43,19 @@
 //	--json                     one JSON document on stdout, for scripts
 //	--connect-timeout D        how long to wait for the server (default 10s)
 //
-// and show, recover, cancel, reverse and audit take --ledger
-// NAME=COLLECTION, repeatable: a ledger (see twopc.WithLedger) whose
-// accounts are a collection of the same database. A ledger in another
-// database or deployment cannot be given on the command line: operate
-// such a system with the library (twopc.NewRecoverer, Canceler.Cancel,
-// Coordinator.Audit on a coordinator built with every ledger). recover
+// and show, recover, cancel, reverse and audit take --ledger, repeatable:
+// a ledger (see twopc.WithLedger) and where its accounts are, either
+//
+//	--ledger NAME=COLLECTION   a collection of the log's database
+//	--ledger NAME=URI          a collection anywhere: a connection string
+//	                           whose path is the namespace DB.COLLECTION, as
+//	                           MongoDB's tools write one, for example
+//	                           beijing=mongodb://127.0.0.1:27018/bank.accounts
+//
+// The tool connects to each deployment once (ledgers of one connection
+// string share a client) and checks its primary answers before it starts;
+// the database in a ledger's path is also the one its credentials are
+// checked against, as in any connection string. recover
 // leaves an unfinished transaction with a leg on a ledger not given to a
 // recoverer that has it, untouched, and exits 1 naming the ledger; cancel
 // and reverse refuse such a transaction.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -30,8 +31,8 @@ const defaultApplication = "twopc-cli"
 // Which of the global flags that some commands use differently a command
 // takes (see register).
 const (
-	// withLedgers: --ledger NAME=COLLECTION, for the commands that read or
-	// write accounts of other ledgers.
+	// withLedgers: --ledger NAME=COLLECTION or NAME=URI, for the commands
+	// that read or write accounts of other ledgers.
 	withLedgers = 1 << iota
 	// withApplication: --application, the tool's own application name.
 	// list has a filter of that name instead.
@@ -51,7 +52,7 @@ func (g *globals) register(fs *flag.FlagSet, with int) {
 		fs.StringVar(&g.application, "application", defaultApplication, "the application `name` the tool claims transactions under")
 	}
 	if with&withLedgers != 0 {
-		fs.Var(&g.ledgers, "ledger", "a ledger `NAME=COLLECTION` of the same database (repeatable)")
+		fs.Var(&g.ledgers, "ledger", "a ledger `NAME=COLLECTION` of the same database, or NAME=mongodb://HOST:PORT/DB.COLLECTION anywhere (repeatable)")
 	}
 }
 
@@ -70,9 +71,26 @@ func (g *globals) check() error {
 	return nil
 }
 
-// ledgerFlag is one --ledger NAME=COLLECTION.
+// ledgerFlag is one --ledger: NAME=COLLECTION, a collection of the
+// database the other flags name, or NAME=URI, a connection string whose
+// path is the namespace DB.COLLECTION (mongodb://HOST:PORT/bank.accounts),
+// a collection of any database of any deployment.
 type ledgerFlag struct {
-	name, collection string
+	name string
+	// uri is the connection string of the ledger's deployment with the
+	// namespace taken out of its path (its path names db, as a connection
+	// string's path names the database to authenticate against); "" for
+	// the deployment and database of the other flags.
+	uri, db    string
+	collection string
+}
+
+// String is how the flag was given, with any password hidden.
+func (f ledgerFlag) String() string {
+	if f.uri == "" {
+		return f.name + "=" + f.collection
+	}
+	return f.name + "=" + redact(hostsOf(f.uri)) + "/" + f.db + "." + f.collection
 }
 
 // ledgerList is the repeatable --ledger flag.
@@ -84,40 +102,100 @@ func (l *ledgerList) String() string {
 	}
 	parts := make([]string, len(*l))
 	for i, f := range *l {
-		parts[i] = f.name + "=" + f.collection
+		parts[i] = f.String()
 	}
 	return strings.Join(parts, ",")
 }
 
 func (l *ledgerList) Set(s string) error {
-	name, coll, ok := strings.Cut(s, "=")
-	switch {
-	case !ok || name == "" || coll == "":
-		return fmt.Errorf("want NAME=COLLECTION, not %q", s)
-	case name == "default":
-		return errors.New(`"default" names the default ledger, whose collection is --accounts`)
+	f, err := parseLedger(s)
+	if err != nil {
+		return err
 	}
-	for _, f := range *l {
-		if f.name == name {
-			return fmt.Errorf("ledger %q given twice", name)
+	for _, g := range *l {
+		if g.name == f.name {
+			return fmt.Errorf("ledger %q given twice", f.name)
 		}
 	}
-	*l = append(*l, ledgerFlag{name: name, collection: coll})
+	*l = append(*l, f)
 	return nil
 }
 
-// collection returns the collection of ledger name ("" is the default
-// ledger) and whether the ledger was given.
-func (g *globals) collection(name string) (string, bool) {
+// parseLedger reads one --ledger value: NAME=COLLECTION, or NAME=URI when
+// what follows the "=" has a scheme ("mongodb://" or "mongodb+srv://").
+func parseLedger(s string) (ledgerFlag, error) {
+	name, where, ok := strings.Cut(s, "=")
+	switch {
+	case !ok || name == "" || where == "":
+		return ledgerFlag{}, fmt.Errorf("want NAME=COLLECTION or NAME=mongodb://HOST:PORT/DB.COLLECTION, not %q", redact(s))
+	case name == "default":
+		return ledgerFlag{}, errors.New(`"default" names the default ledger, whose collection is --accounts`)
+	}
+	if !strings.Contains(where, "://") {
+		return ledgerFlag{name: name, collection: where}, nil
+	}
+	uri, db, coll, err := splitNamespace(where)
+	if err != nil {
+		return ledgerFlag{}, fmt.Errorf("ledger %s: connection string %s: %v", name, redact(where), err)
+	}
+	return ledgerFlag{name: name, uri: uri, db: db, collection: coll}, nil
+}
+
+// splitNamespace reads a connection string whose path is a namespace,
+// DB.COLLECTION, as MongoDB's tools write one. It returns the connection
+// string with only DB in its path (which the driver reads as the database
+// to authenticate against, as it would from mongosh's connection string),
+// and the database and collection. A database name holds no ".", so the
+// first "." ends it; a collection's name may hold more.
+func splitNamespace(uri string) (clientURI, db, coll string, err error) {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok || (scheme != "mongodb" && scheme != "mongodb+srv") {
+		return "", "", "", errors.New(`want a "mongodb://" or "mongodb+srv://" scheme`)
+	}
+	hosts, query := rest, ""
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		hosts, query = rest[:i], rest[i:]
+	}
+	hosts, path, _ := strings.Cut(hosts, "/")
+	ns, err := url.PathUnescape(path)
+	if err != nil {
+		return "", "", "", err
+	}
+	db, coll, ok = strings.Cut(ns, ".")
+	if !ok || db == "" || coll == "" {
+		return "", "", "", fmt.Errorf("its path must be the ledger's namespace DB.COLLECTION (mongodb://HOST:PORT/bank.accounts), not %q", ns)
+	}
+	if hosts == "" {
+		return "", "", "", errors.New("no host")
+	}
+	return scheme + "://" + hosts + "/" + url.PathEscape(db) + query, db, coll, nil
+}
+
+// hostsOf is a connection string without its path and options: the
+// deployment it reaches.
+func hostsOf(uri string) string {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return uri
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	return scheme + "://" + rest
+}
+
+// ledger returns the --ledger flag of ledger name ("" is the default
+// ledger, a collection of the flags' database) and whether it was given.
+func (g *globals) ledger(name string) (ledgerFlag, bool) {
 	if name == "" {
-		return g.accounts, true
+		return ledgerFlag{collection: g.accounts}, true
 	}
 	for _, f := range g.ledgers {
 		if f.name == name {
-			return f.collection, true
+			return f, true
 		}
 	}
-	return "", false
+	return ledgerFlag{}, false
 }
 
 // ledgerName is how output names a ledger.

@@ -88,9 +88,10 @@ Every command takes:
                           as mongosh reads it: mongodb://HOST:PORT/NAME)
   -accounts COLLECTION    the default ledger's accounts (default accounts)
   -transactions COLLECTION  the transactions, the log (default transactions)
-  -ledger NAME=COLLECTION another ledger's accounts, in the same database
-                          (show, recover, cancel, reverse, audit; repeatable;
-                          a ledger in another deployment needs the library)
+  -ledger NAME=COLLECTION another ledger's accounts, in the same database,
+  -ledger NAME=URI        or anywhere: the connection string's path is the
+                          namespace (mongodb://HOST:PORT/DB.COLLECTION)
+                          (show, recover, cancel, reverse, audit; repeatable)
   -application NAME       the name the tool claims transactions under
                           (default twopc-cli; in list, a filter)
   -json                   one JSON document on stdout, for scripts

@@ -32,11 +32,11 @@ and exits 0 when stopped; a pass that fails is reported on stderr and
 the next one follows.
 
 Every ledger an unfinished transaction has legs on must be given with
---ledger: a pass would take such a transaction over and then fail on it,
-leaving it for its lease. So recover refuses to make a pass while one
-exists (exit status 2, naming the ledgers). A ledger in another
-deployment cannot be given here: recover those with the library's
-Recoverer.
+--ledger: NAME=COLLECTION for a collection of the log's database, or
+NAME=URI for one anywhere else, the connection string's path naming
+DB.COLLECTION (--ledger beijing=mongodb://127.0.0.1:27018/bank.accounts).
+A transaction with a leg on a ledger not given is left untouched for a
+recoverer that has it, and the pass exits 1 naming the ledger.
 
 Exit status (one pass): 0 if every transaction it met was finished or
 left to its owner; 1 if one could not be, for what it is (malformed, a
@@ -45,7 +45,9 @@ ledger not given); 3 if the server failed.
 Examples:
   twopc recover
   twopc recover --watch --interval 30s
-  twopc recover --ledger shanghai=accounts_sh --json`,
+  twopc recover --ledger shanghai=accounts_sh --json
+  twopc recover --uri mongodb://127.0.0.1:27017/bank \
+      --ledger beijing=mongodb://127.0.0.1:27018/bank.accounts`,
 	run: runRecover,
 }
 
@@ -133,7 +135,7 @@ func runRecover(ctx context.Context, cl *cli, cmd *command, args []string) error
 			rep.print(cl.stdout)
 		}
 		if err != nil && errors.Is(err, twopc.ErrUnknownLedger) {
-			return refused(fmt.Errorf("%w (give every ledger with --ledger NAME=COLLECTION)", err))
+			return refused(fmt.Errorf("%w (give every ledger with --ledger NAME=COLLECTION or NAME=mongodb://HOST:PORT/DB.COLLECTION)", err))
 		}
 		return err
 	}

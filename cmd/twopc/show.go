@@ -49,6 +49,11 @@ type legReport struct {
 	Index      int             `json:"index"`
 	Ledger     string          `json:"ledger"`
 	Collection string          `json:"collection,omitempty"` // "" if the ledger was not given
+	// Database and Deployment are set for a ledger given by connection
+	// string (--ledger NAME=URI): its database, and its hosts with any
+	// password hidden.
+	Database   string `json:"database,omitempty"`
+	Deployment string `json:"deployment,omitempty"`
 	AccountID  json.RawMessage `json:"accountId"`
 	Amount     int64           `json:"amount"`
 	Marker     string          `json:"marker"`
@@ -112,6 +117,9 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 			continue
 		}
 		lr.Collection = coll.Name()
+		if f, _ := cn.g.ledger(l.ledger); f.uri != "" {
+			lr.Database, lr.Deployment = f.db, redact(hostsOf(f.uri))
+		}
 		raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.account}}).Raw()
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments):
@@ -177,7 +185,7 @@ var legWords = map[string]string{
 	legClosed:        "closed (settled or undone): fenced, or behind the account's fence line",
 	legNotApplied:    "not applied: no marker, not behind the fence line",
 	legNoAccount:     "no such account",
-	legUnknownLedger: "ledger not given: pass --ledger NAME=COLLECTION to read its account",
+	legUnknownLedger: "ledger not given: pass --ledger NAME=COLLECTION or NAME=URI to read its account",
 }
 
 func (r *showReport) print(w io.Writer) {
@@ -203,7 +211,10 @@ func (r *showReport) print(w io.Writer) {
 	fmt.Fprintln(w, "\nLegs:")
 	for _, l := range r.Legs {
 		where := "ledger " + ledgerName(l.Ledger)
-		if l.Collection != "" {
+		switch {
+		case l.Deployment != "":
+			where += fmt.Sprintf(" (collection %s.%s at %s)", l.Database, l.Collection, l.Deployment)
+		case l.Collection != "":
 			where += fmt.Sprintf(" (collection %s)", l.Collection)
 		}
 		fmt.Fprintf(w, "  %d. account %s, %s, amount %+d\n", l.Index, human(l.id), where, l.Amount)

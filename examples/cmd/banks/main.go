@@ -6,19 +6,27 @@
 // and lets a Recoverer finish the transfer from the log.
 //
 // It starts two dev servers (FerretDB behind a serializing front)
-// in-process, each on a free port with its data in a temporary directory.
+// in-process, each on a free port with its data in a temporary directory,
+// and ends by printing the twopc command lines that operate the two banks
+// (the log at Shanghai, ledger beijing given by its connection string).
+// With -serve it keeps both banks up after the run, until interrupted, for
+// those commands to be tried.
 //
-//	go run ./cmd/banks
+//	go run ./cmd/banks [-serve]
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -30,7 +38,18 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Stdout); err != nil {
+	serve := flag.Bool("serve", false, "keep both banks up after the run, until interrupted, to operate them with twopc")
+	flag.Parse()
+	var hold func()
+	if *serve {
+		hold = func() {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			fmt.Println("\nboth banks stay up until interrupted (Ctrl-C)")
+			<-ctx.Done()
+		}
+	}
+	if err := run(context.Background(), os.Stdout, hold); err != nil {
 		fmt.Fprintln(os.Stderr, "banks:", err)
 		os.Exit(1)
 	}
@@ -74,7 +93,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func run(ctx context.Context, w io.Writer) error {
+// run runs the example, printing to w; hold, if not nil, is called at the
+// end while both banks are still up.
+func run(ctx context.Context, w io.Writer, hold func()) error {
 	out := &lockedWriter{w: w}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
@@ -211,5 +232,16 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 	fmt.Fprintf(out, "  transaction %s is %s\n", now.ID.Hex(), now.State)
 	balances()
+
+	at := func(b *bank, ns string) string { return strings.TrimSuffix(b.srv.URI(), "/") + "/" + ns }
+	ledgers := fmt.Sprintf("--ledger shanghai=%s --ledger beijing=%s", at(shanghai, "bank.accounts"), at(beijing, "bank.accounts"))
+	fmt.Fprintf(out, "\nthe same banks with the operators' tool (from the repository's root; make banks ARGS=-serve keeps them up):\n")
+	fmt.Fprintf(out, "  go run ./cmd/twopc status --uri %s\n", at(shanghai, "coordinator"))
+	fmt.Fprintf(out, "  go run ./cmd/twopc show --uri %s %s %s\n", at(shanghai, "coordinator"), ledgers, txn.ID.Hex())
+	fmt.Fprintf(out, "  go run ./cmd/twopc recover --uri %s %s\n", at(shanghai, "coordinator"), ledgers)
+	fmt.Fprintf(out, "  go run ./cmd/twopc audit --uri %s %s --total shanghai=650 --total beijing=350\n", at(shanghai, "coordinator"), ledgers)
+	if hold != nil {
+		hold()
+	}
 	return nil
 }

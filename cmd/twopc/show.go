@@ -46,14 +46,14 @@ type showReport struct {
 }
 
 type legReport struct {
-	Index      int             `json:"index"`
-	Ledger     string          `json:"ledger"`
-	Collection string          `json:"collection,omitempty"` // "" if the ledger was not given
+	Index      int    `json:"index"`
+	Ledger     string `json:"ledger"`
+	Collection string `json:"collection,omitempty"` // "" if the ledger was not given
 	// Database and Deployment are set for a ledger given by connection
 	// string (--ledger NAME=URI): its database, and its hosts with any
 	// password hidden.
-	Database   string `json:"database,omitempty"`
-	Deployment string `json:"deployment,omitempty"`
+	Database   string          `json:"database,omitempty"`
+	Deployment string          `json:"deployment,omitempty"`
 	AccountID  json.RawMessage `json:"accountId"`
 	Amount     int64           `json:"amount"`
 	Marker     string          `json:"marker"`

@@ -9,23 +9,25 @@ SHELL := /bin/bash
 
 # test runs every test of both modules with the race detector, against
 # MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev server,
-# then fuzzes Transfer's inputs for a short fixed time.
+# then fuzzes Transfer's inputs for a short fixed time. It prints one line
+# per module when all passes, and a failing test's whole output when one
+# fails (GOTEST_VERBOSE=1 prints everything). The long runs keep a smaller
+# size here; make soak runs them at full size.
 test:
-	$(GO) test -race -count=1 -timeout 60m ./...
-	cd examples && $(GO) test -race -count=1 ./...
-	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzTransfer$$' -fuzztime 15s -parallel 2 .
+	@.ci/gotest "root module (-race)" . -race -count=1 -timeout 60m ./...
+	@.ci/gotest "examples module (-race)" examples -race -count=1 -timeout 30m ./...
+	@.ci/gotest "fuzz FuzzTransfer (15s)" . -count=1 -run '^$$' -fuzz '^FuzzTransfer$$' -fuzztime 15s -parallel 2 .
 
-# soak runs the randomized simulation longer: more transfers, applications,
-# workers and accounts (SEED=n repeats a run); it prints a summary per seed.
-# Then the duplicate-and-delay test on a longer run (SOAK_REPLAY transfers,
-# every write command delivered again).
+# soak runs the long runs at full size, each part with a summary (.ci/soak):
+# the history bound over 20,000 transfers; the randomized simulation of
+# SOAK_TRANSFERS transfers with more applications, workers and accounts, for
+# each of its four seeds (SEED=n runs that seed only); the duplicate-and-delay
+# test over SOAK_REPLAY transfers, every write command delivered again.
 SOAK_TRANSFERS ?= 1500
 SOAK_REPLAY    ?= 600
+SOAK_HISTORY   ?= 20000
 soak:
-	$(GO) test -count=1 -timeout 120m -run '^TestSimulation$$' -v . -sim.timeout 60m \
-		-sim.transfers=$(SOAK_TRANSFERS) -sim.apps=4 -sim.workers=6 -sim.accounts=40 -sim.staleafter=5s $(if $(SEED),-sim.seed=$(SEED))
-	$(GO) test -count=1 -timeout 60m -run '^TestDuplicateAndDelay$$' -v . -sim.timeout 30m \
-		-replay.transfers=$(SOAK_REPLAY) -sim.apps=4 -sim.workers=6 -sim.accounts=40 -sim.staleafter=5s $(if $(SEED),-sim.seed=$(SEED))
+	@SOAK_TRANSFERS=$(SOAK_TRANSFERS) SOAK_REPLAY=$(SOAK_REPLAY) SOAK_HISTORY=$(SOAK_HISTORY) SEED=$(SEED) .ci/soak
 
 # demo seeds two accounts and runs transfers, printing each state change.
 demo:

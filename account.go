@@ -213,6 +213,9 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 	}
 	b, ok := a.balance()
 	switch {
+	case r.Hold && len(a.pending()) >= MaxHolds:
+		return legBlocked, fmt.Errorf("%w: account %v carries %d legs in flight, holds included (MaxHolds is %d)",
+			ErrTooManyHolds, l.account, len(a.pending()), MaxHolds)
 	case !ok:
 		return legBlocked, fmt.Errorf("%w: account %v has balance of BSON type %s", ErrInvalidAccount, l.account, a.Balance.Type)
 	case l.debit() && !r.AllowNegative && b < -l.delta:

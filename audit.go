@@ -111,13 +111,17 @@ type audit struct {
 	rep *AuditReport
 }
 
+// unfinishedStates are the states of transactions under way, each within
+// its lease. A held hold is not among them: it waits for its caller as long
+// as the caller likes, and moves no ledger's total while it does (a debit
+// is held in pendingDebit, which the totals count).
 var unfinishedStates = bson.A{StateInitial, StatePending, StateApplied, StateCanceling}
 
 // transactions counts the transactions by state and checks every
 // unfinished one against its lease, reading them in batches.
 func (au *audit) transactions(ctx context.Context) error {
 	c, cfg, rep := au.c, &au.cfg, au.rep
-	for _, s := range []State{StateInitial, StatePending, StateApplied, StateDone, StateCanceling, StateCanceled} {
+	for _, s := range []State{StateInitial, StatePending, StateApplied, StateDone, StateCanceling, StateCanceled, StateHeld} {
 		n, err := c.log.txns.CountDocuments(ctx, bson.D{{Key: fieldState, Value: s}})
 		if err != nil {
 			return err

@@ -51,6 +51,20 @@ type commitCall struct {
 // only for a filter on _id alone, one collection scan, instead of k. Only
 // the commits of one Coordinator are grouped.
 func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
+	// A hold's move (pending → held) is written alone: a group's update
+	// sets one state.
+	var group []*commitCall
+	for _, q := range calls {
+		if q.rec.Hold {
+			q.cur, q.moved, q.err = g.advanceHooked(ctx, q.rec, commitMove(q.rec), true)
+			continue
+		}
+		group = append(group, q)
+	}
+	calls = group
+	if len(calls) == 0 {
+		return
+	}
 	if len(calls) == 1 {
 		q := calls[0]
 		q.cur, q.moved, q.err = g.advanceHooked(ctx, q.rec, commitMove(q.rec), true)
@@ -127,6 +141,11 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 	}
 }
 
+// commitMove is r's move at its commit step: pending → applied, or for a
+// hold, pending → held.
 func commitMove(r *record) move {
+	if r.Hold {
+		return move{step: StepCommit, from: StatePending, to: StateHeld, claim: r.Claim}
+	}
 	return move{step: StepCommit, from: StatePending, to: StateApplied, claim: r.Claim}
 }

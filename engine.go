@@ -285,6 +285,8 @@ func (e *engine) commitEach(ctx context.Context, ts []*transfer, sync bool) {
 			t.answer(q.cur.txn(), fmt.Errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), q.err))
 		case !q.moved:
 			t.answer(c.outcome(q.cur))
+		case q.cur.State == StateHeld:
+			t.answer(q.cur.txn(), nil) // a hold, made: nothing to settle
 		default:
 			settle = append(settle, q.cur)
 			settling = append(settling, t)
@@ -342,11 +344,12 @@ func (c *Coordinator) abort(ctx context.Context, r *record, why error) (*Txn, er
 	return cur.txn(), fmt.Errorf("twopc: transfer %s: %w", r.ID.Hex(), why)
 }
 
-// outcome reports a transaction this call no longer drives: committed is
-// success, canceled the reason's error, anything else in progress.
+// outcome reports a transaction this call no longer drives: committed (or
+// a hold made) is success, canceled the reason's error, anything else in
+// progress.
 func (c *Coordinator) outcome(r *record) (*Txn, error) {
 	switch {
-	case r.State.Committed():
+	case r.State.Committed(), r.State == StateHeld:
 		return r.txn(), nil
 	case r.State == StateCanceled || r.State == StateCanceling:
 		return r.txn(), fmt.Errorf("twopc: transfer %s is %s: %w", r.ID.Hex(), r.State, errorOfReason(r.Reason))
@@ -362,7 +365,7 @@ func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
 	if prior.Placeholder {
 		return c.outcome(prior) // canceled before it arrived
 	}
-	if prior.Key != asked.Key || !sameLegs(prior.legs(), asked.legs()) {
+	if prior.Key != asked.Key || prior.Hold != asked.Hold || !sameLegs(prior.legs(), asked.legs()) {
 		return prior.txn(), fmt.Errorf("%w: key %q is transaction %s (legs %v)",
 			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.AllLegs())
 	}

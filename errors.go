@@ -91,6 +91,9 @@ const (
 	reasonCanceled          = "canceled"
 	reasonStaleInitial      = "stale_initial"
 	reasonStalePending      = "stale_pending"
+	reasonVoided            = "voided"
+	reasonExpired           = "expired"
+	reasonTooManyHolds      = "too_many_holds"
 )
 
 // reasonErrors pairs reason codes with their errors; a reason that maps to
@@ -107,6 +110,9 @@ var reasonErrors = []struct {
 	{reasonCanceled, ErrCanceled},
 	{reasonStaleInitial, ErrCanceled},
 	{reasonStalePending, ErrCanceled},
+	{reasonVoided, ErrHoldVoided},
+	{reasonExpired, ErrHoldExpired},
+	{reasonTooManyHolds, ErrTooManyHolds},
 }
 
 // reasonOf is the reason code for err.

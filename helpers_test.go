@@ -200,7 +200,7 @@ func (b *bank) checkSettled(opening map[string]int64) {
 	for _, d := range b.txns() {
 		require.Truef(b.t, d.State.Final(), "transaction %s is %s", d.ID.Hex(), d.State)
 		if d.State == twopc.StateDone {
-			for _, l := range d.AllLegs() {
+			for _, l := range d.SettledLegs() {
 				want[l.Account.(string)] += l.Amount
 			}
 		}

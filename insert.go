@@ -182,6 +182,12 @@ func insertWrite(r *record) (filter, update bson.D) {
 	if r.AllowNegative {
 		doc = append(doc, bson.E{Key: fieldAllowNegative, Value: true})
 	}
+	if r.Hold {
+		doc = append(doc, bson.E{Key: fieldHold, Value: true})
+		if r.ExpiryMs > 0 {
+			doc = append(doc, bson.E{Key: fieldExpiryMs, Value: r.ExpiryMs})
+		}
+	}
 	if r.KeepMs > 0 {
 		doc = append(doc, bson.E{Key: fieldKeep, Value: r.KeepMs})
 		if r.Archive != "" {

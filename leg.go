@@ -6,6 +6,7 @@ package twopc
 // once.
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/twopc/twopc/internal/schema"
@@ -21,6 +22,10 @@ type leg struct {
 	account any
 	delta   int64
 	marker  bson.ObjectID
+	// part is, for a leg of a hold captured for less than it applied, the
+	// amount captured (positive); 0: the leg settles whole (see
+	// record.legs).
+	part int64
 }
 
 func (l leg) debit() bool { return l.delta < 0 }
@@ -35,10 +40,19 @@ func (l leg) applyInc() bson.D {
 }
 
 // settleInc is what settling l adds: a credit moves from pendingCredit to
-// the balance; a debit is already there.
+// the balance; a debit is already there. A leg of a hold captured in part
+// settles for less than it applied (settled): the debit's hold is released
+// whole and the part not captured returns to the balance; the credit
+// releases its whole pendingCredit and only the captured part reaches the
+// balance.
 func (l leg) settleInc() bson.D {
-	if l.debit() {
+	switch {
+	case l.debit() && l.part > 0:
+		return bson.D{{Key: fieldBalance, Value: -l.delta - l.part}, {Key: fieldPendingDebit, Value: l.delta}}
+	case l.debit():
 		return bson.D{{Key: fieldPendingDebit, Value: l.delta}}
+	case l.part > 0:
+		return bson.D{{Key: fieldBalance, Value: l.part}, {Key: fieldPendingCredit, Value: -l.delta}}
 	}
 	return bson.D{{Key: fieldBalance, Value: l.delta}, {Key: fieldPendingCredit, Value: -l.delta}}
 }
@@ -88,6 +102,11 @@ func applyModel(r *record, l leg) mongo.WriteModel {
 		fenceable,
 	}
 	integer := bson.E{Key: "$type", Value: bson.A{"int", "long"}}
+	if r.Hold {
+		// An account carries at most MaxHolds markers when a hold's leg
+		// applies (see MaxHolds).
+		filter = append(filter, bson.E{Key: fmt.Sprintf("%s.%d", fieldPending, MaxHolds-1), Value: bson.D{{Key: "$exists", Value: false}}})
+	}
 	switch {
 	case l.debit() && !r.AllowNegative:
 		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{{Key: "$gte", Value: -l.delta}, integer}})
@@ -104,11 +123,17 @@ func applyModel(r *record, l leg) mongo.WriteModel {
 		})
 }
 
+// legs returns r's legs, each with its marker, and, for a hold of two legs
+// captured for less than its value, the part captured (see settleInc).
 func (r *record) legs() []leg {
 	all := r.AllLegs()
 	out := make([]leg, len(all))
+	var part int64
+	if r.Hold && r.Captured > 0 && r.Captured < r.Value && len(all) == 2 {
+		part = r.Captured
+	}
 	for i, l := range all {
-		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: schema.Marker(r.ID, i)}
+		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: schema.Marker(r.ID, i), part: part}
 	}
 	return out
 }

@@ -168,6 +168,9 @@ const (
 	// batch whose guarded delete removed fewer than it named (another
 	// recoverer was first) reports all of them not_moved.
 	RecoveryRemove RecoveryAction = "remove"
+	// RecoveryExpire: a held hold past its expiry (WithExpiry) voided and
+	// rolled back to canceled.
+	RecoveryExpire RecoveryAction = "expire"
 )
 
 // String returns the action's name.

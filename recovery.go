@@ -70,11 +70,12 @@ type RecoveryReport struct {
 	Failed        int // transactions left as they were after an error (see the error)
 	Unfenced      int // settled transactions whose fences were removed
 	Removed       int // final transactions moved to the archive or removed (WithHistory)
+	Expired       int // held holds past their expiry voided to canceled (WithExpiry)
 }
 
 // Finished is how many transactions the pass took to done or canceled.
 func (rep RecoveryReport) Finished() int {
-	return rep.RolledForward + rep.Settled + rep.RolledBack + rep.Canceled
+	return rep.RolledForward + rep.Settled + rep.RolledBack + rep.Canceled + rep.Expired
 }
 
 // RecoverOnce makes one recovery pass over every transaction stale at its
@@ -135,6 +136,11 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 		}
 	})
 	if err != nil {
+		firstErr = cmpErr(firstErr, err)
+	}
+
+	// Holds past their expiry: void them.
+	if err := r.expireHolds(ctx, now, &rep, fail); err != nil {
 		firstErr = cmpErr(firstErr, err)
 	}
 
@@ -255,10 +261,12 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 		if err != nil {
 			return done(RecoveryRollForward, OutcomeError, err)
 		}
-		if !begun {
+		if !begun || cur.Hold {
 			// No leg was applied: presume abort. Its owner stopped (or
 			// its insert arrived after the caller gave up on it), and no
-			// one has been told it will happen.
+			// one has been told it will happen. A hold not yet held is
+			// rolled back even if its legs applied: held is its
+			// decision, and nobody was told of one.
 			if _, err := c.abort(ctx, cur, errStalePending); err != nil && !errors.Is(err, errStalePending) {
 				switch {
 				case errors.Is(err, ErrInProgress), errors.Is(err, ErrCanceled), isLegReason(err):

@@ -86,6 +86,8 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 		switch r.State {
 		case StateApplied, StateDone:
 			return r.txn(), fmt.Errorf("twopc: cancel %s: %w: it is %s; use Reverse", id.Hex(), ErrNotCancelable, r.State)
+		case StateHeld:
+			return c.Void(ctx, id) // a hold made: cancel is its void
 		case StateCanceled:
 			return r.txn(), nil
 		case StateCanceling:

@@ -15,19 +15,27 @@ import (
 // State is a transaction's state, stored as the tutorial's strings.
 //
 //	initial ──► pending ──► applied ──► done
-//	   │           │
-//	   └─────┬─────┘
+//	   │           │  │        ▲
+//	   │           │  └► held ─┘ (Capture)
+//	   │           │      │ (Void, expiry)
+//	   └─────┬─────┘      │
+//	         ▼            │
+//	     canceling ◄──────┘
+//	         │
 //	         ▼
-//	     canceling ──► canceled
+//	     canceled
 //
 // pending means legs may be applied; applied is the commit point (both legs
 // applied, the transfer will end done whatever fails); done means both
 // accounts are settled. canceling means the legs are being undone; canceled
 // means none remains. The coordinator inserts transactions already pending
 // and claimed; initial is only met in documents written by other programs.
+// held is a hold's (see Coordinator.Hold): every leg applied and the
+// decision handed to the caller; Capture moves it to applied, Void or its
+// expiry to canceling, whichever writes first.
 type State string
 
-// The six states.
+// The seven states.
 const (
 	StateInitial   State = "initial"
 	StatePending   State = "pending"
@@ -35,15 +43,18 @@ const (
 	StateDone      State = "done"
 	StateCanceling State = "canceling"
 	StateCanceled  State = "canceled"
+	// StateHeld: a hold whose legs all applied, awaiting Capture, Void or
+	// its expiry (see Coordinator.Hold). It is not past the commit point.
+	StateHeld State = "held"
 )
 
 // String returns the state's name.
 func (s State) String() string { return string(s) }
 
-// Valid reports whether s is one of the six states.
+// Valid reports whether s is one of the seven states.
 func (s State) Valid() bool {
 	switch s {
-	case StateInitial, StatePending, StateApplied, StateDone, StateCanceling, StateCanceled:
+	case StateInitial, StatePending, StateApplied, StateDone, StateCanceling, StateCanceled, StateHeld:
 		return true
 	}
 	return false
@@ -60,7 +71,8 @@ func (s State) Committed() bool { return s == StateApplied || s == StateDone }
 // transitions lists the moves the protocol makes.
 var transitions = map[State][]State{
 	StateInitial:   {StateInitial, StatePending, StateCanceling}, // initial→initial takes over a claim
-	StatePending:   {StatePending, StateApplied, StateCanceling}, // pending→pending renews or takes over a claim
+	StatePending:   {StatePending, StateApplied, StateCanceling, StateHeld}, // pending→pending renews or takes over a claim
+	StateHeld:      {StateApplied, StateCanceling},                          // Capture; Void or expiry
 	StateApplied:   {StateDone},
 	StateCanceling: {StateCanceling, StateCanceled},
 }
@@ -91,6 +103,9 @@ const (
 	fieldAllowNegative = schema.AllowNegative
 	fieldPlaceholder   = schema.Placeholder
 	fieldLegs          = schema.Legs
+	fieldHold          = schema.Hold
+	fieldExpiryMs      = schema.ExpiryMs
+	fieldCaptured      = schema.Captured
 )
 
 // record is a transaction document as stored: the public Txn plus what the
@@ -160,6 +175,10 @@ func (r *record) check() error {
 		}
 	} else if err := validateTransfer(r.Source, r.Destination, r.Value); err != nil {
 		return fmt.Errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
+	}
+	if r.Captured != 0 && (!r.Hold || r.Captured < 0 || r.Captured > r.Value || (r.Captured < r.Value && len(r.AllLegs()) > 2)) {
+		return fmt.Errorf("%w: transaction %s: captured %d of a %s of %d legs and value %d",
+			ErrMalformedTxn, r.ID.Hex(), r.Captured, map[bool]string{true: "hold", false: "transfer"}[r.Hold], len(r.AllLegs()), r.Value)
 	}
 	if !r.foreign() && schema.Marker(r.ID, 0) != r.ID {
 		return fmt.Errorf("%w: transaction %s: not an id this library makes (its last byte is not zero)", ErrMalformedTxn, r.ID.Hex())
@@ -384,6 +403,16 @@ type Txn struct {
 	// transfer made with Transfer keeps the tutorial's shape and has none.
 	// AllLegs returns the legs of either.
 	Legs []Leg `bson:"legs,omitempty"`
+	// Hold marks a transfer made with Hold or HoldLegs: its legs apply,
+	// then it waits in StateHeld for Capture, Void or its expiry.
+	Hold bool `bson:"hold,omitempty"`
+	// ExpiryMs is a hold's WithExpiry in milliseconds (0: none). The hold
+	// expires ExpiryMs after it became held, by the server's clock: its
+	// LastModified while it is held.
+	ExpiryMs int64 `bson:"expiryMs,omitempty"`
+	// Captured is the amount a captured hold moved: Value, or less for a
+	// hold of two legs captured in part (the rest returned to the source).
+	Captured int64 `bson:"captured,omitempty"`
 }
 
 func (r *record) txn() *Txn {

@@ -21,7 +21,8 @@ const (
 	StepInspect
 	// StepRenew: renew the owner's claim (refresh lastModified) before a leg write.
 	StepRenew
-	// StepCommit: pending to applied, the commit point.
+	// StepCommit: pending to applied, the commit point (for a hold, pending
+	// to held).
 	StepCommit
 	// StepSettle: pull the transaction from the accounts' pendingTransactions and fence it.
 	StepSettle
@@ -45,6 +46,10 @@ const (
 	StepUnfence
 	// StepClock: read the server's clock, to judge staleness (Txn is nil).
 	StepClock
+	// StepCapture: held to applied, a hold's capture (see Coordinator.Capture).
+	StepCapture
+	// StepVoid: held to canceling, a hold's void or expiry (see Coordinator.Void).
+	StepVoid
 )
 
 var stepNames = [...]string{
@@ -64,6 +69,8 @@ var stepNames = [...]string{
 	StepTakeover: "takeover",
 	StepUnfence:  "unfence",
 	StepClock:    "clock",
+	StepCapture:  "capture",
+	StepVoid:     "void",
 }
 
 // Steps lists every step, for tests that crash the protocol at each one.

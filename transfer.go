@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/twopc/twopc/internal/schema"
@@ -52,6 +53,9 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (*Txn, error) {
 	tc, err := transferOptions(opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := holdOptions(&t, tc); err != nil {
 		return nil, err
 	}
 	if c.settler.isClosed() {
@@ -152,8 +156,10 @@ const maxReverseAttempts = 100
 type TransferOption func(*transferConfig)
 
 type transferConfig struct {
-	key   string
-	keyed bool // WithKey was given, maybe with ""
+	key       string
+	keyed     bool // WithKey was given, maybe with ""
+	expiry    time.Duration
+	expirySet bool // WithExpiry was given
 }
 
 // WithKey sets an idempotency key: a Transfer repeated with the same key

@@ -34,6 +34,9 @@ const (
 	AllowNegative = "allowNegative"
 	Placeholder   = "placeholder"
 	Legs          = "legs"
+	Hold          = "hold"     // a hold (Coordinator.Hold)
+	ExpiryMs      = "expiryMs" // a hold's expiry, after it became held
+	Captured      = "captured" // the amount a captured hold moved
 )
 
 // Field names of account documents (see the root package's account.go for

@@ -1,0 +1,369 @@
+package twopc
+
+// Holds: a transfer whose legs apply and then wait, held, for the caller's
+// decision (Capture or Void) or for its expiry. Seed 004's uncertainty
+// period, the moment between the two phases, made durable and handed to
+// the caller.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Errors of holds. Each is returned wrapped, with the transaction; match
+// them with errors.Is.
+var (
+	// ErrHoldExpired: the hold expired (see WithExpiry) before it was
+	// captured; it was voided, and nothing moved. Capture and Void of an
+	// expired hold return it.
+	ErrHoldExpired = errors.New("twopc: hold expired")
+	// ErrHoldVoided: Capture of a hold that was voided.
+	ErrHoldVoided = errors.New("twopc: hold voided")
+	// ErrHoldCaptured: Void of a hold that was captured, or Capture of one
+	// captured for another amount.
+	ErrHoldCaptured = errors.New("twopc: hold captured")
+	// ErrNotHold: Capture or Void of a transaction that is not a hold.
+	ErrNotHold = errors.New("twopc: transaction is not a hold")
+	// ErrTooManyHolds: a leg of a hold found its account carrying MaxHolds
+	// legs in flight; the hold was rolled back, and nothing moved.
+	ErrTooManyHolds = errors.New("twopc: account carries too many holds")
+)
+
+// MaxHolds bounds the holds one account carries. A hold keeps its leg's
+// marker in the account's pendingTransactions until it is captured,
+// voided or expired, so a hold's leg applies only to an account that
+// carries fewer than MaxHolds markers of legs in flight (holds and
+// transfers under way together); at the bound it is refused with
+// ErrTooManyHolds, the hold is rolled back and nothing moves. Transfers
+// are not bounded by it: their markers leave within a lease. An account at
+// the bound holds at most 500 markers of 17 bytes each (about 8.5 kB), and
+// the audit's DefaultPendingBound (1,000) is above it.
+const MaxHolds = 500
+
+// Hold reserves value on source for destination: the source's available
+// balance drops at once, the destination sees nothing until Capture. It
+// validates and refuses as Transfer does (ErrInvalidTransfer with nothing
+// written, ErrInsufficientFunds, ErrAccountNotFound, ErrTooManyHolds, keys
+// with WithKey, ledgers), and returns once the hold is durable, in
+// StateHeld.
+//
+// A held transfer is decided: no Recoverer rolls it back for being old,
+// and a crash of the process that made it changes nothing. It ends only by
+// Capture (done), Void (canceled) or, with WithExpiry, its expiry
+// (canceled, by a Recoverer pass or a Capture that finds it expired). A
+// Hold whose process dies before the hold is held is rolled back by
+// recovery, as any unfinished transfer that nobody was told of, even if
+// its legs applied (a stale pending hold is never rolled forward).
+//
+// An error with a Txn whose State is StateHeld means the hold was made.
+// With WithKey, Hold can be repeated safely after any error: it returns
+// the first attempt's transaction in whatever state it reached.
+func (c *Coordinator) Hold(ctx context.Context, source, destination any, value int64, opts ...TransferOption) (*Txn, error) {
+	if err := validateTransfer(source, destination, value); err != nil {
+		return nil, err
+	}
+	return c.start(ctx, Txn{Source: source, Destination: destination, Value: value, Hold: true}, opts)
+}
+
+// HoldLegs holds a transfer of any number of legs summing to zero (see
+// TransferLegs and Hold): every debit comes off its account's balance at
+// once, every credit waits. Capture takes the whole Value of a hold of
+// more than two legs.
+func (c *Coordinator) HoldLegs(ctx context.Context, legs []Leg, opts ...TransferOption) (*Txn, error) {
+	t, err := c.legsTxn(legs)
+	if err != nil {
+		return nil, err
+	}
+	t.Hold = true
+	return c.start(ctx, t, opts)
+}
+
+// WithExpiry sets a hold's expiry: a hold not captured within d of
+// becoming held is voided by a Recoverer pass (or by a Capture that finds
+// it expired), and Capture after that returns ErrHoldExpired. The expiry
+// is recorded in the hold (ExpiryMs) and judged by the server's clock
+// against the time the server recorded when the hold became held
+// (lastModified), never by the clock of the process that asks: time
+// decides only which of capture and expiry happens, never whether money
+// moves twice. d is rounded down to the millisecond and must be at least
+// one; WithExpiry on a Transfer, or with a smaller d, gets
+// ErrInvalidTransfer.
+func WithExpiry(d time.Duration) TransferOption {
+	return func(t *transferConfig) { t.expiry, t.expirySet = d, true }
+}
+
+// holdOptions records tc's expiry in hold t, or refuses it.
+func holdOptions(t *Txn, tc transferConfig) error {
+	if !tc.expirySet {
+		return nil
+	}
+	switch {
+	case !t.Hold:
+		return fmt.Errorf("%w: WithExpiry is for holds (Hold, HoldLegs), not transfers", ErrInvalidTransfer)
+	case tc.expiry < time.Millisecond:
+		return fmt.Errorf("%w: expiry %v is less than a millisecond", ErrInvalidTransfer, tc.expiry)
+	}
+	t.ExpiryMs = tc.expiry.Milliseconds()
+	return nil
+}
+
+// expiry is the hold's WithExpiry; 0: none.
+func (r *record) expiry() time.Duration { return time.Duration(r.ExpiryMs) * time.Millisecond }
+
+// expired reports whether held hold r is past its expiry at server time
+// now.
+func (r *record) expired(now time.Time) bool {
+	return r.State == StateHeld && r.ExpiryMs > 0 && !now.Before(r.LastModified.Add(r.expiry()))
+}
+
+// Capture settles a held transfer: for a hold of two legs any amount in
+// (0, Value], the rest returning to the source; for a hold of more legs
+// its whole Value. The transaction ends done with Captured set (it returns
+// it applied, settling in the background, unless WithSyncSettle).
+//
+// Capture, Void and expiry race through one guarded write on the
+// transaction ({_id, state: held} → applied, or → canceling): whichever
+// lands first decides, and the others are refused. Capture of a hold that
+// expired returns ErrHoldExpired, of one voided ErrHoldVoided, of one
+// captured for another amount ErrHoldCaptured; Capture again for the same
+// amount returns the transaction (after a lost reply, say), settling it if
+// it is not yet done. A held hold past its expiry by the server's clock is
+// voided by Capture itself, which then returns ErrHoldExpired.
+//
+// An amount of zero or less, more than the hold's Value, or less than the
+// Value of a hold of more than two legs gets ErrInvalidTransfer; a
+// transaction that is not a hold gets ErrNotHold; a hold still being made
+// ErrInProgress; a hold refused when it was made the error it was refused
+// with (ErrInsufficientFunds, ...). None of those writes anything.
+func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int64) (*Txn, error) {
+	if c.settler.isClosed() {
+		return nil, ErrClosed
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		r, err := c.heldOne(ctx, id, "capture")
+		if err != nil {
+			return r.txn(), err
+		}
+		if err := captureAmount(r, amount); err != nil {
+			return r.txn(), err
+		}
+		switch r.State {
+		case StateApplied, StateDone:
+			if r.Captured != amount {
+				return r.txn(), fmt.Errorf("twopc: capture %s of %d: %w for %d", id.Hex(), amount, ErrHoldCaptured, r.Captured)
+			}
+			return c.settleCaptured(ctx, r)
+		case StateHeld:
+		default:
+			return r.txn(), c.resolved(r, "capture")
+		}
+		if r.ExpiryMs > 0 {
+			now, err := c.log.serverNow(ctx)
+			if err != nil {
+				return r.txn(), fmt.Errorf("twopc: capture %s: %w", id.Hex(), err)
+			}
+			if r.expired(now) {
+				cur, _, err := c.expire(ctx, r)
+				if err != nil {
+					return cur.txn(), fmt.Errorf("twopc: capture %s: expiring: %w", id.Hex(), err)
+				}
+				continue // answered from what the transaction now says
+			}
+		}
+		cur, moved, err := c.log.advance(ctx, r, move{
+			step: StepCapture, from: StateHeld, to: StateApplied, anyClaim: true,
+			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
+			set: bson.D{{Key: fieldCaptured, Value: amount}},
+		})
+		if err != nil {
+			return cur.txn(), fmt.Errorf("twopc: capture %s: %w", id.Hex(), err)
+		}
+		if !moved {
+			continue // decided by another call: answer from what it decided
+		}
+		return c.settleCaptured(ctx, cur)
+	}
+	return nil, fmt.Errorf("twopc: capture %s: %w: it kept moving", id.Hex(), ErrInProgress)
+}
+
+// captureAmount checks a Capture's amount against hold r.
+func captureAmount(r *record, amount int64) error {
+	switch {
+	case amount <= 0:
+		return fmt.Errorf("%w: capture %s of %d: not positive", ErrInvalidTransfer, r.ID.Hex(), amount)
+	case amount > r.Value:
+		return fmt.Errorf("%w: capture %s of %d: more than the %d held", ErrInvalidTransfer, r.ID.Hex(), amount, r.Value)
+	case amount < r.Value && len(r.AllLegs()) > 2:
+		return fmt.Errorf("%w: capture %s of %d: a hold of %d legs is captured whole (%d)", ErrInvalidTransfer, r.ID.Hex(), amount, len(r.AllLegs()), r.Value)
+	}
+	return nil
+}
+
+// settleCaptured settles captured hold r, applied or done: in the
+// background unless WithSyncSettle, as a Transfer's settling.
+func (c *Coordinator) settleCaptured(ctx context.Context, r *record) (*Txn, error) {
+	if r.State == StateDone || (!c.syncSettle && c.settler.enqueue(r)) {
+		return r.txn(), nil
+	}
+	done, left, _ := c.settle(ctx, []*record{r})
+	if len(left) > 0 {
+		return r.txn(), fmt.Errorf("twopc: hold %s captured; settling: %w", r.ID.Hex(), left[0].err)
+	}
+	if len(done) == 1 {
+		return done[0].txn(), nil
+	}
+	return r.txn(), nil
+}
+
+// Void releases a held transfer: nothing moves; it ends canceled (reason
+// "voided"). It is the same guarded write as a capture's, and so races it
+// (see Capture): Void of a captured hold returns ErrHoldCaptured, of an
+// expired one ErrHoldExpired. Void again returns the transaction,
+// finishing its rollback if it is not yet canceled. A transaction that is
+// not a hold gets ErrNotHold, a hold still being made ErrInProgress.
+func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (*Txn, error) {
+	if c.settler.isClosed() {
+		return nil, ErrClosed
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		r, err := c.heldOne(ctx, id, "void")
+		if err != nil {
+			return r.txn(), err
+		}
+		switch {
+		case r.State == StateCanceling && r.Reason == reasonVoided:
+			cur, err := c.rollback(ctx, r)
+			if err != nil {
+				return cur.txn(), fmt.Errorf("twopc: void %s: %w", id.Hex(), err)
+			}
+			return cur.txn(), nil
+		case r.State == StateCanceled && r.Reason == reasonVoided:
+			return r.txn(), nil
+		case r.State != StateHeld:
+			return r.txn(), c.resolved(r, "void")
+		}
+		cur, moved, err := c.log.advance(ctx, r, voidMove(c, r, reasonVoided))
+		if err != nil {
+			return cur.txn(), fmt.Errorf("twopc: void %s: %w", id.Hex(), err)
+		}
+		if !moved {
+			continue
+		}
+		cur, err = c.rollback(ctx, cur)
+		if err != nil {
+			return cur.txn(), fmt.Errorf("twopc: void %s: %w", id.Hex(), err)
+		}
+		return cur.txn(), nil
+	}
+	return nil, fmt.Errorf("twopc: void %s: %w: it kept moving", id.Hex(), ErrInProgress)
+}
+
+// heldOne reads transaction id for Capture or Void (op), from the log or
+// the archive, and refuses one that is not a hold.
+func (c *Coordinator) heldOne(ctx context.Context, id bson.ObjectID, op string) (*record, error) {
+	if id.IsZero() {
+		return nil, fmt.Errorf("twopc: %s: %w: the zero id", op, ErrTxnNotFound)
+	}
+	r, _, err := c.log.lookup(ctx, id)
+	if err != nil {
+		return r, fmt.Errorf("twopc: %s %s: %w", op, id.Hex(), err)
+	}
+	if !r.Hold || r.Placeholder {
+		return r, fmt.Errorf("twopc: %s %s: %w: it is a transfer (%s)", op, id.Hex(), ErrNotHold, r.State)
+	}
+	return r, nil
+}
+
+// resolved is the error of Capture or Void (op) of hold r, which another
+// decision resolved, or which was never held, or is not held yet.
+func (c *Coordinator) resolved(r *record, op string) error {
+	switch {
+	case r.State.Committed():
+		return fmt.Errorf("twopc: %s %s: %w for %d", op, r.ID.Hex(), ErrHoldCaptured, r.Captured)
+	case r.State == StateCanceling || r.State == StateCanceled:
+		return fmt.Errorf("twopc: %s %s: it is %s: %w", op, r.ID.Hex(), r.State, errorOfReason(r.Reason))
+	default:
+		return fmt.Errorf("twopc: %s %s: %w: the hold is %s, owned by %q", op, r.ID.Hex(), ErrInProgress, r.State, r.Application)
+	}
+}
+
+// voidMove is the guarded move held → canceling for reason (voided or
+// expired), claimed for c. Any process may make it; the guard is the
+// state alone, the same as a capture's, so exactly one of them lands.
+func voidMove(c *Coordinator, r *record, reason string) move {
+	return move{
+		step: StepVoid, from: StateHeld, to: StateCanceling, anyClaim: true,
+		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
+		set: bson.D{{Key: fieldReason, Value: reason}},
+	}
+}
+
+// expire voids held hold r, found past its expiry, and rolls it back. The
+// move is also guarded by the lastModified r was read with, the time the
+// server recorded when it became held, which the expiry was judged from.
+// It returns the transaction as it now stands and whether this call made
+// the move (else another call decided first).
+func (c *Coordinator) expire(ctx context.Context, r *record) (*record, bool, error) {
+	m := voidMove(c, r, reasonExpired)
+	m.lastModified = r.LastModified
+	cur, moved, err := c.log.advance(ctx, r, m)
+	if err != nil || !moved {
+		return cur, moved, err
+	}
+	cur, err = c.rollback(ctx, cur)
+	return cur, true, err
+}
+
+// expireHolds is a recovery pass's part for holds: it voids every held
+// hold past its expiry at server time now (see expire).
+func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *RecoveryReport, fail func(error)) error {
+	c := r.c
+	held := bson.D{{Key: fieldState, Value: StateHeld}, {Key: fieldExpiryMs, Value: bson.D{{Key: "$gt", Value: 0}}}}
+	return r.each(ctx, held, fail, func(recs []*record) {
+		for _, t := range recs {
+			if !t.expired(now) {
+				continue
+			}
+			if err := c.ledgers.knows(t.legs()); err != nil {
+				fail(fmt.Errorf("transaction %s: %w: left to a recoverer that has it", t.ID.Hex(), err))
+				continue
+			}
+			start := time.Now()
+			_, moved, err := c.expire(ctx, t)
+			outcome := OutcomeMoved
+			switch {
+			case err != nil:
+				outcome = OutcomeError
+				fail(fmt.Errorf("transaction %s: expiring: %w", t.ID.Hex(), err))
+			case !moved:
+				outcome = OutcomeNotMoved // captured or voided first
+				rep.Skipped++
+			default:
+				rep.Expired++
+			}
+			r.report(ctx, t.ID, StateHeld, RecoveryExpire, start, outcome, StepVoid, err)
+		}
+	})
+}
+
+// SettledLegs returns what each leg of a done transaction moved: AllLegs,
+// except that the legs of a hold of two legs captured for less than its
+// Value moved the captured amount (the debit with a minus sign; the rest
+// of the hold returned to the source).
+func (t *Txn) SettledLegs() []Leg {
+	legs := t.AllLegs()
+	if t.Hold && t.Captured > 0 && t.Captured < t.Value && len(legs) == 2 {
+		for i := range legs {
+			if legs[i].Amount < 0 {
+				legs[i].Amount = -t.Captured
+			} else {
+				legs[i].Amount = t.Captured
+			}
+		}
+	}
+	return legs
+}

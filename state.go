@@ -70,7 +70,7 @@ func (s State) Committed() bool { return s == StateApplied || s == StateDone }
 
 // transitions lists the moves the protocol makes.
 var transitions = map[State][]State{
-	StateInitial:   {StateInitial, StatePending, StateCanceling}, // initial→initial takes over a claim
+	StateInitial:   {StateInitial, StatePending, StateCanceling},            // initial→initial takes over a claim
 	StatePending:   {StatePending, StateApplied, StateCanceling, StateHeld}, // pending→pending renews or takes over a claim
 	StateHeld:      {StateApplied, StateCanceling},                          // Capture; Void or expiry
 	StateApplied:   {StateDone},

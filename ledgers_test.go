@@ -195,7 +195,7 @@ func (bk *banks) check(opening map[string]map[string]int64) {
 	for _, d := range txns {
 		require.Truef(bk.t, d.State.Final(), "transaction %s is %s", d.ID.Hex(), d.State)
 		if d.State == twopc.StateDone {
-			for _, l := range d.AllLegs() {
+			for _, l := range d.SettledLegs() {
 				want[l.Ledger+"/"+l.Account.(string)] += l.Amount
 			}
 		}

@@ -50,6 +50,11 @@ type simConfig struct {
 	clientTimeout time.Duration     // the driver's operation timeout, 0: none
 	allowNegative bool
 	recorder      *writeRecorder // if set, records every write command the run's clients send
+	// holds makes one call in four a hold (Hold or HoldLegs, half of them
+	// with an expiry of one to two StaleAfter), which two resolvers of
+	// random applications then try to capture or void, racing each other,
+	// the expiry and the recoverers.
+	holds bool
 }
 
 func defaultSimConfig(seed uint64) simConfig {
@@ -58,6 +63,7 @@ func defaultSimConfig(seed uint64) simConfig {
 		accounts: *simAccounts, hot: 3, transfers: *simTransfers,
 		crash: 0.01, stall: 0.004,
 		staleAfter: *simStale, // well above a write's latency on a loaded dev server
+		holds:      true,
 	}
 }
 
@@ -66,7 +72,9 @@ type simStats struct {
 	calls, committed, legErrors, canceled, inProgress, crashed, otherErrors atomic.Int64
 	crashes, stalls, cancels, keyedRetries                                  atomic.Int64
 	recovered                                                               atomic.Int64
+	holds, captures, voids, resolveRefused                                  atomic.Int64
 	done, canceledTxns                                                      int
+	heldAtEnd, captured, expired                                            int
 	faults                                                                  mongotest.FaultStats
 
 	mu      sync.Mutex
@@ -82,9 +90,11 @@ func (s *simStats) sample(err error) {
 
 func (s *simStats) String() string {
 	return fmt.Sprintf("%d calls: %d committed, %d leg errors, %d canceled, %d in progress, %d crashed, %d other errors; "+
-		"injected %d crashes, %d stalls, %d cancels, %d keyed retries, front faults %+v; recovered %d; final: %d done, %d canceled; other errors such as %q",
+		"holds: %d held, %d captures and %d voids answered ok, %d refused (resolved by another); "+
+		"injected %d crashes, %d stalls, %d cancels, %d keyed retries, front faults %+v; recovered %d; final: %d done (%d captured holds), %d canceled (%d expired holds), %d holds still held at the end; other errors such as %q",
 		s.calls.Load(), s.committed.Load(), s.legErrors.Load(), s.canceled.Load(), s.inProgress.Load(), s.crashed.Load(), s.otherErrors.Load(),
-		s.crashes.Load(), s.stalls.Load(), s.cancels.Load(), s.keyedRetries.Load(), s.faults, s.recovered.Load(), s.done, s.canceledTxns, s.samples)
+		s.holds.Load(), s.captures.Load(), s.voids.Load(), s.resolveRefused.Load(),
+		s.crashes.Load(), s.stalls.Load(), s.cancels.Load(), s.keyedRetries.Load(), s.faults, s.recovered.Load(), s.done, s.captured, s.canceledTxns, s.expired, s.heldAtEnd, s.samples)
 }
 
 // TestSimulation runs random transfers from several applications at once,
@@ -215,10 +225,11 @@ type simWorld interface {
 	// once three calls have failed or the load has ended.
 	stopDeployment() bool
 	startDeployment()
-	// finish runs the final recovery and the checker, every balance non-
+	// finish runs the final recovery, checks and resolves the holds still
+	// held (see finishHolds), and runs the checker, every balance non-
 	// negative too unless allowNegative; it counts the transactions it
 	// finished and the final ones by state.
-	finish(allowNegative bool) (recovered, done, canceled int)
+	finish(allowNegative bool, stats *simStats) (recovered, done, canceled int)
 }
 
 // simBank is the simulation on one deployment, every account in the
@@ -252,8 +263,11 @@ func (b *simBank) faults() *mongotest.Faults { return b.server.Faults }
 func (b *simBank) stopDeployment() bool      { return false }
 func (b *simBank) startDeployment()          {}
 
-func (b *simBank) finish(allowNegative bool) (recovered, done, canceled int) {
+func (b *simBank) finish(allowNegative bool, stats *simStats) (recovered, done, canceled int) {
 	rep := b.recoverAll()
+	if finishHolds(b.t, b.db, b.coordinator(twopc.WithApplication("final")), map[string]*mongo.Collection{"": b.db.Collection("accounts")}, stats) {
+		rep.RolledBack += b.recoverAll().Finished() // counted in Finished
+	}
 	b.checkSettled(b.opening)
 	if !allowNegative {
 		for id := range b.opening {
@@ -315,8 +329,15 @@ func (bk *simBanks) startDeployment() {
 		bankNames[1], time.Since(bk.down).Round(time.Millisecond))
 }
 
-func (bk *simBanks) finish(allowNegative bool) (recovered, done, canceled int) {
+func (bk *simBanks) finish(allowNegative bool, stats *simStats) (recovered, done, canceled int) {
 	rep := bk.recoverAll()
+	accounts := map[string]*mongo.Collection{}
+	for i, name := range bankNames {
+		accounts[name] = bk.database(i).Collection("accounts")
+	}
+	if finishHolds(bk.t, bk.banks.log, bk.coordinator(twopc.WithApplication("final")), accounts, stats) {
+		rep.RolledBack += bk.recoverAll().Finished() // counted in Finished
+	}
 	bk.check(bk.opening)
 	if !allowNegative {
 		for key, a := range bk.states() {
@@ -405,10 +426,23 @@ func runSimulation(t *testing.T, w simWorld, cfg simConfig) *simStats {
 	}
 	var next atomic.Int64
 	half := make(chan struct{})
-	var workers sync.WaitGroup
+	var workers, resolvers sync.WaitGroup
 	apps := make([]*twopc.Coordinator, cfg.apps)
+	holds := make(chan simHeld, 2*cfg.transfers)
 	for a := range apps {
 		apps[a] = newApp(fmt.Sprintf("app-%d", a), simHook(cfg, stats))
+		if cfg.holds {
+			// Two resolvers per application take holds any application
+			// made, and capture or void them, with crashes and stalls.
+			for r := 0; r < 2; r++ {
+				rng := &simRand{r: rand.New(rand.NewPCG(cfg.seed, uint64(a*1000+500+r)))}
+				resolvers.Add(1)
+				go func(c *twopc.Coordinator) {
+					defer resolvers.Done()
+					simResolve(context.WithValue(ctx, simKey{}, rng), c, rng, holds, stats)
+				}(apps[a])
+			}
+		}
 		// A canceler of the same application races the owners: it may
 		// cancel their live transactions at any step.
 		canceler := twopc.NewCanceler(newApp(fmt.Sprintf("app-%d", a), nil))
@@ -427,7 +461,7 @@ func runSimulation(t *testing.T, w simWorld, cfg simConfig) *simStats {
 					if n == int64(cfg.transfers+1)/2 {
 						close(half)
 					}
-					simTransfer(wctx, c, rng.r, accounts, cfg, n, stats)
+					simTransfer(wctx, c, rng.r, accounts, cfg, n, stats, holds)
 				}
 			}(apps[a])
 		}
@@ -449,6 +483,8 @@ func runSimulation(t *testing.T, w simWorld, cfg simConfig) *simStats {
 		w.startDeployment()
 	}
 	<-loadDone
+	close(holds)
+	resolvers.Wait()
 	stopLoad()
 	background.Wait()
 	for _, c := range apps {
@@ -462,7 +498,7 @@ func runSimulation(t *testing.T, w simWorld, cfg simConfig) *simStats {
 	}
 
 	// Every process has stopped: a final recovery finishes what is left.
-	recovered, done, canceled := w.finish(cfg.allowNegative)
+	recovered, done, canceled := w.finish(cfg.allowNegative, stats)
 	stats.recovered.Add(int64(recovered))
 	stats.done, stats.canceledTxns = done, canceled
 	require.Positive(t, stats.committed.Load(), "some transfers committed")
@@ -474,7 +510,7 @@ func runSimulation(t *testing.T, w simWorld, cfg simConfig) *simStats {
 // accounts); half of them with an idempotency key, retried with the same
 // key after a crash or a database error. A two-leg transfer within the
 // default ledger goes through Transfer, any other through TransferLegs.
-func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, accounts []twopc.Leg, cfg simConfig, n int64, stats *simStats) {
+func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, accounts []twopc.Leg, cfg simConfig, n int64, stats *simStats, holds chan<- simHeld) {
 	pick := func() twopc.Leg {
 		if rng.IntN(2) == 0 {
 			return accounts[rng.IntN(cfg.hot)]
@@ -502,13 +538,29 @@ func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, acco
 	if keyed {
 		opts = append(opts, twopc.WithKey(fmt.Sprintf("sim-%d", n)))
 	}
+	hold := cfg.holds && rng.IntN(4) == 0
+	if hold && rng.IntN(2) == 0 {
+		opts = append(opts, twopc.WithExpiry(cfg.staleAfter+time.Duration(rng.Int64N(int64(cfg.staleAfter)))))
+	}
 	for attempt := 0; ; attempt++ {
 		stats.calls.Add(1)
 		var err error
-		if len(legs) == 2 && src.Ledger == "" && dst.Ledger == "" {
+		var txn *twopc.Txn
+		switch {
+		case hold && len(legs) == 2 && src.Ledger == "" && dst.Ledger == "":
+			txn, err = c.Hold(ctx, src.Account, dst.Account, value, opts...)
+		case hold:
+			txn, err = c.HoldLegs(ctx, legs, opts...)
+		case len(legs) == 2 && src.Ledger == "" && dst.Ledger == "":
 			_, err = c.Transfer(ctx, src.Account, dst.Account, value, opts...)
-		} else {
+		default:
 			_, err = c.TransferLegs(ctx, legs, opts...)
+		}
+		if hold && err == nil && txn.State == twopc.StateHeld {
+			stats.holds.Add(1)
+			// Two resolutions, by resolvers of any application: they race.
+			holds <- simHeld{id: txn.ID, value: value, legs: len(legs)}
+			holds <- simHeld{id: txn.ID, value: value, legs: len(legs)}
 		}
 		switch {
 		case err == nil:
@@ -645,4 +697,126 @@ func simCancel(ctx context.Context, db *mongo.Database, k *twopc.Canceler, app s
 			stats.cancels.Add(1)
 		}
 	}
+}
+
+// simHeld is a hold a worker made, for the resolvers.
+type simHeld struct {
+	id    bson.ObjectID
+	value int64
+	legs  int
+}
+
+// simResolve captures (for a random part of a hold of two legs, the whole
+// of a larger one) or voids the holds it is handed, or leaves one alone
+// (for its expiry, or the end of the run), until the channel closes. Each
+// call's error must be one a resolution may give.
+func simResolve(ctx context.Context, c *twopc.Coordinator, rng *simRand, holds <-chan simHeld, stats *simStats) {
+	for h := range holds {
+		var err error
+		switch r := rng.int64N(10); {
+		case r < 4:
+			amount := h.value
+			if h.legs == 2 {
+				amount = 1 + rng.int64N(h.value)
+			}
+			if _, err = c.Capture(ctx, h.id, amount); err == nil {
+				stats.captures.Add(1)
+			}
+		case r < 8:
+			if _, err = c.Void(ctx, h.id); err == nil {
+				stats.voids.Add(1)
+			}
+		default:
+			continue
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, twopc.ErrHoldCaptured), errors.Is(err, twopc.ErrHoldVoided), errors.Is(err, twopc.ErrHoldExpired):
+			stats.resolveRefused.Add(1)
+		case errors.Is(err, errCrash):
+			stats.crashed.Add(1)
+		case errors.Is(err, twopc.ErrInProgress):
+			stats.inProgress.Add(1)
+		default:
+			if stats.otherErrors.Add(1) <= 3 {
+				stats.sample(err)
+			}
+		}
+	}
+}
+
+// finishHolds is the checker's part for holds, once every process stopped
+// and recovery finished everything else: every hold still held has each
+// leg applied, and the accounts hold exactly the held amounts (each
+// account's pendingDebit the sum of its held debits, pendingCredit of its
+// held credits, pendingTransactions the markers of its held legs); then c
+// captures half of them (the first, whole) and voids the rest. It reports
+// whether any hold was still held, and counts the final holds in stats.
+func finishHolds(t *testing.T, log *mongo.Database, c *twopc.Coordinator, accounts map[string]*mongo.Collection, stats *simStats) bool {
+	t.Helper()
+	ctx := testCtx(t)
+	cur, err := log.Collection("transactions").Find(ctx, bson.D{{Key: "state", Value: twopc.StateHeld}})
+	require.NoError(t, err)
+	var held []twopc.Txn
+	require.NoError(t, cur.All(ctx, &held))
+	type sums struct {
+		debit, credit int64
+		markers       map[bson.ObjectID]bool
+	}
+	want := map[string]*sums{}
+	at := func(ledger string, id any) *sums {
+		key := ledger + "/" + fmt.Sprint(id)
+		if want[key] == nil {
+			want[key] = &sums{markers: map[bson.ObjectID]bool{}}
+		}
+		return want[key]
+	}
+	for _, h := range held {
+		for i, l := range h.AllLegs() {
+			s := at(l.Ledger, l.Account)
+			if l.Amount < 0 {
+				s.debit -= l.Amount
+			} else {
+				s.credit += l.Amount
+			}
+			s.markers[twopc.LegMarker(h.ID, i)] = true
+		}
+	}
+	for ledger, coll := range accounts {
+		cur, err := coll.Find(ctx, bson.D{})
+		require.NoError(t, err)
+		var docs []accountDoc
+		require.NoError(t, cur.All(ctx, &docs))
+		for _, a := range docs {
+			s := at(ledger, a.ID)
+			require.Equalf(t, s.debit, a.Debit, "account %s/%v: pendingDebit against its held debits", ledger, a.ID)
+			require.Equalf(t, s.credit, a.Credit, "account %s/%v: pendingCredit against its held credits", ledger, a.ID)
+			require.Lenf(t, a.Pending, len(s.markers), "account %s/%v: markers against its held legs", ledger, a.ID)
+			for _, m := range a.Pending {
+				require.Truef(t, s.markers[m], "account %s/%v: marker %s of no held leg", ledger, a.ID, m.Hex())
+			}
+		}
+	}
+	stats.heldAtEnd = len(held)
+	for i, h := range held {
+		if i%2 == 0 {
+			_, err = c.Capture(ctx, h.ID, h.Value)
+		} else {
+			_, err = c.Void(ctx, h.ID)
+		}
+		require.NoError(t, err, "resolving hold %s at the end", h.ID.Hex())
+	}
+	require.NoError(t, c.Settle(ctx))
+	for _, q := range []struct {
+		filter bson.D
+		n      *int
+	}{
+		{bson.D{{Key: "hold", Value: true}, {Key: "state", Value: twopc.StateDone}}, &stats.captured},
+		{bson.D{{Key: "hold", Value: true}, {Key: "reason", Value: "expired"}}, &stats.expired},
+	} {
+		n, err := log.Collection("transactions").CountDocuments(ctx, q.filter)
+		require.NoError(t, err)
+		*q.n = int(n)
+	}
+	return len(held) > 0
 }

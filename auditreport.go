@@ -57,6 +57,10 @@ const (
 	// marker and its amount in one write, and settling or undoing removes
 	// both, so the two go together.
 	ViolationHeldWithoutMarker = "held-without-marker"
+	// ViolationHoldNotOnAccount: a hold in StateHeld whose leg's marker is
+	// not on its account, or whose account holds less in pendingDebit
+	// (pendingCredit) than the debits (credits) of the holds held on it.
+	ViolationHoldNotOnAccount = "hold-not-on-account"
 )
 
 // Violation is one broken invariant.
@@ -114,7 +118,11 @@ type AuditReport struct {
 	// Accounts counts the account documents read per ledger, tombstones
 	// included; Markers and Fences the markers they hold.
 	Accounts map[string]int `json:"accounts"`
-	Markers  int            `json:"markers"`
+	// Held counts the holds in StateHeld the audit checked against their
+	// accounts, and HeldValue the value they hold.
+	Held      int   `json:"held"`
+	HeldValue int64 `json:"heldValue"`
+	Markers   int   `json:"markers"`
 	Fences   int            `json:"fences"`
 	Totals   []TotalCheck   `json:"totals,omitempty"`
 	// Violations lists every broken invariant, at most

@@ -408,3 +408,44 @@ func TestHoldWritesRepeatedLate(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditChecksHolds: the audit counts the holds held and their value,
+// finds them on their accounts, and reports one whose marker or amount an
+// account lost.
+func TestAuditChecksHolds(t *testing.T) {
+	b := newBank(t)
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	first, err := b.c.Hold(ctx, "A", "B", 300)
+	require.NoError(t, err)
+	_, err = b.c.Hold(ctx, "A", "B", 200)
+	require.NoError(t, err)
+	rep, err := b.c.Audit(ctx, twopc.WithExpectedTotal("", 1000))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep.Violations)
+	assert.Equal(t, 2, rep.Held)
+	assert.EqualValues(t, 500, rep.HeldValue)
+	assert.Zero(t, rep.Unfinished, "a hold is not unfinished work")
+	require.Len(t, rep.Totals, 1)
+	assert.True(t, rep.Totals[0].Decided, "holds move no total")
+
+	// An account loses a hold's credit: the audit says which hold.
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "B"}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "pendingCredit", Value: -1}}}})
+	require.NoError(t, err)
+	rep, err = b.c.Audit(ctx)
+	require.NoError(t, err)
+	require.Len(t, rep.Violations, 2, "%+v", rep.Violations)
+	for _, v := range rep.Violations {
+		assert.Equal(t, twopc.ViolationHoldNotOnAccount, v.Kind)
+	}
+	// An account loses a hold's marker.
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "B"}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "pendingCredit", Value: 1}}}, {Key: "$pull", Value: bson.D{{Key: "pendingTransactions", Value: twopc.LegMarker(first.ID, 1)}}}})
+	require.NoError(t, err)
+	rep, err = b.c.Audit(ctx)
+	require.NoError(t, err)
+	require.Len(t, rep.Violations, 1, "%+v", rep.Violations)
+	assert.Equal(t, first.ID, rep.Violations[0].Txn)
+	assert.Contains(t, rep.Violations[0].Detail, "does not hold the marker")
+}

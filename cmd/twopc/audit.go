@@ -30,7 +30,12 @@ given with --ledger (a ledger not given is not audited):
   malformed      an account or transaction of a shape the protocol does
                  not write
   total          a ledger does not hold the total --total states (checked
-                 only when no transaction is in flight)
+                 only when no transaction is in flight; a hold held is
+                 not in flight: it moves no ledger's total)
+  hold-not-on-account
+                 a hold in state held whose leg's marker is not on its
+                 account, or whose account holds less pending debit or
+                 credit than the holds held on it
 
 It prints the counts it read and every violation, with progress on
 stderr, and exits 1 if it found any.
@@ -163,6 +168,9 @@ func (r *auditReport) print(w io.Writer) {
 	fmt.Fprintf(w, "  transactions: %s\n", strings.Join(parts, ", "))
 	if r.Unfinished > 0 {
 		fmt.Fprintf(w, "  unfinished: %d, the oldest untouched for %v\n", r.Unfinished, r.OldestUnfinished.Round(time.Millisecond))
+	}
+	if r.Held > 0 {
+		fmt.Fprintf(w, "  holds held: %d, holding %d in all, each found on its accounts unless a violation says otherwise\n", r.Held, r.HeldValue)
 	}
 	parts = parts[:0]
 	names := make([]string, 0, len(r.Accounts))

@@ -172,13 +172,21 @@ func TestTwoBanks(t *testing.T) {
 	require.EqualValues(t, 800, b.balance(b.sh, "A"))
 	require.EqualValues(t, 200, b.balance(b.bj, "B"))
 
+	// A hold across the banks, captured in part with the tool.
+	hold, err := seed.HoldLegs(b.ctx, legs(100))
+	require.NoError(t, err)
+	r = b.run("capture", hold.ID.Hex(), "40")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.EqualValues(t, 760, b.balance(b.sh, "A"))
+	require.EqualValues(t, 240, b.balance(b.bj, "B"))
+
 	// audit reads both banks: the totals hold, and a wrong one is found.
-	r = b.run("audit", "--total", "shanghai=800", "--total", "beijing=200")
+	r = b.run("audit", "--total", "shanghai=760", "--total", "beijing=240")
 	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
 	require.Contains(t, r.stdout, "accounts by ledger: beijing 1, shanghai 1")
-	r = b.run("audit", "--total", "shanghai=800", "--total", "beijing=201")
+	r = b.run("audit", "--total", "shanghai=760", "--total", "beijing=241")
 	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
-	require.Contains(t, r.stdout, "total of ledger beijing: 200, want 201")
+	require.Contains(t, r.stdout, "total of ledger beijing: 240, want 241")
 }
 
 // TestLedgerFlag reads --ledger's two forms, and refuses what is neither.

@@ -22,6 +22,8 @@
 //	recover  finish stale transactions: one recovery pass, or a pass every --interval
 //	cancel   roll back a transaction that has not reached its commit point
 //	reverse  undo a committed transfer with a transfer back
+//	capture  capture a held transfer (a hold): all of it, or part of a two-leg one
+//	void     void a held transfer (a hold): nothing moves, it ends canceled
 //	audit    check the protocol's invariants on the live system
 //	doctor   check that the server gives the single-document atomicity twopc needs
 //
@@ -71,7 +73,9 @@
 // 10m) and when. A coordinator writes its application name on the
 // transactions it creates, and a recoverer or canceler writes its own on
 // those it takes over, so an old unfinished transaction with no
-// recoverer in that list means none is running.
+// recoverer in that list means none is running. Holds (state held) are
+// counted apart, with the one held longest: a hold waits for its capture
+// or void as long as its caller likes, and is never stale.
 //
 // # List
 //
@@ -129,6 +133,18 @@
 // new transfer of the same amounts the other way, under a key derived
 // from ID, so reversing twice moves the money back once. The tool waits
 // for the reversal to settle before it exits.
+//
+// # Capture and void
+//
+// twopc capture ID AMOUNT captures hold ID (Coordinator.Capture): AMOUNT
+// reaches the destination and, for a hold of two legs captured in part,
+// the rest returns to the source; a hold of more legs is captured whole.
+// twopc void ID voids it (Coordinator.Void): nothing moves, and it ends
+// canceled. Capture, void and a hold's expiry race through one guarded
+// write: whichever lands first decides, and the others are refused (exit
+// status 1) naming what happened; repeating the winning command succeeds.
+// Both wait for the hold to settle or roll back before they exit. cancel
+// of a hold that is held voids it.
 //
 // # Audit
 //

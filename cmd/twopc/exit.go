@@ -50,6 +50,7 @@ var refusals = []error{
 	twopc.ErrMalformedTxn, twopc.ErrUnknownState, twopc.ErrUnknownLedger, twopc.ErrKeyConflict,
 	twopc.ErrInsufficientFunds, twopc.ErrAccountNotFound, twopc.ErrBalanceOverflow,
 	twopc.ErrInvalidAccount, twopc.ErrTooLate, twopc.ErrInvalidTransfer, twopc.ErrAuditFailed,
+	twopc.ErrHoldExpired, twopc.ErrHoldVoided, twopc.ErrHoldCaptured, twopc.ErrNotHold, twopc.ErrTooManyHolds,
 }
 
 // exitCode is the exit status err stands for.

@@ -20,7 +20,7 @@ type command struct {
 // commands lists the subcommands, in the order help shows them.
 var commands = []*command{
 	statusCommand, listCommand, showCommand, recoverCommand,
-	cancelCommand, reverseCommand, auditCommand, doctorCommand,
+	cancelCommand, reverseCommand, captureCommand, voidCommand, auditCommand, doctorCommand,
 }
 
 func lookup(name string) *command {

@@ -21,8 +21,8 @@ var listCommand = &command{
 lastModified, least recently touched first, at most --limit of them.
 
 --state takes a state (initial, pending, applied, done, canceling,
-canceled), "unfinished" (the first four but done) or "final" (done,
-canceled); repeat it or separate states with commas. --account matches
+canceled, held), "unfinished" (initial, pending, applied, canceling) or
+"final" (done, canceled); held is a hold waiting for its capture or void; repeat it or separate states with commas. --account matches
 a transfer's source or destination or any leg's account; the value is
 matched as a string, and also as a number if it is an integer and as an
 ObjectID if it is 24 hexadecimal digits; a document id is given as
@@ -38,6 +38,7 @@ application name of its own.
 
 Examples:
   twopc list --state pending --older-than 5m
+  twopc list --state held --older-than 24h
   twopc list --account alice --limit 10
   twopc list --state unfinished --application payments-1 --json | jq '.transactions[]._id'`,
 	run: runList,

@@ -33,10 +33,11 @@ Examples:
 	run: runStatus,
 }
 
-// states are the six states, in the order output lists them.
-var states = []string{"initial", "pending", "applied", "done", "canceling", "canceled"}
+// states are the seven states, in the order output lists them.
+var states = []string{"initial", "pending", "applied", "done", "canceling", "canceled", "held"}
 
-// unfinishedStates are the states that are not final.
+// unfinishedStates are the states of transactions under way, each within
+// its lease: not final, and not held (a hold waits for its caller).
 var unfinishedStates = []string{"initial", "pending", "applied", "canceling"}
 
 type statusReport struct {
@@ -48,6 +49,7 @@ type statusReport struct {
 	Total        int64            `json:"total"`
 	Unfinished   int64            `json:"unfinished"`
 	Oldest       *oldestTxn       `json:"oldestUnfinished"`
+	OldestHeld   *oldestTxn       `json:"oldestHeld"` // the hold held longest; its age is how long it has been held
 	Window       float64          `json:"windowSeconds"`
 	Applications []appActivity    `json:"applications"`
 }
@@ -119,22 +121,33 @@ func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport,
 	}
 	rep.Total += rep.Other
 
-	raw, err := cn.txns.FindOne(ctx, bson.D{{Key: schema.State, Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
-		options.FindOne().SetSort(bson.D{{Key: schema.LastModified, Value: 1}})).Raw()
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-	case err != nil:
+	if rep.Oldest, err = oldest(ctx, cn, now, bson.D{{Key: "$in", Value: unfinishedStates}}); err != nil {
 		return nil, fmt.Errorf("oldest unfinished transaction: %w", err)
-	default:
-		t := parseTxn(raw)
-		rep.Oldest = &oldestTxn{ID: t.idString(), State: t.state, Application: t.application,
-			LastModified: t.lastModified, Age: seconds(max(now.Sub(t.lastModified), 0)), age: age(now, t.lastModified)}
+	}
+	if rep.OldestHeld, err = oldest(ctx, cn, now, "held"); err != nil {
+		return nil, fmt.Errorf("oldest held transaction: %w", err)
 	}
 
 	if rep.Applications, err = activity(ctx, cn.txns, now, window); err != nil {
 		return nil, fmt.Errorf("active applications: %w", err)
 	}
 	return rep, nil
+}
+
+// oldest is the transaction in state (a value or a condition) untouched
+// the longest, nil if there is none.
+func oldest(ctx context.Context, cn *conn, now time.Time, state any) (*oldestTxn, error) {
+	raw, err := cn.txns.FindOne(ctx, bson.D{{Key: schema.State, Value: state}},
+		options.FindOne().SetSort(bson.D{{Key: schema.LastModified, Value: 1}})).Raw()
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	t := parseTxn(raw)
+	return &oldestTxn{ID: t.idString(), State: t.state, Application: t.application,
+		LastModified: t.lastModified, Age: seconds(max(now.Sub(t.lastModified), 0)), age: age(now, t.lastModified)}, nil
 }
 
 // activity counts, per application, the transactions it last wrote since
@@ -214,6 +227,10 @@ func (r *statusReport) print(w io.Writer, window time.Duration) {
 		o := r.Oldest
 		fmt.Fprintf(w, "Oldest unfinished: %s, %s, untouched for %v (application %q); %s unfinished in all.\n",
 			o.ID, o.State, o.age, o.Application, plural(r.Unfinished, "transaction"))
+	}
+	if o := r.OldestHeld; o != nil {
+		fmt.Fprintf(w, "Oldest hold: %s, held for %v (application %q); %s held in all (capture or void them; see twopc help capture).\n",
+			o.ID, o.age, o.Application, plural(r.States["held"], "transaction"))
 	}
 	fmt.Fprintln(w)
 	if len(r.Applications) == 0 {

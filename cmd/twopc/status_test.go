@@ -27,7 +27,7 @@ func TestStatusListShow(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var st statusReport
 	r.decode(t, &st)
-	require.Equal(t, map[string]int64{"initial": 0, "pending": 1, "applied": 0, "done": 1, "canceling": 0, "canceled": 0}, st.States)
+	require.Equal(t, map[string]int64{"initial": 0, "pending": 1, "applied": 0, "done": 1, "canceling": 0, "canceled": 0, "held": 0}, st.States)
 	require.EqualValues(t, 2, st.Total)
 	require.EqualValues(t, 1, st.Unfinished)
 	require.NotNil(t, st.Oldest)

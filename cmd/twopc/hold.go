@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/twopc/twopc"
+)
+
+var captureCommand = &command{
+	name:    "capture",
+	args:    "ID AMOUNT",
+	summary: "capture a held transfer (a hold): all of it, or part of a two-leg one",
+	help: `Capture captures hold ID for AMOUNT minor units (twopc's
+Coordinator.Capture): the hold moves from held to applied with the amount
+recorded, and the tool settles it before it exits: the destination
+receives AMOUNT, and for a hold of two legs captured in part the rest
+returns to the source. A hold of more than two legs is captured whole.
+
+Capture, void and expiry race through one guarded write on the
+transaction; whichever lands first decides. Capture refuses (exit status
+1) a hold that was voided, expired (a hold past its expiry by the
+server's clock is voided by the capture itself), or captured for another
+amount; an AMOUNT of zero or less or more than the hold's value; and a
+transaction that is not a hold. Capture again for the same amount
+succeeds and prints the transaction: safe to repeat after a lost reply.
+
+Examples:
+  twopc capture 6740c1a2e4b0a1b2c3d4e500 2500
+  twopc capture --ledger beijing=mongodb://127.0.0.1:27018/bank.accounts 6740c1a2e4b0a1b2c3d4e500 2500 --json`,
+	run: runCapture,
+}
+
+var voidCommand = &command{
+	name:    "void",
+	args:    "ID",
+	summary: "void a held transfer (a hold): nothing moves, it ends canceled",
+	help: `Void voids hold ID (twopc's Coordinator.Void): the hold moves from held
+to canceling, its legs are fenced and undone (the source's held amount
+returns to its balance, the destination's pending credit goes), and it
+ends canceled with reason "voided".
+
+Void refuses (exit status 1) a hold that was captured or expired, and a
+transaction that is not a hold. Void again succeeds, finishing the
+rollback if a first void stopped before it ended.
+
+Examples:
+  twopc void 6740c1a2e4b0a1b2c3d4e500
+  twopc void --ledger shanghai=accounts_sh 6740c1a2e4b0a1b2c3d4e500 --json`,
+	run: runVoid,
+}
+
+func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error {
+	fs := cl.flagSet(cmd)
+	var g globals
+	g.register(fs, withApplication|withLedgers)
+	pos, err := cl.parse(cmd, fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	id, err := cl.parseID(cmd, fs, pos[0])
+	if err != nil {
+		return err
+	}
+	amount, err := strconv.ParseInt(pos[1], 10, 64)
+	if err != nil {
+		return cl.usage(cmd, fs, "AMOUNT %q is not a whole number of minor units", pos[1])
+	}
+	return resolveHold(ctx, cl, &g, id, func(c *twopc.Coordinator) error {
+		_, err := c.Capture(ctx, id, amount)
+		return err
+	}, func(t *txnDoc) string {
+		return fmt.Sprintf("Hold %s (%s) is captured for %d; it is %s.", id.Hex(), legSummary(t), amount, t.state)
+	})
+}
+
+func runVoid(ctx context.Context, cl *cli, cmd *command, args []string) error {
+	fs := cl.flagSet(cmd)
+	var g globals
+	g.register(fs, withApplication|withLedgers)
+	pos, err := cl.parse(cmd, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	id, err := cl.parseID(cmd, fs, pos[0])
+	if err != nil {
+		return err
+	}
+	return resolveHold(ctx, cl, &g, id, func(c *twopc.Coordinator) error {
+		_, err := c.Void(ctx, id)
+		return err
+	}, func(t *txnDoc) string {
+		return fmt.Sprintf("Hold %s (%s) is voided; it is %s: nothing moved.", id.Hex(), legSummary(t), t.state)
+	})
+}
+
+// resolveHold connects, checks that hold id's ledgers are given, runs
+// resolve (a capture or a void) on a coordinator with every ledger, waits
+// for its settling, and prints the transaction as it ends (done says so
+// in words).
+func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, resolve func(*twopc.Coordinator) error, done func(*txnDoc) string) error {
+	cn, err := g.connect(ctx, cl)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	before, err := cn.findTxn(ctx, id)
+	switch {
+	case err != nil:
+		return err
+	case before == nil:
+		return refused(fmt.Errorf("%w: %s", twopc.ErrTxnNotFound, id.Hex()))
+	}
+	if err := cn.needLedgers(before); err != nil {
+		return err
+	}
+	c, err := cn.coordinator(twopc.WithSyncSettle())
+	if err != nil {
+		return err
+	}
+	rerr := resolve(c)
+	if cerr := closeCoordinator(c); rerr == nil && cerr != nil {
+		rerr = cerr
+	}
+	after, err := cn.findTxn(ctx, id)
+	if err != nil {
+		return err
+	}
+	if rerr != nil {
+		if !g.json && after != nil {
+			fmt.Fprintf(cl.stderr, "twopc: hold %s is %s\n", id.Hex(), after.state)
+		}
+		return rerr
+	}
+	if g.json {
+		return cl.printJSON(outcomeReport{ID: id.Hex(), Before: before.state, State: after.state, Transaction: jsonDoc{after}})
+	}
+	fmt.Fprintln(cl.stdout, done(after))
+	return nil
+}

@@ -120,11 +120,11 @@ type AuditReport struct {
 	Accounts map[string]int `json:"accounts"`
 	// Held counts the holds in StateHeld the audit checked against their
 	// accounts, and HeldValue the value they hold.
-	Held      int   `json:"held"`
-	HeldValue int64 `json:"heldValue"`
-	Markers   int   `json:"markers"`
-	Fences   int            `json:"fences"`
-	Totals   []TotalCheck   `json:"totals,omitempty"`
+	Held      int          `json:"held"`
+	HeldValue int64        `json:"heldValue"`
+	Markers   int          `json:"markers"`
+	Fences    int          `json:"fences"`
+	Totals    []TotalCheck `json:"totals,omitempty"`
 	// Violations lists every broken invariant, at most
 	// maxReportedViolations of them; Dropped counts the rest.
 	Violations []Violation `json:"violations"`

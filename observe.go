@@ -113,7 +113,8 @@ type TransitionEvent struct {
 	// insert (To pending) and Cancel's placeholder (To canceled).
 	From, To State
 	// Step is the step of the write: StepInsert, StepRenew, StepTakeover,
-	// StepCommit, StepDone, StepCancel or StepCanceled.
+	// StepCommit (for a hold, pending → held), StepDone, StepCancel,
+	// StepCanceled, StepCapture or StepVoid.
 	Step Step
 	// Duration is how long the write took, from before it was sent to its
 	// outcome: its retries and the read that settles an ambiguous outcome
@@ -135,6 +136,37 @@ type TransitionEvent struct {
 	// Batch is how many transactions the write carried: 1, or more for a
 	// group commit or a settle batch.
 	Batch int
+	// Reason is the reason a move to canceling records (for a hold,
+	// "voided" or "expired"; see HoldEvent); "" for other moves.
+	Reason string
+}
+
+// The events of a hold's life, as TransitionEvent.HoldEvent names them.
+const (
+	HoldEventHold    = "hold"    // pending → held: the hold is made
+	HoldEventCapture = "capture" // held → applied: captured (then settled to done)
+	HoldEventVoid    = "void"    // held → canceling, voided (then rolled back to canceled)
+	HoldEventExpire  = "expire"  // held → canceling, expired (then rolled back to canceled)
+)
+
+// HoldEvent names what a transition that moved did to a hold: one of the
+// HoldEvent constants, or "" for any other transition, and for one that
+// did not move (its Outcome is not OutcomeMoved).
+func (e TransitionEvent) HoldEvent() string {
+	if e.Outcome != OutcomeMoved {
+		return ""
+	}
+	switch {
+	case e.From == StatePending && e.To == StateHeld:
+		return HoldEventHold
+	case e.From == StateHeld && e.To == StateApplied:
+		return HoldEventCapture
+	case e.From == StateHeld && e.To == StateCanceling && e.Reason == reasonExpired:
+		return HoldEventExpire
+	case e.From == StateHeld && e.To == StateCanceling:
+		return HoldEventVoid
+	}
+	return ""
 }
 
 // RecoveryAction names what a Recoverer does to a transaction.
@@ -215,6 +247,11 @@ func (c *config) transition(ctx context.Context, id bson.ObjectID, m move, start
 	e := TransitionEvent{
 		Txn: id, Application: c.application, From: m.from, To: m.to, Step: m.step,
 		Duration: time.Since(start), Outcome: outcomeOf(moved, err), Err: err, Batch: batch,
+	}
+	for _, f := range m.set {
+		if r, ok := f.Value.(string); ok && f.Key == fieldReason {
+			e.Reason = r
+		}
 	}
 	for _, o := range c.observers {
 		if o.Transition != nil {

@@ -1,6 +1,6 @@
 // Package observetest holds what the tests of the observers and of the
-// metrics command share: a fresh database, and a scrape of a Prometheus
-// text endpoint.
+// metrics command share: a fresh database, a scrape of a Prometheus text
+// endpoint, and a hold of each fate.
 package observetest
 
 import (
@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/examples/devserver"
 )
 
@@ -59,4 +61,28 @@ func Scrape(t *testing.T, url string) map[string]float64 {
 	}
 	require.NoError(t, sc.Err())
 	return samples
+}
+
+// HoldEvents makes three holds of 10 from account A to B on c (accounts
+// A and B open), captures the first, voids the second and lets the third
+// expire (its lastModified moved an hour back, then a recovery pass): one
+// event of each kind besides the three holds.
+func HoldEvents(ctx context.Context, t *testing.T, db *mongo.Database, c *twopc.Coordinator) {
+	t.Helper()
+	var ids []bson.ObjectID
+	for range 3 {
+		txn, err := c.Hold(ctx, "A", "B", 10, twopc.WithExpiry(time.Minute))
+		require.NoError(t, err)
+		ids = append(ids, txn.ID)
+	}
+	_, err := c.Capture(ctx, ids[0], 10)
+	require.NoError(t, err)
+	_, err = c.Void(ctx, ids[1])
+	require.NoError(t, err)
+	_, err = db.Collection(twopc.DefaultTransactions).UpdateOne(ctx, bson.D{{Key: "_id", Value: ids[2]}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: time.Now().Add(-time.Hour)}}}})
+	require.NoError(t, err)
+	rep, err := twopc.NewRecoverer(c).RecoverOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Expired)
 }

@@ -8,9 +8,11 @@
 //	twopc.transition.duration   histogram  s     from, to
 //	twopc.recovery.actions      counter    1     action, outcome
 //	twopc.recovery.duration     histogram  s     action
+//	twopc.holds                 counter    1     event
 //
 // The attributes are those of package prom's labels, with the same
-// values: from is "none" for the write that creates a transaction;
+// values: event is hold, capture, void or expire (a hold made, captured,
+// voided, voided by its expiry); from is "none" for the write that creates a transaction;
 // outcome is moved, not_moved or error; action is takeover, roll_forward,
 // settle, roll_back, cancel_initial or unfence (see twopc.Observer). The
 // Meter comes from whatever MeterProvider the program sets up: the SDK
@@ -34,7 +36,7 @@ var Buckets = []float64{
 	0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192, 16.384,
 }
 
-// NewObserver creates the four instruments on m and returns an Observer
+// NewObserver creates the five instruments on m and returns an Observer
 // that records on them. Give the same Observer to every Coordinator of the
 // process (their Cancelers and Recoverers use it too).
 func NewObserver(m metric.Meter) (twopc.Observer, error) {
@@ -62,11 +64,20 @@ func NewObserver(m metric.Meter) (twopc.Observer, error) {
 	if err != nil {
 		return twopc.Observer{}, err
 	}
+	holds, err := m.Int64Counter("twopc.holds",
+		metric.WithDescription("Holds made, captured, voided and expired by this process, by event (hold, capture, void, expire)."),
+		metric.WithUnit("1"))
+	if err != nil {
+		return twopc.Observer{}, err
+	}
 	return twopc.Observer{
 		Transition: func(ctx context.Context, e twopc.TransitionEvent) {
 			from, to := attribute.String("from", stateLabel(e.From)), attribute.String("to", stateLabel(e.To))
 			transitions.Add(ctx, 1, metric.WithAttributes(from, to, attribute.String("outcome", e.Outcome.String())))
 			transitionDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(from, to))
+			if ev := e.HoldEvent(); ev != "" {
+				holds.Add(ctx, 1, metric.WithAttributes(attribute.String("event", ev)))
+			}
 		},
 		Recovery: func(ctx context.Context, e twopc.RecoveryEvent) {
 			action := attribute.String("action", e.Action.String())

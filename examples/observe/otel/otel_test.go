@@ -94,3 +94,26 @@ func (m metrics) histogramCount(name string, attrs attribute.Set) uint64 {
 	}
 	return 0
 }
+
+// TestHoldsCounted: a hold made, captured, voided and expired each count
+// once under their event.
+func TestHoldsCounted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := observetest.Database(ctx, t, "twopc_otel_holds")
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer provider.Shutdown(context.Background())
+	observer, err := otel.NewObserver(provider.Meter("github.com/twopc/twopc"))
+	require.NoError(t, err)
+	c, err := twopc.NewCoordinator(db, twopc.WithSyncSettle(), twopc.WithObserver(observer))
+	require.NoError(t, err)
+	defer c.Close(context.Background())
+	require.NoError(t, c.OpenAccount(ctx, "A", 100))
+	require.NoError(t, c.OpenAccount(ctx, "B", 0))
+	observetest.HoldEvents(ctx, t, db, c)
+	got := collect(ctx, t, reader)
+	for ev, want := range map[string]int64{"hold": 3, "capture": 1, "void": 1, "expire": 1} {
+		assert.Equal(t, want, got.count("twopc.holds", attribute.NewSet(attribute.String("event", ev))), ev)
+	}
+}

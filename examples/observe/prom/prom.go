@@ -7,6 +7,7 @@
 //	twopc_transition_seconds      histogram  from, to
 //	twopc_recovery_actions_total  counter    action, outcome
 //	twopc_recovery_seconds        histogram  action
+//	twopc_holds_total             counter    event
 //
 // from and to are states (pending, applied, done, canceling, canceled,
 // initial); from is "none" for the write that creates a transaction
@@ -16,6 +17,9 @@
 // takeover, roll_forward, settle, roll_back, cancel_initial or unfence
 // (see twopc.Observer). Durations are those of the write (transitions)
 // or of the action (recovery).
+// event is hold, capture, void or expire: a hold made, captured, voided,
+// or voided by its expiry (twopc.TransitionEvent.HoldEvent), counted when
+// the write moved it.
 // Worth an alert: twopc_transitions_total{outcome="error"} rising (the
 // database is failing writes), and twopc_recovery_actions_total with
 // action roll_forward or roll_back rising (processes die mid-transfer).
@@ -33,7 +37,7 @@ import (
 // to about 16 seconds, doubling.
 var Buckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 
-// NewObserver registers the four metrics with reg and returns an Observer
+// NewObserver registers the five metrics with reg and returns an Observer
 // that updates them. Give the same Observer to every Coordinator of the
 // process (their Cancelers and Recoverers use it too); registering twice
 // with one reg fails.
@@ -56,7 +60,11 @@ func NewObserver(reg prometheus.Registerer) (twopc.Observer, error) {
 		Help:    "Time a recovery action took.",
 		Buckets: Buckets,
 	}, []string{"action"})
-	for _, c := range []prometheus.Collector{transitions, transitionSeconds, recoveries, recoverySeconds} {
+	holds := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "twopc_holds_total",
+		Help: "Holds made, captured, voided and expired by this process, by event (hold, capture, void, expire).",
+	}, []string{"event"})
+	for _, c := range []prometheus.Collector{transitions, transitionSeconds, recoveries, recoverySeconds, holds} {
 		if err := reg.Register(c); err != nil {
 			return twopc.Observer{}, err
 		}
@@ -66,6 +74,9 @@ func NewObserver(reg prometheus.Registerer) (twopc.Observer, error) {
 			from, to := stateLabel(e.From), stateLabel(e.To)
 			transitions.WithLabelValues(from, to, e.Outcome.String()).Inc()
 			transitionSeconds.WithLabelValues(from, to).Observe(e.Duration.Seconds())
+			if ev := e.HoldEvent(); ev != "" {
+				holds.WithLabelValues(ev).Inc()
+			}
 		},
 		Recovery: func(_ context.Context, e twopc.RecoveryEvent) {
 			recoveries.WithLabelValues(e.Action.String(), e.Outcome.String()).Inc()

@@ -92,3 +92,26 @@ func TestMetricsGoUp(t *testing.T) {
 		assert.Equalf(t, mid[metric]+more, after[metric], "%s went from %v", metric, mid[metric])
 	}
 }
+
+// TestHoldsCounted: a hold made, captured, voided and expired each count
+// once under their event.
+func TestHoldsCounted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := observetest.Database(ctx, t, "twopc_prom_holds")
+	reg := prometheus.NewRegistry()
+	observer, err := prom.NewObserver(reg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	c, err := twopc.NewCoordinator(db, twopc.WithSyncSettle(), twopc.WithObserver(observer))
+	require.NoError(t, err)
+	defer c.Close(context.Background())
+	require.NoError(t, c.OpenAccount(ctx, "A", 100))
+	require.NoError(t, c.OpenAccount(ctx, "B", 0))
+	observetest.HoldEvents(ctx, t, db, c)
+	got := observetest.Scrape(t, srv.URL)
+	for ev, want := range map[string]float64{"hold": 3, "capture": 1, "void": 1, "expire": 1} {
+		assert.Equal(t, want, got[`twopc_holds_total{event="`+ev+`"}`], ev)
+	}
+}

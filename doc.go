@@ -245,6 +245,78 @@
 // coordinator (its takeover is guarded), which is what cooperative
 // termination buys in seed 004: no single process is needed, only the log.
 //
+// # Holds
+//
+// A hold reserves money now and moves it later, or not at all: a card
+// authorization captured for the final fare, an escrow released. Hold
+// and HoldLegs run a transfer's first phase (insert, apply every leg) and
+// then, instead of the commit point, move the transaction pending → held
+// (one guarded write, by the claim's owner, as a commit is): the source's
+// debit is already out of its balance, in pendingDebit (Account.Held), and
+// the destination's credit waits in pendingCredit. This is seed 004's
+// uncertainty period, the moment between the two phases, made durable and
+// handed to the caller:
+//
+//	pending ──► held ──► applied ──► done        Capture (whole, or part)
+//	              │
+//	              └────► canceling ──► canceled  Void, or expiry
+//
+// A transaction document of a hold carries hold: true, expiryMs (its
+// WithExpiry) and, once captured, captured (the amount). The decision is
+// one write on the transaction, guarded by its state alone: held →
+// applied with captured set (Capture), or held → canceling with reason
+// "voided" (Void) or "expired" (expiry; also guarded by the lastModified
+// the hold was read with, the time the server recorded when it became
+// held). Whichever lands first decides; the others find the transaction
+// moved and answer with an error naming what happened (ErrHoldCaptured,
+// ErrHoldVoided, ErrHoldExpired), and a repeat of the winning call answers
+// as it did. From there the hold settles as a transfer does (a captured
+// hold of two legs for less than its value releases the whole pendingDebit
+// and pendingCredit, puts the captured amount in the destination's balance
+// and returns the rest to the source's, in the same guarded settle write
+// per account), or rolls back as a canceled transfer does (fence, undo).
+// The guarantees of Guarantees hold for every write of it: each is guarded
+// by a marker or a state, so that delivered twice, late, or by a process
+// that died, it takes effect at most once.
+//
+// Time decides only which of capture and expiry happens. Expiry is judged
+// by the server's clock (hello's localTime) against the hold's held time
+// (its lastModified, written by the server) plus expiryMs, by a Recoverer
+// pass or by a Capture that finds it so; the void that follows is the same
+// guarded write as Void's. A Capture whose write lands after the expiry
+// time and before any expiry's void still captures.
+//
+// A held hold is decided: recovery never rolls it back for being old
+// (presumed abort is for transactions not yet decided), the audit does not
+// count it as unfinished or in flight (it moves no ledger's total), and
+// Cancel of one voids it. A hold whose process died before it became held
+// is rolled back by recovery even when every leg applied: held is its
+// decision, and no one was told of one. An account carries at most
+// MaxHolds markers when a hold's leg applies (its apply write also
+// requires pendingTransactions to have no element MaxHolds-1); the next
+// hold on it is refused with ErrTooManyHolds, rolled back, and moves
+// nothing.
+//
+// Beside the ledgers this library is measured against: like TigerBeetle's
+// pending transfers, a hold reserves in the accounts' pending fields,
+// resolves at most once (post or void; here Capture or Void), may be
+// captured for less than its amount with the rest restored at once, and
+// times out by the database's clock, not the client's. Unlike TigerBeetle,
+// whose cluster voids an expired transfer deterministically at its
+// timeout, an expired hold here stays held until a Recoverer pass or a
+// Capture voids it (a Capture between the expiry time and that void
+// still wins), and a hold of more than two legs is captured whole. Blnk's
+// inflight transactions also commit or void, and expire; Blnk allows
+// several partial commits of one inflight transaction until its amount is
+// used up, where a hold here is captured once (a second capture for
+// another amount is ErrHoldCaptured). The failures their users reported
+// (a hold voided twice, more committed than was held, a rejected hold
+// still applied) are each one guarded write here: void is held →
+// canceling (a second finds canceling), capture checks the amount before
+// its write and its write records it (a second for another amount is
+// refused), and a hold refused at apply is rolled back before it is ever
+// held.
+//
 // # Clocks
 //
 // No clock decides whether money moves; clocks decide when things finish.

@@ -218,3 +218,38 @@ func ExampleCoordinator_TransferBatch() {
 	// carol canceled true
 	// payroll: 4200
 }
+
+// A card authorization: 300 held on A for B, captured for 240 once the
+// final amount is known; the other 60 returns to A.
+func ExampleCoordinator_Hold() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_hold")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db, twopc.WithSyncSettle())
+	defer c.Close(ctx)
+	_ = c.OpenAccount(ctx, "A", 1000)
+	_ = c.OpenAccount(ctx, "B", 0)
+
+	hold, err := c.Hold(ctx, "A", "B", 300, twopc.WithExpiry(7*24*time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, _ := c.Account(ctx, "A")
+	b, _ := c.Account(ctx, "B")
+	fmt.Println(hold.State, "A:", a.Balance, "held", a.Held, "B:", b.Balance, "pending", b.PendingCredit)
+
+	txn, err := c.Capture(ctx, hold.ID, 240)
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, _ = c.Account(ctx, "A")
+	b, _ = c.Account(ctx, "B")
+	fmt.Println(txn.State, "captured", txn.Captured, "A:", a.Balance, "B:", b.Balance)
+
+	_, err = c.Void(ctx, hold.ID) // too late: it was captured
+	fmt.Println(errors.Is(err, twopc.ErrHoldCaptured))
+	// Output:
+	// held A: 700 held 300 B: 0 pending 300
+	// done captured 240 A: 760 B: 240
+	// true
+}

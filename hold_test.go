@@ -35,6 +35,12 @@ func TestHoldCapturedInPart(t *testing.T) {
 	acct, err := b.c.Account(ctx, "A")
 	require.NoError(t, err)
 	assert.EqualValues(t, 700, acct.Balance, "the held amount is out of the available balance")
+	assert.EqualValues(t, 300, acct.Held)
+	assert.Equal(t, []bson.ObjectID{txn.ID}, acct.PendingTransactions)
+	acct, err = b.c.Account(ctx, "B")
+	require.NoError(t, err)
+	assert.EqualValues(t, 0, acct.Balance, "the destination sees nothing until Capture")
+	assert.EqualValues(t, 300, acct.PendingCredit)
 
 	got, err := b.c.Capture(ctx, txn.ID, 200)
 	require.NoError(t, err)

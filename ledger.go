@@ -69,6 +69,11 @@ type Account struct {
 	// PendingCredit is the sum of the credits applied to the account and
 	// not yet settled: money on its way in, spendable once settled.
 	PendingCredit int64
+	// Held is the sum of the debits applied to the account and not yet
+	// settled, already out of Balance: the amounts its holds reserve
+	// (until captured, voided or expired; see Coordinator.Hold), and for a
+	// moment those of transfers on their way out.
+	Held int64
 	// PendingTransactions lists the transactions with a leg applied to the
 	// account and not yet settled (each leg marker read as its
 	// transaction's id: the marker with its last byte cleared).
@@ -82,7 +87,7 @@ func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
 	}
 	var a account
 	err := l.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}})).Decode(&a)
+		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}})).Decode(&a)
 	if errors.Is(err, mongo.ErrNoDocuments) || (err == nil && a.Tombstone) {
 		return nil, fmt.Errorf("%w: %v", ErrAccountNotFound, id)
 	}
@@ -99,7 +104,7 @@ func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
 			txns = append(txns, t)
 		}
 	}
-	return &Account{ID: id, Balance: b, PendingCredit: a.credit(), PendingTransactions: txns}, nil
+	return &Account{ID: id, Balance: b, PendingCredit: a.credit(), Held: a.heldDebit(), PendingTransactions: txns}, nil
 }
 
 // Balance returns an account's available balance (see Account).

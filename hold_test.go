@@ -455,3 +455,56 @@ func TestAuditChecksHolds(t *testing.T) {
 	assert.Equal(t, first.ID, rep.Violations[0].Txn)
 	assert.Contains(t, rep.Violations[0].Detail, "does not hold the marker")
 }
+
+// TestHoldCrashAtEveryStep: a capture and a void each crash before every
+// step they meet; recovery (or a repeat of the call) finishes each, and
+// the money moves as the decision says, once.
+func TestHoldCrashAtEveryStep(t *testing.T) {
+	for _, op := range []string{"capture", "void"} {
+		for _, step := range twopc.Steps() {
+			b := newBank(t)
+			ctx := testCtx(t)
+			b.open(map[string]int64{"A": 1000, "B": 0})
+			hold, err := b.c.Hold(ctx, "A", "B", 300, twopc.WithExpiry(24*time.Hour))
+			require.NoError(t, err)
+			crashing := b.coordinator(twopc.WithApplication("crashing"), twopc.WithSyncSettle(), twopc.WithStepHook(crashAt(step)))
+			if op == "capture" {
+				_, err = crashing.Capture(ctx, hold.ID, 100)
+			} else {
+				_, err = crashing.Void(ctx, hold.ID)
+			}
+			if err != nil {
+				require.ErrorIs(t, err, errCrash, "%s, crash at %s", op, step)
+			}
+			b.recoverAll()
+			d := b.txn(hold.ID)
+			switch d.State {
+			case twopc.StateHeld:
+				// The crash came before the decision: the hold stands, and
+				// the call again decides it.
+				if op == "capture" {
+					_, err = b.c.Capture(ctx, hold.ID, 100)
+				} else {
+					_, err = b.c.Void(ctx, hold.ID)
+				}
+				require.NoError(t, err, "%s again after a crash at %s", op, step)
+				require.NoError(t, b.c.Settle(ctx))
+				b.recoverAll()
+			case twopc.StateDone, twopc.StateCanceled:
+			default:
+				require.Failf(t, "unfinished", "%s, crash at %s: hold is %s (%s)", op, step, d.State, d.Reason)
+			}
+			d = b.txn(hold.ID)
+			b.checkSettled(map[string]int64{"A": 1000, "B": 0})
+			switch {
+			case op == "capture" && d.State == twopc.StateDone:
+				assert.EqualValues(t, 100, b.balance("B"), "crash at %s", step)
+			case op == "void" && d.State == twopc.StateCanceled:
+				assert.EqualValues(t, 0, b.balance("B"), "crash at %s", step)
+				assert.Equal(t, "voided", d.Reason)
+			default:
+				require.Failf(t, "wrong end", "%s, crash at %s: hold is %s", op, step, d.State)
+			}
+		}
+	}
+}

@@ -100,6 +100,17 @@ func objectIDs(v bson.RawValue) []bson.ObjectID {
 
 func (a *account) pending() []bson.ObjectID { return objectIDs(a.PendingIDs) }
 
+// pendingLen is how many elements pendingTransactions holds, of any type:
+// what a hold's apply filter counts (see MaxHolds).
+func (a *account) pendingLen() int {
+	arr, ok := a.PendingIDs.ArrayOK()
+	if !ok {
+		return 0
+	}
+	vals, _ := arr.Values()
+	return len(vals)
+}
+
 func (a *account) fenced() []bson.ObjectID { return objectIDs(a.FencedIDs) }
 
 // credit returns pendingCredit, 0 when absent.
@@ -213,9 +224,9 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 	}
 	b, ok := a.balance()
 	switch {
-	case r.Hold && len(a.pending()) >= MaxHolds:
+	case r.Hold && a.pendingLen() >= MaxHolds:
 		return legBlocked, fmt.Errorf("%w: account %v carries %d legs in flight, holds included (MaxHolds is %d)",
-			ErrTooManyHolds, l.account, len(a.pending()), MaxHolds)
+			ErrTooManyHolds, l.account, a.pendingLen(), MaxHolds)
 	case !ok:
 		return legBlocked, fmt.Errorf("%w: account %v has balance of BSON type %s", ErrInvalidAccount, l.account, a.Balance.Type)
 	case l.debit() && !r.AllowNegative && b < -l.delta:

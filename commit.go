@@ -145,7 +145,7 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 // hold, pending → held.
 func commitMove(r *record) move {
 	if r.Hold {
-		return move{step: StepCommit, from: StatePending, to: StateHeld, claim: r.Claim}
+		return move{step: StepCommit, from: StatePending, to: StateHeld, claim: r.Claim, stampHeldAt: true}
 	}
 	return move{step: StepCommit, from: StatePending, to: StateApplied, claim: r.Claim}
 }

@@ -262,12 +262,13 @@
 //	              └────► canceling ──► canceled  Void, or expiry
 //
 // A transaction document of a hold carries hold: true, expiryMs (its
-// WithExpiry) and, once captured, captured (the amount). The decision is
-// one write on the transaction, guarded by its state alone: held →
-// applied with captured set (Capture), or held → canceling with reason
-// "voided" (Void) or "expired" (expiry; also guarded by the lastModified
-// the hold was read with, the time the server recorded when it became
-// held). Whichever lands first decides; the others find the transaction
+// WithExpiry), heldAt (when it became held, by the server's clock, set by
+// that write alone) and, once captured, captured (the amount). The
+// decision is one write on the transaction, guarded by its state alone:
+// held → applied with captured set (Capture), or held → canceling with
+// reason "voided" (Void) or "expired" (expiry; also guarded by the heldAt
+// the hold was read with). Each takes a claim of its own, so a caller
+// whose write lost learns so from the claim it finds, not from the state. Whichever lands first decides; the others find the transaction
 // moved and answer with an error naming what happened (ErrHoldCaptured,
 // ErrHoldVoided, ErrHoldExpired), and a repeat of the winning call answers
 // as it did. From there the hold settles as a transfer does (a captured
@@ -280,10 +281,9 @@
 // that died, it takes effect at most once.
 //
 // Time decides only which of capture and expiry happens. Expiry is judged
-// by the server's clock (hello's localTime) against the hold's held time
-// (its lastModified, written by the server) plus expiryMs, by a Recoverer
-// pass or by a Capture that finds it so; the void that follows is the same
-// guarded write as Void's. A Capture whose write lands after the expiry
+// by the server's clock (hello's localTime) against heldAt plus expiryMs,
+// by a Recoverer pass or by a Capture or Void that finds it so; the void
+// that follows is the same guarded write as Void's. A Capture whose write lands after the expiry
 // time and before any expiry's void still captures.
 //
 // A held hold is decided: recovery never rolls it back for being old

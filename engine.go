@@ -365,7 +365,7 @@ func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
 	if prior.Placeholder {
 		return c.outcome(prior) // canceled before it arrived
 	}
-	if prior.Key != asked.Key || prior.Hold != asked.Hold || !sameLegs(prior.legs(), asked.legs()) {
+	if prior.Key != asked.Key || prior.Hold != asked.Hold || prior.ExpiryMs != asked.ExpiryMs || !sameLegs(prior.legs(), asked.legs()) {
 		return prior.txn(), fmt.Errorf("%w: key %q is transaction %s (legs %v)",
 			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.AllLegs())
 	}

@@ -167,12 +167,16 @@ func (b *bank) txns() []txnDoc {
 
 // backdate makes transaction id look untouched for age, as if its owner
 // had stalled that long, so that recovery and takeover can be tested
-// without waiting.
+// without waiting; a hold held looks held for age longer too.
 func (b *bank) backdate(id bson.ObjectID, age time.Duration) {
 	b.t.Helper()
 	d := b.txn(id)
+	set := bson.D{{Key: "lastModified", Value: d.LastModified.Add(-age)}}
+	if !d.HeldAt.IsZero() {
+		set = append(set, bson.E{Key: "heldAt", Value: d.HeldAt.Add(-age)})
+	}
 	_, err := b.db.Collection("transactions").UpdateOne(testCtx(b.t), bson.D{{Key: "_id", Value: id}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: d.LastModified.Add(-age)}}}})
+		bson.D{{Key: "$set", Value: set}})
 	require.NoError(b.t, err)
 }
 

@@ -115,9 +115,10 @@ func holdOptions(t *Txn, tc transferConfig) error {
 func (r *record) expiry() time.Duration { return time.Duration(r.ExpiryMs) * time.Millisecond }
 
 // expired reports whether held hold r is past its expiry at server time
-// now.
+// now: ExpiryMs after HeldAt, which only the write that made it held sets
+// (a late duplicate of its insert refreshes lastModified, not heldAt).
 func (r *record) expired(now time.Time) bool {
-	return r.State == StateHeld && r.ExpiryMs > 0 && !now.Before(r.LastModified.Add(r.expiry()))
+	return r.State == StateHeld && r.ExpiryMs > 0 && !r.HeldAt.IsZero() && !now.Before(r.HeldAt.Add(r.expiry()))
 }
 
 // Capture settles a held transfer: for a hold of two legs any amount in
@@ -167,8 +168,11 @@ func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int6
 				return r.txn(), fmt.Errorf("twopc: capture %s: %w", id.Hex(), err)
 			}
 			if r.expired(now) {
-				cur, _, err := c.expire(ctx, r)
-				if err != nil {
+				cur, moved, err := c.expire(ctx, r)
+				switch {
+				case moved && err != nil:
+					return cur.txn(), fmt.Errorf("twopc: capture %s: %w (rolling it back: %w)", id.Hex(), ErrHoldExpired, err)
+				case err != nil:
 					return cur.txn(), fmt.Errorf("twopc: capture %s: expiring: %w", id.Hex(), err)
 				}
 				continue // answered from what the transaction now says
@@ -222,7 +226,8 @@ func (c *Coordinator) settleCaptured(ctx context.Context, r *record) (*Txn, erro
 // Void releases a held transfer: nothing moves; it ends canceled (reason
 // "voided"). It is the same guarded write as a capture's, and so races it
 // (see Capture): Void of a captured hold returns ErrHoldCaptured, of an
-// expired one ErrHoldExpired. Void again returns the transaction,
+// expired one ErrHoldExpired (a held hold past its expiry by the server's
+// clock is voided as expired by the Void itself). Void again returns the transaction,
 // finishing its rollback if it is not yet canceled. A transaction that is
 // not a hold gets ErrNotHold, a hold still being made ErrInProgress.
 func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (*Txn, error) {
@@ -245,6 +250,24 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (*Txn, error) 
 			return r.txn(), nil
 		case r.State != StateHeld:
 			return r.txn(), c.resolved(r, "void")
+		}
+		if r.ExpiryMs > 0 {
+			now, err := c.log.serverNow(ctx)
+			if err != nil {
+				return r.txn(), fmt.Errorf("twopc: void %s: %w", id.Hex(), err)
+			}
+			if r.expired(now) {
+				// Expired already, by the server's clock: the expiry's
+				// void, not this one, and the caller is told so.
+				cur, moved, err := c.expire(ctx, r)
+				switch {
+				case moved && err != nil:
+					return cur.txn(), fmt.Errorf("twopc: void %s: %w (rolling it back: %w)", id.Hex(), ErrHoldExpired, err)
+				case err != nil:
+					return cur.txn(), fmt.Errorf("twopc: void %s: expiring: %w", id.Hex(), err)
+				}
+				continue
+			}
 		}
 		cur, moved, err := c.log.advance(ctx, r, voidMove(c, r, reasonVoided))
 		if err != nil {
@@ -303,13 +326,13 @@ func voidMove(c *Coordinator, r *record, reason string) move {
 }
 
 // expire voids held hold r, found past its expiry, and rolls it back. The
-// move is also guarded by the lastModified r was read with, the time the
-// server recorded when it became held, which the expiry was judged from.
+// move is also guarded by the heldAt r was read with, the time the server
+// recorded when it became held, which the expiry was judged from.
 // It returns the transaction as it now stands and whether this call made
 // the move (else another call decided first).
 func (c *Coordinator) expire(ctx context.Context, r *record) (*record, bool, error) {
 	m := voidMove(c, r, reasonExpired)
-	m.lastModified = r.LastModified
+	m.heldAt = r.HeldAt
 	cur, moved, err := c.log.advance(ctx, r, m)
 	if err != nil || !moved {
 		return cur, moved, err

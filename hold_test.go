@@ -508,3 +508,88 @@ func TestHoldCrashAtEveryStep(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldLosersAreToldTheyLost (review): a Capture that read the hold held
+// and lost the write to another Capture for another amount gets
+// ErrHoldCaptured, not success with the other's amount; a Void that lost
+// to the expiry gets ErrHoldExpired; of two expiries, one counts.
+func TestHoldLosersAreToldTheyLost(t *testing.T) {
+	b := newBank(t)
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	other := b.coordinator(twopc.WithApplication("other"))
+
+	hold, err := b.c.Hold(ctx, "A", "B", 300)
+	require.NoError(t, err)
+	var once sync.Once
+	late := b.coordinator(twopc.WithApplication("late"), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepCapture {
+			once.Do(func() { _, err := other.Capture(ctx, hold.ID, 50); require.NoError(t, err) })
+		}
+		return nil
+	}))
+	got, err := late.Capture(ctx, hold.ID, 100)
+	require.ErrorIs(t, err, twopc.ErrHoldCaptured, "the capture for 100 lost to the one for 50")
+	assert.EqualValues(t, 50, got.Captured)
+
+	hold, err = b.c.Hold(ctx, "A", "B", 300, twopc.WithExpiry(time.Hour))
+	require.NoError(t, err)
+	var once2 sync.Once
+	voider := b.coordinator(twopc.WithApplication("voider"), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepVoid {
+			once2.Do(func() {
+				b.backdate(hold.ID, 2*time.Hour)
+				rep, err := twopc.NewRecoverer(other).RecoverOnce(ctx)
+				require.NoError(t, err)
+				require.Equal(t, 1, rep.Expired)
+			})
+		}
+		return nil
+	}))
+	_, err = voider.Void(ctx, hold.ID)
+	require.ErrorIs(t, err, twopc.ErrHoldExpired, "the void lost to the expiry")
+	require.NoError(t, b.c.Settle(ctx))
+	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
+	assert.EqualValues(t, 50, b.balance("B"))
+}
+
+// TestReverseOfACapturedHold (review): reversing a hold captured in part
+// moves back what moved, not the value held.
+func TestReverseOfACapturedHold(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 1000, "B": 500})
+	hold, err := b.c.Hold(ctx, "A", "B", 100)
+	require.NoError(t, err)
+	_, err = b.c.Capture(ctx, hold.ID, 30)
+	require.NoError(t, err)
+	rev, err := b.c.Reverse(ctx, hold.ID)
+	require.NoError(t, err)
+	assert.EqualValues(t, 30, rev.Value)
+	b.checkSettled(map[string]int64{"A": 1000, "B": 500})
+	assert.EqualValues(t, 1000, b.balance("A"))
+	assert.EqualValues(t, 500, b.balance("B"))
+}
+
+// TestHoldExpiryNotMovedByALateInsert (review): a duplicate of a hold's
+// insert delivered after the hold is held does not push its expiry back:
+// the expiry counts from the time the hold became held.
+func TestHoldExpiryNotMovedByALateInsert(t *testing.T) {
+	rec := &writeRecorder{}
+	b := newBank(t)
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	db := rec.database(b)
+	c, err := twopc.NewCoordinator(db, twopc.WithApplication("recorded"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	hold, err := c.Hold(ctx, "A", "B", 300, twopc.WithExpiry(time.Hour))
+	require.NoError(t, err)
+	b.backdate(hold.ID, 2*time.Hour) // held two hours ago, as far as lastModified says
+	_, err = db.Collection("transactions").UpdateOne(ctx, bson.D{{Key: "_id", Value: hold.ID}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "heldAt", Value: time.Now().Add(-2 * time.Hour)}}}})
+	require.NoError(t, err)
+	resendAll(t, db, rec.recorded()[:1]) // the insert, again, late
+	_, err = c.Capture(ctx, hold.ID, 300)
+	require.ErrorIs(t, err, twopc.ErrHoldExpired, "expired two hours after it was held, whatever arrived since")
+}

@@ -348,7 +348,8 @@ func (c *Coordinator) begun(ctx context.Context, r *record) (bool, error) {
 // isLegReason reports whether err says a leg could not apply.
 func isLegReason(err error) bool {
 	return errors.Is(err, ErrInsufficientFunds) || errors.Is(err, ErrAccountNotFound) ||
-		errors.Is(err, ErrBalanceOverflow) || errors.Is(err, ErrInvalidAccount) || errors.Is(err, ErrTooLate)
+		errors.Is(err, ErrBalanceOverflow) || errors.Is(err, ErrInvalidAccount) || errors.Is(err, ErrTooLate) ||
+		errors.Is(err, ErrTooManyHolds)
 }
 
 // Run makes a recovery pass at once and then every interval (WithInterval,

@@ -106,6 +106,7 @@ const (
 	fieldHold          = schema.Hold
 	fieldExpiryMs      = schema.ExpiryMs
 	fieldCaptured      = schema.Captured
+	fieldHeldAt        = schema.HeldAt
 )
 
 // record is a transaction document as stored: the public Txn plus what the
@@ -197,6 +198,8 @@ type move struct {
 	from, to     State
 	claim        bson.ObjectID // the claim the mover must hold; zero: none needed
 	lastModified time.Time     // the lastModified the mover read; zero: not checked
+	heldAt       time.Time     // the heldAt the mover read (an expiry); zero: not checked
+	stampHeldAt  bool          // set heldAt from the server's clock too (pending → held)
 	anyClaim     bool          // match whatever claim the document has (claim ignored)
 	set          bson.D        // extra fields to set
 	newClaim     bson.ObjectID // a claim to take; zero: keep the current one
@@ -218,6 +221,9 @@ func (m move) filter(id bson.ObjectID) bson.D {
 	if !m.lastModified.IsZero() {
 		f = append(f, bson.E{Key: fieldLastModified, Value: m.lastModified})
 	}
+	if !m.heldAt.IsZero() {
+		f = append(f, bson.E{Key: fieldHeldAt, Value: m.heldAt})
+	}
 	return f
 }
 
@@ -229,9 +235,13 @@ func (m move) update() bson.D {
 		set = append(set, bson.E{Key: fieldClaim, Value: m.newClaim}, bson.E{Key: fieldApplication, Value: m.application})
 	}
 	set = append(set, m.set...)
+	stamps := bson.D{{Key: fieldLastModified, Value: true}}
+	if m.stampHeldAt {
+		stamps = append(stamps, bson.E{Key: fieldHeldAt, Value: true})
+	}
 	u := bson.D{
 		{Key: "$set", Value: set},
-		{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
+		{Key: "$currentDate", Value: stamps},
 	}
 	var longest bson.D
 	if m.lease > 0 {
@@ -294,7 +304,11 @@ func (g *txnLog) advanceHooked(ctx context.Context, r *record, m move, hooked bo
 			g.transition(ctx, r.ID, m, start, 1, false, err)
 			return r, false, err
 		}
-		moved := cur.State == m.to && (m.anyClaim || cur.Claim == holder)
+		// A move that takes a new claim was made by this call only if the
+		// document holds that claim: another caller's move to the same
+		// state (a capture for another amount, an expiry racing a void)
+		// is not this one's.
+		moved := cur.State == m.to && ((m.anyClaim && m.newClaim.IsZero()) || cur.Claim == holder)
 		g.transition(ctx, r.ID, m, start, 1, moved, nil)
 		return cur, moved, nil
 	}
@@ -407,9 +421,11 @@ type Txn struct {
 	// then it waits in StateHeld for Capture, Void or its expiry.
 	Hold bool `bson:"hold,omitempty"`
 	// ExpiryMs is a hold's WithExpiry in milliseconds (0: none). The hold
-	// expires ExpiryMs after it became held, by the server's clock: its
-	// LastModified while it is held.
+	// expires ExpiryMs after HeldAt, by the server's clock.
 	ExpiryMs int64 `bson:"expiryMs,omitempty"`
+	// HeldAt is when the hold became held, by the server's clock
+	// ($currentDate, in the write that made it held); zero before.
+	HeldAt time.Time `bson:"heldAt,omitempty"`
 	// Captured is the amount a captured hold moved: Value, or less for a
 	// hold of two legs captured in part (the rest returned to the source).
 	Captured int64 `bson:"captured,omitempty"`

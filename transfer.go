@@ -123,12 +123,13 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 	return nil, fmt.Errorf("twopc: reverse %s: %d attempts were canceled", id.Hex(), maxReverseAttempts)
 }
 
-// reverse makes the transfer that undoes committed transfer r.
+// reverse makes the transfer that undoes committed transfer r: what it
+// moved, which for a hold captured in part is the captured amount.
 func (c *Coordinator) reverse(ctx context.Context, r *record, opts []TransferOption) (*Txn, error) {
+	legs := r.txn().SettledLegs()
 	if len(r.Legs) == 0 {
-		return c.Transfer(ctx, r.Destination, r.Source, r.Value, opts...)
+		return c.Transfer(ctx, r.Destination, r.Source, legs[1].Amount, opts...)
 	}
-	legs := r.AllLegs()
 	for i := range legs {
 		legs[i].Amount = -legs[i].Amount
 	}

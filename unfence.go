@@ -136,6 +136,9 @@ func (g *txnLog) openBefore(ctx context.Context, recs []*record) (openTxns, erro
 	}
 	err := g.retry(ctx, func(ctx context.Context) error {
 		cur, err := g.txns.Find(ctx, bson.D{
+			// Not applied, done or held: every leg of those applied, and
+			// what closes them (settle, undo) is guarded by its marker,
+			// not by the fence line.
 			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateCanceling}}}},
 			{Key: fieldCreated, Value: bson.D{{Key: "$lte", Value: latest}}},
 		}, options.Find().

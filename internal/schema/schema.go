@@ -37,6 +37,7 @@ const (
 	Hold          = "hold"     // a hold (Coordinator.Hold)
 	ExpiryMs      = "expiryMs" // a hold's expiry, after it became held
 	Captured      = "captured" // the amount a captured hold moved
+	HeldAt        = "heldAt"   // when a hold became held, by the server's clock
 )
 
 // Field names of account documents (see the root package's account.go for

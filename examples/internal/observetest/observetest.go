@@ -65,7 +65,7 @@ func Scrape(t *testing.T, url string) map[string]float64 {
 
 // HoldEvents makes three holds of 10 from account A to B on c (accounts
 // A and B open), captures the first, voids the second and lets the third
-// expire (its lastModified moved an hour back, then a recovery pass): one
+// expire (its heldAt moved an hour back, then a recovery pass): one
 // event of each kind besides the three holds.
 func HoldEvents(ctx context.Context, t *testing.T, db *mongo.Database, c *twopc.Coordinator) {
 	t.Helper()
@@ -80,7 +80,7 @@ func HoldEvents(ctx context.Context, t *testing.T, db *mongo.Database, c *twopc.
 	_, err = c.Void(ctx, ids[1])
 	require.NoError(t, err)
 	_, err = db.Collection(twopc.DefaultTransactions).UpdateOne(ctx, bson.D{{Key: "_id", Value: ids[2]}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: time.Now().Add(-time.Hour)}}}})
+		bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: time.Now().Add(-time.Hour)}, {Key: "heldAt", Value: time.Now().Add(-time.Hour)}}}})
 	require.NoError(t, err)
 	rep, err := twopc.NewRecoverer(c).RecoverOnce(ctx)
 	require.NoError(t, err)

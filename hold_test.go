@@ -593,3 +593,39 @@ func TestHoldExpiryNotMovedByALateInsert(t *testing.T) {
 	_, err = c.Capture(ctx, hold.ID, 300)
 	require.ErrorIs(t, err, twopc.ErrHoldExpired, "expired two hours after it was held, whatever arrived since")
 }
+
+// TestHoldsAcrossDeployments: holds between seed 004's two banks, each its
+// own dev server. The bank of Beijing restarts while two holds are held;
+// they stay held, one is captured in part and the other voided once it is
+// back, and a third, captured while Beijing is down, settles when it
+// returns.
+func TestHoldsAcrossDeployments(t *testing.T) {
+	ctx := testCtx(t)
+	bk := newBanks(t, twopc.WithSyncSettle())
+	bk.open(seed004)
+	var holds [3]*twopc.Txn
+	for i := range holds {
+		txn, err := bk.c.HoldLegs(ctx, crossLegs(100))
+		require.NoError(t, err)
+		require.Equal(t, twopc.StateHeld, txn.State)
+		holds[i] = txn
+	}
+	assert.Equal(t, int64(700), bk.balance("shanghai", "A"), "three holds of 100 out of A's balance")
+	bk.restart(1)
+	c := bk.coordinator(twopc.WithSyncSettle())
+	got, err := c.Capture(ctx, holds[0].ID, 60)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateDone, got.State)
+	_, err = c.Void(ctx, holds[1].ID)
+	require.NoError(t, err)
+
+	bk.stop(1)
+	_, err = c.Capture(ctx, holds[2].ID, 100)
+	require.Error(t, err, "Beijing is down: the capture is decided, its settling waits")
+	bk.start(1)
+	rep := bk.recoverAll()
+	assert.Equal(t, 1, rep.Settled, "%+v", rep)
+	bk.check(seed004)
+	assert.Equal(t, int64(840), bk.balance("shanghai", "A"))
+	assert.Equal(t, int64(160), bk.balance("beijing", "B"))
+}

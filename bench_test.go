@@ -15,6 +15,7 @@ import (
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/mongotest"
+	"github.com/twopc/twopc/internal/statements"
 	"github.com/twopc/twopc/internal/tutorial"
 )
 
@@ -47,9 +48,10 @@ const (
 type callerKey struct{}
 
 // benchCounter counts data commands: all of them, and those sent under a
-// caller's context.
+// caller's context; and the statements they carry (see
+// internal/statements).
 type benchCounter struct {
-	caller, total atomic.Int64
+	caller, total, statements atomic.Int64
 }
 
 func (bc *benchCounter) monitor() *event.CommandMonitor {
@@ -58,6 +60,7 @@ func (bc *benchCounter) monitor() *event.CommandMonitor {
 			return
 		}
 		bc.total.Add(1)
+		bc.statements.Add(int64(statements.Count(e.CommandName, e.Command)))
 		if ctx.Value(callerKey{}) != nil {
 			bc.caller.Add(1)
 		}
@@ -67,6 +70,15 @@ func (bc *benchCounter) monitor() *event.CommandMonitor {
 func (bc *benchCounter) reset() {
 	bc.caller.Store(0)
 	bc.total.Store(0)
+	bc.statements.Store(0)
+}
+
+// report reports the counts per transfer of n transfers: caller-rts/op,
+// cmds/op and stmts/op.
+func (bc *benchCounter) report(b *testing.B, n int) {
+	b.ReportMetric(float64(bc.caller.Load())/float64(n), "caller-rts/op")
+	b.ReportMetric(float64(bc.total.Load())/float64(n), "cmds/op")
+	b.ReportMetric(float64(bc.statements.Load())/float64(n), "stmts/op")
 }
 
 // transferer is one implementation under test.
@@ -200,8 +212,7 @@ func runTransfers(b *testing.B, bc *benchCounter, impl transferer, workers int, 
 	if failed.Load() > 0 {
 		b.Fatalf("%d of %d transfers failed", failed.Load(), b.N)
 	}
-	b.ReportMetric(float64(bc.caller.Load())/float64(b.N), "caller-rts/op")
-	b.ReportMetric(float64(bc.total.Load())/float64(b.N), "cmds/op")
+	bc.report(b, b.N)
 }
 
 // BenchmarkTransfer runs transfers one after another: the latency of one
@@ -275,8 +286,7 @@ func BenchmarkTransferBatch(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(bc.caller.Load())/float64(b.N), "caller-rts/op")
-	b.ReportMetric(float64(bc.total.Load())/float64(b.N), "cmds/op")
+	bc.report(b, b.N)
 	checkBank(b, db, b.N)
 }
 

@@ -46,16 +46,16 @@ func (r *report) markdown(chartLink string) string {
 	fmt.Fprintf(&b, "- server: %s\n", r.server)
 	fmt.Fprintf(&b, "- machine: %s\n\n", r.machine)
 
-	b.WriteString("| workers | implementation | transfers | throughput (transfers/s) | p50 | p95 | p99 | max | caller round trips / transfer | data commands / finished transfer |\n")
-	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("| workers | implementation | transfers | throughput (transfers/s) | p50 | p95 | p99 | max | caller round trips / transfer | data commands / finished transfer | write statements / finished transfer |\n")
+	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, x := range r.results {
 		name := x.impl
 		if x.check != "" {
 			name += " (check failed: " + x.check + ")"
 		}
-		fmt.Fprintf(&b, "| %d | %s | %d | %.1f | %s | %s | %s | %s | %.2f | %.2f |\n",
+		fmt.Fprintf(&b, "| %d | %s | %d | %.1f | %s | %s | %s | %s | %.2f | %.2f | %.2f |\n",
 			x.workers, name, x.ok, x.throughput(), fmtDur(x.pct(50)), fmtDur(x.pct(95)), fmtDur(x.pct(99)), fmtDur(x.pct(100)),
-			x.callerRTs, x.commands)
+			x.callerRTs, x.commands, x.statements)
 	}
 	for _, why := range r.notRun {
 		fmt.Fprintf(&b, "\n%s.\n", why)
@@ -64,14 +64,14 @@ func (r *report) markdown(chartLink string) string {
 	pairs := r.pairs()
 	if len(pairs) > 0 {
 		b.WriteString("\nThe library against the tutorial at each level (twopc ÷ tutorial; throughput above 1 and the rest below 1 favour the library):\n\n")
-		b.WriteString("| workers | throughput | p50 | p99 | caller round trips | data commands / finished transfer |\n")
-		b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		b.WriteString("| workers | throughput | p50 | p99 | caller round trips | data commands / finished transfer | write statements / finished transfer |\n")
+		b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, p := range pairs {
-			fmt.Fprintf(&b, "| %d | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× |\n", p.lib.workers,
+			fmt.Fprintf(&b, "| %d | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× |\n", p.lib.workers,
 				ratio(p.lib.throughput(), p.tut.throughput()),
 				ratio(p.lib.pct(50).Seconds(), p.tut.pct(50).Seconds()),
 				ratio(p.lib.pct(99).Seconds(), p.tut.pct(99).Seconds()),
-				ratio(p.lib.callerRTs, p.tut.callerRTs), ratio(p.lib.commands, p.tut.commands))
+				ratio(p.lib.callerRTs, p.tut.callerRTs), ratio(p.lib.commands, p.tut.commands), ratio(p.lib.statements, p.tut.statements))
 		}
 		b.WriteString(r.goals(pairs))
 	}
@@ -126,10 +126,16 @@ func (r *report) goals(pairs []pair) string {
 		fmt.Fprintf(&b, "| batching: data commands per finished transfer at 32 workers ≤ 1.0 | %.2f (%d processes) | %s |\n",
 			p.lib.commands, p.lib.processes, yes(p.lib.commands <= 1.0))
 		fmt.Fprintf(&b, "| batching: throughput at 32 workers ≥ 4 × the tutorial's | %.2f× | %s |\n", tr, yes(tr >= 4))
+		// Issue 21's goals.
+		fmt.Fprintf(&b, "| statements: throughput at 32 workers ≥ 2.5 × the tutorial's | %.2f× | %s |\n", tr, yes(tr >= 2.5))
+		fmt.Fprintf(&b, "| statements: write statements per finished transfer at 32 workers ≤ 4 (tutorial %.2f) | %.2f | %s |\n",
+			p.tut.statements, p.lib.statements, yes(p.lib.statements <= 4))
 	}
 	for _, p := range pairs {
 		if p.lib.workers == 1 {
 			fmt.Fprintf(&b, "| batching: caller round trips with one worker = 3 | %.2f | %s |\n", p.lib.callerRTs, yes(p.lib.callerRTs == 3))
+			tr := ratio(p.lib.throughput(), p.tut.throughput())
+			fmt.Fprintf(&b, "| statements: throughput with one worker ≥ 1.2 × the tutorial's | %.2f× | %s |\n", tr, yes(tr >= 1.2))
 		}
 	}
 	return b.String()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/native"
+	"github.com/twopc/twopc/internal/statements"
 	"github.com/twopc/twopc/internal/tutorial"
 )
 
@@ -42,9 +43,10 @@ var dataCommands = map[string]bool{
 // monitor can tell the commands a caller waits for from background ones.
 type callerKey struct{}
 
-// counter counts data commands: all, and those sent for a caller.
+// counter counts data commands: all, and those sent for a caller; and the
+// statements they carry (see internal/statements).
 type counter struct {
-	caller, total atomic.Int64
+	caller, total, statements atomic.Int64
 }
 
 func (c *counter) monitor() *event.CommandMonitor {
@@ -53,6 +55,7 @@ func (c *counter) monitor() *event.CommandMonitor {
 			return
 		}
 		c.total.Add(1)
+		c.statements.Add(int64(statements.Count(e.CommandName, e.Command)))
 		if ctx.Value(callerKey{}) != nil {
 			c.caller.Add(1)
 		}
@@ -61,18 +64,19 @@ func (c *counter) monitor() *event.CommandMonitor {
 
 // result is one run: one implementation at one concurrency level.
 type result struct {
-	impl      string
-	workers   int
-	processes int
-	offered   int
-	ok        int
-	errors    int
-	firstErr  string
-	elapsed   time.Duration // from the first transfer's start until every transfer is finished (done)
-	latencies []time.Duration
-	callerRTs float64 // data commands on the caller's path per transfer
-	commands  float64 // data commands per finished transfer
-	check     string  // why the final state is wrong; "" if right
+	impl       string
+	workers    int
+	processes  int
+	offered    int
+	ok         int
+	errors     int
+	firstErr   string
+	elapsed    time.Duration // from the first transfer's start until every transfer is finished (done)
+	latencies  []time.Duration
+	callerRTs  float64 // data commands on the caller's path per transfer
+	commands   float64 // data commands per finished transfer
+	statements float64 // write statements per finished transfer
+	check      string  // why the final state is wrong; "" if right
 }
 
 func (r *result) throughput() float64 {
@@ -389,6 +393,7 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	if res.ok > 0 {
 		res.callerRTs = float64(cnt.caller.Load()) / float64(len(pairs))
 		res.commands = float64(cnt.total.Load()) / float64(res.ok)
+		res.statements = float64(cnt.statements.Load()) / float64(res.ok)
 	}
 	res.check = b.verify(ctx, db, res.ok)
 	if res.errors > 0 && res.check == "" {
@@ -398,9 +403,9 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	if b.warming {
 		label = "bench: warm-up:"
 	}
-	fmt.Fprintf(b.log, "%s %-8s %3d workers: %d transfers in %v: %.1f/s, p50 %v, p99 %v, %.2f caller round trips, %.2f commands per transfer%s\n",
+	fmt.Fprintf(b.log, "%s %-8s %3d workers: %d transfers in %v: %.1f/s, p50 %v, p99 %v, %.2f caller round trips, %.2f commands and %.2f statements per transfer%s\n",
 		label, impl, workers, res.ok, res.elapsed.Round(time.Millisecond), res.throughput(),
-		res.pct(50).Round(time.Millisecond), res.pct(99).Round(time.Millisecond), res.callerRTs, res.commands, checkNote(res.check))
+		res.pct(50).Round(time.Millisecond), res.pct(99).Round(time.Millisecond), res.callerRTs, res.commands, res.statements, checkNote(res.check))
 	return res, nil
 }
 

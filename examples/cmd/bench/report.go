@@ -57,6 +57,11 @@ func (r *report) markdown(chartLink string) string {
 			x.workers, name, x.ok, x.throughput(), fmtDur(x.pct(50)), fmtDur(x.pct(95)), fmtDur(x.pct(99)), fmtDur(x.pct(100)),
 			x.callerRTs, x.commands, x.statements)
 	}
+	b.WriteString("\nWrite statements per finished transfer, by command and collection:\n\n")
+	b.WriteString("| workers | implementation | statements |\n| ---: | --- | --- |\n")
+	for _, x := range r.results {
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", x.workers, x.impl, x.shapes)
+	}
 	for _, why := range r.notRun {
 		fmt.Fprintf(&b, "\n%s.\n", why)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -44,9 +45,13 @@ var dataCommands = map[string]bool{
 type callerKey struct{}
 
 // counter counts data commands: all, and those sent for a caller; and the
-// statements they carry (see internal/statements).
+// statements they carry (see internal/statements), in all and by shape
+// (the command's name and collection).
 type counter struct {
 	caller, total, statements atomic.Int64
+
+	mu      sync.Mutex
+	byShape map[string]int64
 }
 
 func (c *counter) monitor() *event.CommandMonitor {
@@ -55,11 +60,48 @@ func (c *counter) monitor() *event.CommandMonitor {
 			return
 		}
 		c.total.Add(1)
-		c.statements.Add(int64(statements.Count(e.CommandName, e.Command)))
+		n := int64(statements.Count(e.CommandName, e.Command))
+		c.statements.Add(n)
+		if n > 0 {
+			coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
+			c.mu.Lock()
+			if c.byShape == nil {
+				c.byShape = map[string]int64{}
+			}
+			c.byShape[e.CommandName+" "+coll] += n
+			c.mu.Unlock()
+		}
 		if ctx.Value(callerKey{}) != nil {
 			c.caller.Add(1)
 		}
 	}}
+}
+
+// reset starts counting again.
+func (c *counter) reset() {
+	c.caller.Store(0)
+	c.total.Store(0)
+	c.statements.Store(0)
+	c.mu.Lock()
+	c.byShape = nil
+	c.mu.Unlock()
+}
+
+// shapes returns the statements per transfer of n by shape, the largest
+// first: "update accounts 2.00, findAndModify transactions 1.03, …".
+func (c *counter) shapes(n int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := make([]string, 0, len(c.byShape))
+	for k := range c.byShape {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(c.byShape[b], c.byShape[a]) })
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.2f", k, float64(c.byShape[k])/float64(n))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // result is one run: one implementation at one concurrency level.
@@ -76,6 +118,7 @@ type result struct {
 	callerRTs  float64 // data commands on the caller's path per transfer
 	commands   float64 // data commands per finished transfer
 	statements float64 // write statements per finished transfer
+	shapes     string  // statements per finished transfer by command and collection
 	check      string  // why the final state is wrong; "" if right
 }
 
@@ -288,8 +331,7 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 			ps[i].sys = nat{nb}
 		}
 	}
-	cnt.caller.Store(0)
-	cnt.total.Store(0)
+	cnt.reset()
 
 	pairs := b.pairs(workers)
 	lat := make([]time.Duration, len(pairs))
@@ -394,6 +436,7 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 		res.callerRTs = float64(cnt.caller.Load()) / float64(len(pairs))
 		res.commands = float64(cnt.total.Load()) / float64(res.ok)
 		res.statements = float64(cnt.statements.Load()) / float64(res.ok)
+		res.shapes = cnt.shapes(res.ok)
 	}
 	res.check = b.verify(ctx, db, res.ok)
 	if res.errors > 0 && res.check == "" {

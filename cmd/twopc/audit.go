@@ -115,6 +115,9 @@ func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
 		return cl.usage(cmd, fs, "--min-lease must be positive")
 	}
 	opts := []twopc.AuditOption{twopc.WithStaleGrace(*grace), twopc.WithAuditBatch(*batch), twopc.WithMarkerBounds(*maxPending, *maxFences)}
+	if err := g.check(); err != nil {
+		return err
+	}
 	for _, t := range totals {
 		if _, ok := g.ledger(t.ledger); !ok {
 			return cl.usage(cmd, fs, "--total %s=%d: no ledger %q (give it with --ledger %s=COLLECTION or %s=URI)", t.ledger, t.total, t.ledger, t.ledger, t.ledger)

@@ -222,7 +222,30 @@ func TestLedgerFlag(t *testing.T) {
 		require.Equal(t, ledgerFlag{name: strings.Split(tc.in, "=")[0], uri: tc.uri, db: tc.db, collection: tc.collection}, f, tc.in)
 	}
 	var l ledgerList
-	require.NoError(t, l.Set("bj=mongodb://u:secret@h/bank.accounts"))
-	require.ErrorContains(t, l.Set("bj=accounts"), "given twice")
+	require.NoError(t, l.add("bj=mongodb://u:secret@h/bank.accounts"))
+	require.ErrorContains(t, l.add("bj=accounts"), "given twice")
 	require.Equal(t, "bj=mongodb://u:***@h/bank.accounts", l.String())
+
+	// Passwords holding "/", "?" or "#", and secrets in the options, are
+	// never printed: not by the flag package, not by an error.
+	for _, arg := range []string{
+		"bj=mongodb://ops:S3cret@h/bank",
+		"bj=mongodb://ops:pa/S3cret@h/bank.accounts",
+		"bj=mongodb://ops:pa?S3cret@h:1/bank.accounts",
+		"bj=mongodb://h:1/bank.accounts?tlsCertificateKeyFilePassword=S3cret",
+	} {
+		r := runTool(context.Background(), "show", "--uri", "mongodb://127.0.0.1:1/log", "--connect-timeout", "1ms",
+			"--ledger", arg, "--ledger", arg, "6740c1a2e4b0a1b2c3d4e500")
+		require.NotEqual(t, exitOK, r.code, arg)
+		require.NotContains(t, r.stdout+r.stderr, "S3cret", arg)
+	}
+	for uri, want := range map[string]string{
+		"mongodb://u:secret@h/bank":          "mongodb://u:***@h/bank",
+		"mongodb://u:pa/ss@h/bank?x=1":       "mongodb://u:***@h/bank?…",
+		"mongodb://u@h/bank":                 "mongodb://u@h/bank",
+		"mongodb://h/bank?authSource=admin":  "mongodb://h/bank?…",
+		"mongodb+srv://u:p%40q@c.example/db": "mongodb+srv://u:***@c.example/db",
+	} {
+		require.Equal(t, want, redact(uri), uri)
+	}
 }

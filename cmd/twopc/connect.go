@@ -65,11 +65,14 @@ func (g *globals) target(getenv func(string) string) (uri, db string, err error)
 
 // databaseOf returns the database a connection string's path names
 // (mongodb://user:pass@host1,host2/NAME?options), "" if none. The user
-// name and password cannot hold an unescaped "/", "?" or "#".
+// information ends at the last "@".
 func databaseOf(uri string) (string, error) {
 	_, rest, ok := strings.Cut(uri, "://")
 	if !ok {
 		return "", errors.New(`no "mongodb://" scheme`)
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		rest = rest[at+1:]
 	}
 	if i := strings.IndexAny(rest, "?#"); i >= 0 {
 		rest = rest[:i]
@@ -81,22 +84,30 @@ func databaseOf(uri string) (string, error) {
 	return url.PathUnescape(path)
 }
 
-// redact hides a connection string's password.
+// redact is a connection string fit to print: its password hidden, and
+// its options too (they may carry secrets: tlsCertificateKeyFilePassword,
+// authMechanismProperties), shown as "?…". The user information ends at
+// the last "@" (an "@" in it must be escaped), so a password holding "/",
+// "?" or "#" is hidden whole; a string too odd to read is hidden whole.
 func redact(uri string) string {
 	scheme, rest, ok := strings.Cut(uri, "://")
 	if !ok {
-		return uri
+		return "(a connection string with no scheme)"
 	}
-	host := rest
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		host = rest[:i]
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		user, _, hasPassword := strings.Cut(rest[:at], ":")
+		if strings.ContainsAny(user, "/?#") {
+			user = "***" // the "@" was not where user information ends
+		}
+		if hasPassword {
+			user += ":***"
+		}
+		rest = user + rest[at:]
 	}
-	at := strings.LastIndex(host, "@")
-	if at < 0 {
-		return uri
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i] + "?…"
 	}
-	user, _, _ := strings.Cut(host[:at], ":")
-	return scheme + "://" + user + ":***" + rest[at:]
+	return scheme + "://" + rest
 }
 
 // connect connects to the server and checks that it answers.

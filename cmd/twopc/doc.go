@@ -45,7 +45,8 @@
 //	--json                     one JSON document on stdout, for scripts
 //	--connect-timeout D        how long to wait for the server (default 10s)
 //
-// and show, recover, cancel, reverse and audit take --ledger, repeatable:
+// and show, recover, cancel, reverse, capture, void and audit take
+// --ledger, repeatable:
 // a ledger (see twopc.WithLedger) and where its accounts are, either
 //
 //	--ledger NAME=COLLECTION   a collection of the log's database
@@ -54,10 +55,13 @@
 //	                           MongoDB's tools write one, for example
 //	                           beijing=mongodb://127.0.0.1:27018/bank.accounts
 //
-// The tool connects to each deployment once (ledgers of one connection
-// string share a client) and checks its primary answers before it starts;
-// the database in a ledger's path is also the one its credentials are
-// checked against, as in any connection string. recover
+// The tool connects once per connection string (ledgers of one string
+// share a client; one whose string differs from the log's, even on the
+// same deployment, gets a client of its own) and checks each primary
+// answers before it starts. The database in a ledger's path is also the
+// one its credentials are checked against, as in any connection string:
+// for a user defined in admin, add ?authSource=admin. Errors and output
+// show a connection string with its password and options hidden. recover
 // leaves an unfinished transaction with a leg on a ledger not given to a
 // recoverer that has it, untouched, and exits 1 naming the ledger; cancel
 // and reverse refuse such a transaction.
@@ -74,8 +78,9 @@
 // transactions it creates, and a recoverer or canceler writes its own on
 // those it takes over, so an old unfinished transaction with no
 // recoverer in that list means none is running. Holds (state held) are
-// counted apart, with the one held longest: a hold waits for its capture
-// or void as long as its caller likes, and is never stale.
+// counted apart, with the one held longest (by heldAt): a hold waits for
+// its capture or void as long as its caller likes, and is never taken over
+// for being old (its expiry, if it has one, is judged apart).
 //
 // # List
 //

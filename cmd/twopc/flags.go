@@ -20,6 +20,7 @@ type globals struct {
 	transactions string
 	application  string
 	ledgers      ledgerList
+	ledgerErr    error // the first --ledger value that could not be read
 	json         bool
 	timeout      time.Duration
 }
@@ -52,13 +53,16 @@ func (g *globals) register(fs *flag.FlagSet, with int) {
 		fs.StringVar(&g.application, "application", defaultApplication, "the application `name` the tool claims transactions under")
 	}
 	if with&withLedgers != 0 {
-		fs.Var(&g.ledgers, "ledger", "a ledger `NAME=COLLECTION` of the same database, or NAME=mongodb://HOST:PORT/DB.COLLECTION anywhere (repeatable)")
+		fs.Var(ledgerFlags{g}, "ledger", "a ledger `NAME=COLLECTION` of the same database, or NAME=mongodb://HOST:PORT/DB.COLLECTION anywhere, "+
+			"DB also the database its credentials are checked against unless ?authSource= says otherwise (repeatable)")
 	}
 }
 
 // check refuses global flags that cannot work together.
 func (g *globals) check() error {
 	switch {
+	case g.ledgerErr != nil:
+		return usageErrorf("%v", g.ledgerErr)
 	case g.accounts == "" || g.transactions == "":
 		return usageErrorf("--accounts and --transactions may not be empty")
 	case g.accounts == g.transactions:
@@ -107,14 +111,35 @@ func (l *ledgerList) String() string {
 	return strings.Join(parts, ",")
 }
 
-func (l *ledgerList) Set(s string) error {
+// ledgerFlags is the --ledger flag as the flag package sees it. Its Set
+// never fails: the flag package would print the value as given, password
+// and all; the first bad value is kept, redacted, for globals.check.
+type ledgerFlags struct{ g *globals }
+
+func (f ledgerFlags) String() string {
+	if f.g == nil {
+		return ""
+	}
+	return f.g.ledgers.String()
+}
+
+func (f ledgerFlags) Set(s string) error {
+	if err := f.g.ledgers.add(s); err != nil && f.g.ledgerErr == nil {
+		f.g.ledgerErr = err
+	}
+	return nil
+}
+
+// add parses one --ledger value and adds it; the error never holds a
+// password.
+func (l *ledgerList) add(s string) error {
 	f, err := parseLedger(s)
 	if err != nil {
-		return err
+		return fmt.Errorf("--ledger: %w", err)
 	}
 	for _, g := range *l {
 		if g.name == f.name {
-			return fmt.Errorf("ledger %q given twice", f.name)
+			return fmt.Errorf("--ledger: ledger %q given twice", f.name)
 		}
 	}
 	*l = append(*l, f)
@@ -125,9 +150,13 @@ func (l *ledgerList) Set(s string) error {
 // what follows the "=" has a scheme ("mongodb://" or "mongodb+srv://").
 func parseLedger(s string) (ledgerFlag, error) {
 	name, where, ok := strings.Cut(s, "=")
+	shown := s
+	if strings.Contains(where, "://") {
+		shown = name + "=" + redact(where)
+	}
 	switch {
 	case !ok || name == "" || where == "":
-		return ledgerFlag{}, fmt.Errorf("want NAME=COLLECTION or NAME=mongodb://HOST:PORT/DB.COLLECTION, not %q", redact(s))
+		return ledgerFlag{}, fmt.Errorf("want NAME=COLLECTION or NAME=mongodb://HOST:PORT/DB.COLLECTION, not %q", shown)
 	case name == "default":
 		return ledgerFlag{}, errors.New(`"default" names the default ledger, whose collection is --accounts`)
 	}
@@ -152,6 +181,10 @@ func splitNamespace(uri string) (clientURI, db, coll string, err error) {
 	if !ok || (scheme != "mongodb" && scheme != "mongodb+srv") {
 		return "", "", "", errors.New(`want a "mongodb://" or "mongodb+srv://" scheme`)
 	}
+	userinfo := ""
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		userinfo, rest = rest[:at+1], rest[at+1:]
+	}
 	hosts, query := rest, ""
 	if i := strings.IndexAny(rest, "?#"); i >= 0 {
 		hosts, query = rest[:i], rest[i:]
@@ -162,26 +195,30 @@ func splitNamespace(uri string) (clientURI, db, coll string, err error) {
 		return "", "", "", err
 	}
 	db, coll, ok = strings.Cut(ns, ".")
-	if !ok || db == "" || coll == "" {
+	if !ok || db == "" || coll == "" || strings.ContainsAny(coll, "/$") {
 		return "", "", "", fmt.Errorf("its path must be the ledger's namespace DB.COLLECTION (mongodb://HOST:PORT/bank.accounts), not %q", ns)
 	}
 	if hosts == "" {
 		return "", "", "", errors.New("no host")
 	}
-	return scheme + "://" + hosts + "/" + url.PathEscape(db) + query, db, coll, nil
+	return scheme + "://" + userinfo + hosts + "/" + url.PathEscape(db) + query, db, coll, nil
 }
 
 // hostsOf is a connection string without its path and options: the
-// deployment it reaches.
+// deployment it reaches, and its user information (redact it to print).
 func hostsOf(uri string) string {
 	scheme, rest, ok := strings.Cut(uri, "://")
 	if !ok {
 		return uri
 	}
+	userinfo := ""
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		userinfo, rest = rest[:at+1], rest[at+1:]
+	}
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
 		rest = rest[:i]
 	}
-	return scheme + "://" + rest
+	return scheme + "://" + userinfo + rest
 }
 
 // ledger returns the --ledger flag of ledger name ("" is the default

@@ -90,8 +90,10 @@ Every command takes:
   -transactions COLLECTION  the transactions, the log (default transactions)
   -ledger NAME=COLLECTION another ledger's accounts, in the same database,
   -ledger NAME=URI        or anywhere: the connection string's path is the
-                          namespace (mongodb://HOST:PORT/DB.COLLECTION)
-                          (show, recover, cancel, reverse, audit; repeatable)
+                          namespace (mongodb://HOST:PORT/DB.COLLECTION), DB
+                          also its auth database unless ?authSource= is given
+                          (show, recover, cancel, reverse, capture, void,
+                          audit; repeatable)
   -application NAME       the name the tool claims transactions under
                           (default twopc-cli; in list, a filter)
   -json                   one JSON document on stdout, for scripts

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -12,7 +13,7 @@ import (
 
 var captureCommand = &command{
 	name:    "capture",
-	args:    "ID AMOUNT",
+	args:    "[--] ID AMOUNT",
 	summary: "capture a held transfer (a hold): all of it, or part of a two-leg one",
 	help: `Capture captures hold ID for AMOUNT minor units (twopc's
 Coordinator.Capture): the hold moves from held to applied with the amount
@@ -24,8 +25,9 @@ Capture, void and expiry race through one guarded write on the
 transaction; whichever lands first decides. Capture refuses (exit status
 1) a hold that was voided, expired (a hold past its expiry by the
 server's clock is voided by the capture itself), or captured for another
-amount; an AMOUNT of zero or less or more than the hold's value; and a
-transaction that is not a hold. Capture again for the same amount
+amount; an AMOUNT of zero or more than the hold's value; and a
+transaction that is not a hold. (A negative AMOUNT reads as a flag: it
+is a usage error, exit status 2, unless it follows "--".) Capture again for the same amount
 succeeds and prints the transaction: safe to repeat after a lost reply.
 
 Examples:
@@ -126,14 +128,19 @@ func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, res
 		rerr = cerr
 	}
 	after, err := cn.findTxn(ctx, id)
-	if err != nil {
-		return err
-	}
 	if rerr != nil {
-		if !g.json && after != nil {
+		// The refusal (or the failure) is the answer; what a read after
+		// it finds, if it can read, is only a note.
+		if err == nil && !g.json && after != nil && !errors.Is(rerr, twopc.ErrNotHold) {
 			fmt.Fprintf(cl.stderr, "twopc: hold %s is %s\n", id.Hex(), after.state)
 		}
 		return rerr
+	}
+	switch {
+	case err != nil:
+		return err
+	case after == nil:
+		return fmt.Errorf("hold %s was resolved, but reading it found nothing", id.Hex())
 	}
 	if g.json {
 		return cl.printJSON(outcomeReport{ID: id.Hex(), Before: before.state, State: after.state, Transaction: jsonDoc{after}})

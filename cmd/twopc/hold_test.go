@@ -2,8 +2,10 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/twopc/twopc"
 )
@@ -76,6 +78,19 @@ func TestHolds(t *testing.T) {
 
 	r = f.run("audit")
 	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
+
+	// recover voids a hold past its expiry, and says so.
+	expiring, err := f.c.Hold(f.ctx, "alice", "bob", 10, twopc.WithExpiry(time.Minute))
+	require.NoError(t, err)
+	_, err = f.db.Collection(twopc.DefaultTransactions).UpdateOne(f.ctx, bson.D{{Key: "_id", Value: expiring.ID}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "heldAt", Value: time.Now().Add(-time.Hour)}}}})
+	require.NoError(t, err)
+	var rep recoverReport
+	r = f.run("recover", "--json", "--quiet")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r.decode(t, &rep)
+	require.Equal(t, 1, rep.Expired)
+	require.Equal(t, "canceled", f.state(expiring.ID))
 
 	// A transfer is not a hold.
 	id := f.done("alice", "bob", 1)

@@ -17,7 +17,9 @@ var recoverCommand = &command{
 settles every applied transaction, takes over each initial, pending or
 canceling transaction untouched for longer than its lease and finishes
 it (a pending one rolls forward if a leg of it was applied, back if
-none was), and removes the fences whose retention has passed. It prints
+none was; a pending hold always rolls back), voids every hold held past
+its expiry (WithExpiry, by the server's clock), and removes the fences
+whose retention has passed. It prints
 what the pass did; progress goes to stderr.
 
 A transaction's lease is the longest StaleAfter of the processes that
@@ -60,6 +62,7 @@ type recoverReport struct {
 	Canceled      int       `json:"canceled"`
 	Skipped       int       `json:"skipped"`
 	Failed        int       `json:"failed"`
+	Expired       int       `json:"expired"` // holds past their expiry, voided
 	Unfenced      int       `json:"unfenced"`
 	Removed       int       `json:"removed"`
 	Finished      int       `json:"finished"`
@@ -114,7 +117,7 @@ func runRecover(ctx context.Context, cl *cli, cmd *command, args []string) error
 		rep, err := r.RecoverOnce(ctx)
 		p.end()
 		out := recoverReport{Started: start, RolledForward: rep.RolledForward, Settled: rep.Settled,
-			RolledBack: rep.RolledBack, Canceled: rep.Canceled, Skipped: rep.Skipped, Failed: rep.Failed,
+			RolledBack: rep.RolledBack, Canceled: rep.Canceled, Expired: rep.Expired, Skipped: rep.Skipped, Failed: rep.Failed,
 			Unfenced: rep.Unfenced, Removed: rep.Removed, Finished: rep.Finished(), took: time.Since(start)}
 		out.Duration = seconds(out.took)
 		if err != nil {
@@ -173,6 +176,6 @@ func runRecover(ctx context.Context, cl *cli, cmd *command, args []string) error
 const defaultMinLease = 10 * time.Second
 
 func (r recoverReport) print(w io.Writer) {
-	fmt.Fprintf(w, "finished %d (rolled forward %d, settled %d, rolled back %d, canceled %d); skipped %d, failed %d; fences removed for %d; archived or removed %d; took %v\n",
-		r.Finished, r.RolledForward, r.Settled, r.RolledBack, r.Canceled, r.Skipped, r.Failed, r.Unfenced, r.Removed, r.took.Round(time.Millisecond))
+	fmt.Fprintf(w, "finished %d (rolled forward %d, settled %d, rolled back %d, canceled %d, holds expired %d); skipped %d, failed %d; fences removed for %d; archived or removed %d; took %v\n",
+		r.Finished, r.RolledForward, r.Settled, r.RolledBack, r.Canceled, r.Expired, r.Skipped, r.Failed, r.Unfenced, r.Removed, r.took.Round(time.Millisecond))
 }

@@ -24,7 +24,9 @@ how many transactions it was the last to write in the last --window and
 when. A coordinator writes its name on the transactions it creates; a
 recoverer or canceler writes its own on those it takes over. So a stale
 transaction with no application active means no recoverer is running;
-settling an applied transaction keeps its owner's name.
+settling an applied transaction keeps its owner's name. Holds (state
+held) are not unfinished work: status counts them and names the one held
+longest, by heldAt.
 
 Examples:
   MONGODB_URI=mongodb://127.0.0.1:27017/bank twopc status
@@ -124,7 +126,7 @@ func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport,
 	if rep.Oldest, err = oldest(ctx, cn, now, bson.D{{Key: "$in", Value: unfinishedStates}}); err != nil {
 		return nil, fmt.Errorf("oldest unfinished transaction: %w", err)
 	}
-	if rep.OldestHeld, err = oldest(ctx, cn, now, "held"); err != nil {
+	if rep.OldestHeld, err = oldestHeld(ctx, cn, now); err != nil {
 		return nil, fmt.Errorf("oldest held transaction: %w", err)
 	}
 
@@ -136,7 +138,7 @@ func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport,
 
 // oldest is the transaction in state (a value or a condition) untouched
 // the longest, nil if there is none.
-func oldest(ctx context.Context, cn *conn, now time.Time, state any) (*oldestTxn, error) {
+func oldest(ctx context.Context, cn *conn, now time.Time, state bson.D) (*oldestTxn, error) {
 	raw, err := cn.txns.FindOne(ctx, bson.D{{Key: schema.State, Value: state}},
 		options.FindOne().SetSort(bson.D{{Key: schema.LastModified, Value: 1}})).Raw()
 	switch {
@@ -148,6 +150,27 @@ func oldest(ctx context.Context, cn *conn, now time.Time, state any) (*oldestTxn
 	t := parseTxn(raw)
 	return &oldestTxn{ID: t.idString(), State: t.state, Application: t.application,
 		LastModified: t.lastModified, Age: seconds(max(now.Sub(t.lastModified), 0)), age: age(now, t.lastModified)}, nil
+}
+
+// oldestHeld is the hold held the longest, by heldAt (which only the write
+// that made it held sets), nil if there is none; its age is how long it
+// has been held.
+func oldestHeld(ctx context.Context, cn *conn, now time.Time) (*oldestTxn, error) {
+	raw, err := cn.txns.FindOne(ctx, bson.D{{Key: schema.State, Value: "held"}},
+		options.FindOne().SetSort(bson.D{{Key: schema.HeldAt, Value: 1}})).Raw()
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	t := parseTxn(raw)
+	at, ok := raw.Lookup(schema.HeldAt).TimeOK()
+	if !ok {
+		at = t.lastModified
+	}
+	return &oldestTxn{ID: t.idString(), State: t.state, Application: t.application,
+		LastModified: t.lastModified, Age: seconds(max(now.Sub(at), 0)), age: age(now, at)}, nil
 }
 
 // activity counts, per application, the transactions it last wrote since

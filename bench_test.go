@@ -3,6 +3,7 @@ package twopc_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -146,7 +147,21 @@ func pair(i int) (string, string) {
 // through a client whose commands bc counts.
 func benchBank(b *testing.B, bc *benchCounter) *mongo.Database {
 	b.Helper()
-	db := mongotest.NewDatabase(b, options.Client().SetMonitor(bc.monitor()))
+	monitor := bc.monitor()
+	if *simProfile {
+		// -sim.profile: where the server's time went, by command shape.
+		p := &commandProfile{started: map[int64]profileStart{}, total: map[string]*profileEntry{}}
+		pm, count := p.monitor(), monitor.Started
+		monitor = &event.CommandMonitor{
+			Started: func(ctx context.Context, e *event.CommandStartedEvent) {
+				count(ctx, e)
+				pm.Started(ctx, e)
+			},
+			Succeeded: pm.Succeeded, Failed: pm.Failed,
+		}
+		b.Cleanup(func() { fmt.Fprintf(os.Stderr, "%s: where the server's time went:\n%s", b.Name(), p) })
+	}
+	db := mongotest.NewDatabase(b, options.Client().SetMonitor(monitor))
 	docs := make([]any, benchAccounts)
 	for i := range docs {
 		docs[i] = bson.D{{Key: "_id", Value: accountID(i)}, {Key: "balance", Value: benchOpening}, {Key: "pendingTransactions", Value: bson.A{}}}

@@ -637,6 +637,12 @@ func (p *commandProfile) monitor() *event.CommandMonitor {
 			}
 			shape := e.CommandName + " " + fmt.Sprint(e.Command.Lookup(e.CommandName))
 			filter := e.Command.Lookup("filter")
+			if e.CommandName == "findAndModify" {
+				filter = e.Command.Lookup("query")
+				if up, _ := e.Command.Lookup("upsert").BooleanOK(); up {
+					shape += " upsert"
+				}
+			}
 			if u, ok := e.Command.Lookup("updates").ArrayOK(); ok {
 				if first, err := u.IndexErr(0); err == nil {
 					if d, ok := first.DocumentOK(); ok {

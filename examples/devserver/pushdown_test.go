@@ -11,10 +11,11 @@ import (
 )
 
 // TestIDFilterPushedDown: the dev server's FerretDB (patched, see
-// examples/third_party/README.md) reads only the document of a filter's
-// top-level _id (a string or an ObjectID), whatever the filter's other
-// fields, as MongoDB uses the _id index for it; and the rest of the
-// filter still decides whether that document matches.
+// examples/third_party/README.md) reads only the documents of a filter's
+// top-level _id (a string or an ObjectID), _id $in list of those, or $or
+// each of whose clauses names one, whatever the filter's other fields, as
+// MongoDB uses the _id index for them; and the rest of the filter still
+// decides whether those documents match.
 func TestIDFilterPushedDown(t *testing.T) {
 	s := startServer(t, devserver.Config{})
 	coll := collection(t, connect(t, s.URI()),
@@ -22,17 +23,41 @@ func TestIDFilterPushedDown(t *testing.T) {
 		bson.D{{Key: "_id", Value: "b"}, {Key: "n", Value: int32(5)}})
 	ctx := t.Context()
 
-	for _, filter := range []bson.D{
-		{{Key: "_id", Value: "a"}},
-		{{Key: "_id", Value: "a"}, {Key: "n", Value: bson.D{{Key: "$gt", Value: 0}}}},
-		{{Key: "n", Value: int32(4)}, {Key: "_id", Value: "a"}},
+	in := func(ids ...any) bson.D { return bson.D{{Key: "$in", Value: bson.A(ids)}} }
+	for _, tc := range []struct {
+		filter bson.D
+		want   bool
+	}{
+		{bson.D{{Key: "_id", Value: "a"}}, true},
+		{bson.D{{Key: "_id", Value: "a"}, {Key: "n", Value: bson.D{{Key: "$gt", Value: 0}}}}, true},
+		{bson.D{{Key: "n", Value: int32(4)}, {Key: "_id", Value: "a"}}, true},
+		// A settle batch's and a group commit's filters: MongoDB reads
+		// them by the _id index too.
+		{bson.D{{Key: "_id", Value: in("a", "b")}, {Key: "n", Value: int32(4)}}, true},
+		{bson.D{{Key: "n", Value: int32(4)}, {Key: "$or", Value: bson.A{
+			bson.D{{Key: "_id", Value: "a"}, {Key: "m", Value: 1}}, bson.D{{Key: "_id", Value: "b"}}}}}, true},
+		{bson.D{{Key: "$or", Value: bson.A{bson.D{{Key: "_id", Value: "a"}}, bson.D{{Key: "n", Value: int32(5)}}}}}, false},
+		{bson.D{{Key: "_id", Value: in("a", int32(1))}}, false},
+		{bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"a"}}, {Key: "$ne", Value: "b"}}}}, false},
+		{bson.D{{Key: "n", Value: int32(4)}}, false},
 	} {
 		var plan bson.M
 		require.NoError(t, coll.Database().RunCommand(ctx, bson.D{
-			{Key: "explain", Value: bson.D{{Key: "find", Value: coll.Name()}, {Key: "filter", Value: filter}}},
+			{Key: "explain", Value: bson.D{{Key: "find", Value: coll.Name()}, {Key: "filter", Value: tc.filter}}},
 		}).Decode(&plan))
-		assert.Equal(t, true, plan["filterPushdown"], "filter %v", filter)
+		assert.Equal(t, tc.want, plan["filterPushdown"], "filter %v", tc.filter)
 	}
+
+	// The rest of the filter still decides, for a list of _ids too.
+	many, err := coll.UpdateMany(ctx, bson.D{{Key: "_id", Value: in("a", "b", "c")}, {Key: "n", Value: int32(5)}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "m", Value: 1}}}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), many.ModifiedCount, "b alone has n 5")
+	many, err = coll.UpdateMany(ctx, bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "_id", Value: "a"}, {Key: "m", Value: 1}}, bson.D{{Key: "_id", Value: "b"}, {Key: "m", Value: 1}}}}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "m", Value: ""}}}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), many.ModifiedCount, "b alone has m 1")
 
 	res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "a"}, {Key: "n", Value: int32(5)}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}})
 	require.NoError(t, err)

@@ -73,18 +73,8 @@ func (c *collection) Query(ctx context.Context, params *backends.QueryParams) (*
 	// that logic should exist in one place
 	// TODO https://github.com/FerretDB/FerretDB/issues/3235
 	//
-	// twopc's dev server: a filter whose top-level _id is a string or an
-	// ObjectID is pushed down whatever its other fields, as MongoDB uses
-	// the _id index for it: every row it could match has that _id, and
-	// the handler applies the whole filter to the rows it reads.
-	if params.Filter.Has("_id") {
-		v, _ := params.Filter.Get("_id")
-		switch v.(type) {
-		case string, types.ObjectID:
-			whereClause = fmt.Sprintf(` WHERE %s = ?`, metadata.IDColumn)
-			args = []any{string(must.NotFail(sjson.MarshalSingleValue(v)))}
-		}
-	}
+	// twopc's dev server: see idPushdown.
+	whereClause, args, _ = idPushdown(params.Filter)
 
 	q += whereClause
 	q += prepareOrderByClause(params.Sort)
@@ -281,19 +271,8 @@ func (c *collection) Explain(ctx context.Context, params *backends.ExplainParams
 	// that logic should exist in one place
 	// TODO https://github.com/FerretDB/FerretDB/issues/3235
 	//
-	// twopc's dev server: a filter whose top-level _id is a string or an
-	// ObjectID is pushed down whatever its other fields, as MongoDB uses
-	// the _id index for it: every row it could match has that _id, and
-	// the handler applies the whole filter to the rows it reads.
-	if params.Filter.Has("_id") {
-		v, _ := params.Filter.Get("_id")
-		switch v.(type) {
-		case string, types.ObjectID:
-			filterPushdown = true
-			whereClause = fmt.Sprintf(` WHERE %s = ?`, metadata.IDColumn)
-			args = []any{string(must.NotFail(sjson.MarshalSingleValue(v)))}
-		}
-	}
+	// twopc's dev server: see idPushdown.
+	whereClause, args, filterPushdown = idPushdown(params.Filter)
 
 	orderByClause := prepareOrderByClause(params.Sort)
 	sortPushdown := orderByClause != ""
@@ -545,3 +524,88 @@ func (c *collection) DropIndexes(ctx context.Context, params *backends.DropIndex
 var (
 	_ backends.Collection = (*collection)(nil)
 )
+
+// idPushdown is twopc's dev server's patch: the rows a filter can match,
+// read by the _id index as MongoDB reads them, whatever the filter's other
+// fields. A top-level _id that is a string or an ObjectID names one row;
+// {_id: {$in: [...]}} of such values names those rows; a top-level $or
+// each of whose clauses has such a top-level _id names the union of the
+// clauses' rows (MongoDB plans each clause of an $or apart, each on the
+// _id index). The handler applies the whole filter to the rows read, so
+// a superset of the matches is all this must give. ok is false, and the
+// clause empty, for any other filter: the collection is scanned.
+func idPushdown(filter *types.Document) (where string, args []any, ok bool) {
+	ids, ok := idsOf(filter)
+	if !ok || len(ids) == 0 {
+		return "", nil, false
+	}
+	placeholders := make([]string, len(ids))
+	args = make([]any, len(ids))
+	for i, v := range ids {
+		placeholders[i] = "?"
+		args[i] = string(must.NotFail(sjson.MarshalSingleValue(v)))
+	}
+	if len(ids) == 1 {
+		return fmt.Sprintf(` WHERE %s = ?`, metadata.IDColumn), args, true
+	}
+	return fmt.Sprintf(` WHERE %s IN (%s)`, metadata.IDColumn, strings.Join(placeholders, ", ")), args, true
+}
+
+// idsOf returns the _id values filter is limited to (see idPushdown), and
+// whether it is limited to a list of them.
+func idsOf(filter *types.Document) ([]any, bool) {
+	if filter == nil {
+		return nil, false
+	}
+	scalar := func(v any) bool {
+		switch v.(type) {
+		case string, types.ObjectID:
+			return true
+		}
+		return false
+	}
+	if filter.Has("_id") {
+		v, _ := filter.Get("_id")
+		if scalar(v) {
+			return []any{v}, true
+		}
+		if d, isDoc := v.(*types.Document); isDoc && d.Len() == 1 && d.Has("$in") {
+			in, _ := d.Get("$in")
+			arr, isArr := in.(*types.Array)
+			if !isArr || arr.Len() == 0 || arr.Len() > 1000 {
+				return nil, false
+			}
+			ids := make([]any, 0, arr.Len())
+			for i := 0; i < arr.Len(); i++ {
+				x, _ := arr.Get(i)
+				if !scalar(x) {
+					return nil, false
+				}
+				ids = append(ids, x)
+			}
+			return ids, true
+		}
+	}
+	if filter.Has("$or") {
+		v, _ := filter.Get("$or")
+		arr, isArr := v.(*types.Array)
+		if !isArr || arr.Len() == 0 || arr.Len() > 1000 {
+			return nil, false
+		}
+		var ids []any
+		for i := 0; i < arr.Len(); i++ {
+			x, _ := arr.Get(i)
+			clause, isDoc := x.(*types.Document)
+			if !isDoc || !clause.Has("_id") {
+				return nil, false
+			}
+			id, _ := clause.Get("_id")
+			if !scalar(id) {
+				return nil, false
+			}
+			ids = append(ids, id)
+		}
+		return ids, true
+	}
+	return nil, false
+}

@@ -54,7 +54,13 @@
 // and destination. Settling follows, in the background and in batches: pull the id
 // from both accounts' pendingTransactions while adding it to
 // fencedTransactions and moving the credit from pendingCredit to balance
-// (one bulk write), then applied → done (one write).
+// (one bulk write), then applied → done (one write). The legs a settle
+// batch has on one account close in one statement, guarded by every one of
+// their markers being pending ($all); one that finds a marker gone (another
+// settler closed that leg) matches nothing, and those legs are then closed
+// one statement each, each guarded by its own marker, so that every leg
+// still settles exactly once. An account document holds the same after
+// either.
 // A transfer settled alone costs five data commands; under load, fewer.
 //
 // # Batching

@@ -183,17 +183,88 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 // credit from pendingCredit to the balance (a debit's hold from
 // pendingDebit), guarded by the marker, so it happens once. It returns the
 // indexes in recs of the transactions a leg of which may not have closed.
+//
+// The legs of one account close in one statement (closeAllModel), which
+// matches only while every one of their markers is pending: one that finds
+// a marker gone (closed by another settler) matches nothing, and its legs
+// are then closed one statement each, each guarded by its own marker.
 func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
-	var models []mongo.WriteModel
-	var owner []int // owner[i] is the index in recs of models[i]
+	type group struct {
+		legs      []leg
+		legOwners []int // legOwners[k]: the index in recs of legs[k]
+		owners    []int // every index in recs with a leg here
+		markers   map[bson.ObjectID]bool
+	}
+	var order []string
+	groups := map[string]*group{}
 	for i, r := range recs {
 		mine, _ := l.own(r.legs())
 		for _, lg := range mine {
-			models = append(models, closeModel(lg))
-			owner = append(owner, i)
+			key, err := schema.IDKey(lg.account)
+			if err != nil {
+				key = fmt.Sprintf("\x00leg %d %s", i, lg.marker.Hex()) // alone
+			}
+			g := groups[key]
+			if g == nil {
+				g = &group{markers: map[bson.ObjectID]bool{}}
+				groups[key] = g
+				order = append(order, key)
+			}
+			g.owners = append(g.owners, i)
+			if g.markers[lg.marker] {
+				// The same leg again (a batch naming one transaction
+				// twice): one statement must not count it twice.
+				continue
+			}
+			g.markers[lg.marker] = true
+			g.legs = append(g.legs, lg)
+			g.legOwners = append(g.legOwners, i)
 		}
 	}
-	return l.failedOwners(ctx, models, owner)
+	var models []mongo.WriteModel
+	var owners [][]int // owners[i]: the indexes in recs of models[i]'s legs
+	var merged []*group
+	confirm := map[int]bool{}
+	for _, key := range order {
+		g := groups[key]
+		if len(g.legs) == 1 {
+			models = append(models, closeModel(g.legs[0]))
+			owners = append(owners, g.owners)
+			merged = append(merged, nil)
+			continue
+		}
+		confirm[len(models)] = true
+		models = append(models, closeAllModel(g.legs))
+		owners = append(owners, g.owners)
+		merged = append(merged, g)
+	}
+	failedModels, unconfirmed, err := l.writeConfirmed(ctx, models, confirm)
+	failed := map[int]bool{}
+	for i := range failedModels {
+		for _, o := range owners[i] {
+			failed[o] = true
+		}
+	}
+	// A merged statement that may not have matched: its legs one by one.
+	var alone []mongo.WriteModel
+	var aloneOwner []int
+	for i := range unconfirmed {
+		if failedModels[i] {
+			continue
+		}
+		for k, lg := range merged[i].legs {
+			alone = append(alone, closeModel(lg))
+			aloneOwner = append(aloneOwner, merged[i].legOwners[k])
+		}
+	}
+	if len(alone) > 0 {
+		more, aerr := l.failedOwners(ctx, alone, aloneOwner)
+		for o := range more {
+			failed[o] = true
+		}
+		err = cmpErr(err, aerr)
+	}
+	return failed, err
 }
 
 // unfenceLegs removes the fences of final transactions recs from their
@@ -319,11 +390,29 @@ func (l *Ledger) fence(ctx context.Context, r *record, models []mongo.WriteModel
 // answer says is then beyond doubt. Any other failure returns that
 // command's statements and all after it, unsent, for the next pass.
 func (l *Ledger) write(ctx context.Context, models []mongo.WriteModel) (map[int]bool, error) {
+	failed, _, err := l.writeConfirmed(ctx, models, nil)
+	return failed, err
+}
+
+// writeConfirmed is write, and also returns, of the models confirm names,
+// those that may not have matched a document: every one of them in a
+// command whose matched count fell short of its statements (each names
+// one document by _id, so a command in which all matched matched as many
+// as it has), or that was sent again alone and matched nothing.
+func (l *Ledger) writeConfirmed(ctx context.Context, models []mongo.WriteModel, confirm map[int]bool) (map[int]bool, map[int]bool, error) {
 	failed := map[int]bool{}
+	unconfirmed := map[int]bool{}
 	var firstErr error
 	send := func(start, end int) error {
 		return l.retry(ctx, func(ctx context.Context) error {
-			_, err := l.accounts.BulkWrite(ctx, models[start:end], options.BulkWrite().SetOrdered(false))
+			res, err := l.accounts.BulkWrite(ctx, models[start:end], options.BulkWrite().SetOrdered(false))
+			if err == nil && (res == nil || res.MatchedCount < int64(end-start)) {
+				for i := start; i < end; i++ {
+					if confirm[i] {
+						unconfirmed[i] = true
+					}
+				}
+			}
 			return err
 		})
 	}
@@ -353,7 +442,7 @@ func (l *Ledger) write(ctx context.Context, models []mongo.WriteModel) (map[int]
 		for i := start; i < len(models); i++ {
 			failed[i] = true
 		}
-		return failed, err
+		return failed, unconfirmed, err
 	}
-	return failed, firstErr
+	return failed, unconfirmed, firstErr
 }

@@ -156,6 +156,48 @@ func closeModel(l leg) mongo.WriteModel {
 		SetUpdate(update)
 }
 
+// closeAllModel is closeModel for legs on one account (legs of different
+// transactions), in one statement: it matches only while every one of
+// their markers is pending ($all), and then pulls them all ($pullAll),
+// fences them all ($addToSet with $each) and
+// adds what they settle ($inc of the sums of their settleInc). One that
+// finds a marker gone matches nothing and changes nothing; the caller then
+// closes the legs one by one (see Ledger.closeLegs).
+func closeAllModel(legs []leg) mongo.WriteModel {
+	markers := make(bson.A, len(legs))
+	var balance, credit, debit int64
+	for i, lg := range legs {
+		markers[i] = lg.marker
+		for _, e := range lg.settleInc() {
+			v := e.Value.(int64)
+			switch e.Key {
+			case fieldBalance:
+				balance += v
+			case fieldPendingCredit:
+				credit += v
+			case fieldPendingDebit:
+				debit += v
+			}
+		}
+	}
+	var inc bson.D
+	for _, e := range []bson.E{{Key: fieldBalance, Value: balance}, {Key: fieldPendingCredit, Value: credit}, {Key: fieldPendingDebit, Value: debit}} {
+		if e.Value.(int64) != 0 {
+			inc = append(inc, e)
+		}
+	}
+	update := bson.D{
+		{Key: "$pullAll", Value: bson.D{{Key: fieldPending, Value: markers}}},
+		{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$each", Value: markers}}}}},
+	}
+	if len(inc) > 0 {
+		update = append(update, bson.E{Key: "$inc", Value: inc})
+	}
+	return updateByID().
+		SetFilter(bson.D{{Key: "_id", Value: legs[0].account}, {Key: fieldPending, Value: bson.D{{Key: "$all", Value: markers}}}}).
+		SetUpdate(update)
+}
+
 // fenceModel is the guarded write that fences l of canceling transaction
 // r, so that no leg of it applies there from now on, whoever sends it. An
 // upsert: if the account does not exist yet, the fence is a tombstone that

@@ -85,3 +85,40 @@ func TestOpenBeforeSeesEveryLeg(t *testing.T) {
 	later := &record{Txn: Txn{ID: newTxnID(), Source: "C", Destination: "Z", Value: 1, Created: created.Add(time.Second)}}
 	assert.False(t, open.clear(later), "an older unfinished transaction shares account C")
 }
+
+// A settle batch that names one transaction twice (two members of one
+// batched group naming the same document) settles it once: its legs on
+// one account close in one statement, which must not count a leg twice.
+// Before the legs were grouped by marker, the hot account's credit of 7
+// was added twice and the source's hold released twice.
+func TestSettleBatchNamingOneTransactionTwice(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := NewCoordinator(mongotest.NewDatabase(t), WithSyncSettle(), WithStepHook(func(_ context.Context, s Step, _ *Txn) error {
+		if s == StepSettle {
+			return context.Canceled // committed, left applied
+		}
+		return nil
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	require.NoError(t, c.OpenAccount(ctx, "A", 100))
+	require.NoError(t, c.OpenAccount(ctx, "B", 0))
+	txn, _ := c.Transfer(ctx, "A", "B", 7)
+	require.NotNil(t, txn)
+	require.Equal(t, StateApplied, txn.State)
+	r, err := c.log.read(ctx, txn.ID)
+	require.NoError(t, err)
+	failed, err := c.ledgers.closeLegs(ctx, []*record{r, r, r})
+	require.NoError(t, err)
+	require.Empty(t, failed)
+	for id, want := range map[string]int64{"A": 93, "B": 7} {
+		var a account
+		require.NoError(t, c.ledger.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&a))
+		b, _ := a.balance()
+		assert.Equal(t, want, b, "balance of %s", id)
+		assert.Zero(t, a.credit(), "pendingCredit of %s", id)
+		assert.Zero(t, a.heldDebit(), "pendingDebit of %s", id)
+		assert.Empty(t, a.pending(), "markers on %s", id)
+	}
+}

@@ -190,10 +190,9 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 // are then closed one statement each, each guarded by its own marker.
 func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
 	type group struct {
-		legs      []leg
-		legOwners []int // legOwners[k]: the index in recs of legs[k]
-		owners    []int // every index in recs with a leg here
-		markers   map[bson.ObjectID]bool
+		legs    []leg
+		owners  []int                   // every index in recs with a leg here
+		markers map[bson.ObjectID][]int // each leg's marker: every index in recs that carries it
 	}
 	var order []string
 	groups := map[string]*group{}
@@ -206,19 +205,19 @@ func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, e
 			}
 			g := groups[key]
 			if g == nil {
-				g = &group{markers: map[bson.ObjectID]bool{}}
+				g = &group{markers: map[bson.ObjectID][]int{}}
 				groups[key] = g
 				order = append(order, key)
 			}
 			g.owners = append(g.owners, i)
-			if g.markers[lg.marker] {
+			seen := len(g.markers[lg.marker]) > 0
+			g.markers[lg.marker] = append(g.markers[lg.marker], i)
+			if seen {
 				// The same leg again (a batch naming one transaction
 				// twice): one statement must not count it twice.
 				continue
 			}
-			g.markers[lg.marker] = true
 			g.legs = append(g.legs, lg)
-			g.legOwners = append(g.legOwners, i)
 		}
 	}
 	var models []mongo.WriteModel
@@ -227,40 +226,49 @@ func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, e
 	confirm := map[int]bool{}
 	for _, key := range order {
 		g := groups[key]
-		if len(g.legs) == 1 {
-			models = append(models, closeModel(g.legs[0]))
-			owners = append(owners, g.owners)
-			merged = append(merged, nil)
-			continue
+		if len(g.legs) > 1 {
+			if m, ok := closeAllModel(g.legs); ok {
+				confirm[len(models)] = true
+				models = append(models, m)
+				owners = append(owners, g.owners)
+				merged = append(merged, g)
+				continue
+			}
 		}
-		confirm[len(models)] = true
-		models = append(models, closeAllModel(g.legs))
-		owners = append(owners, g.owners)
-		merged = append(merged, g)
+		for _, lg := range g.legs {
+			models = append(models, closeModel(lg))
+			owners = append(owners, g.markers[lg.marker])
+			merged = append(merged, nil)
+		}
 	}
 	failedModels, unconfirmed, err := l.writeConfirmed(ctx, models, confirm)
+	for i := range failedModels {
+		delete(unconfirmed, i) // failed: reported, and recovery tries again
+	}
 	failed := map[int]bool{}
 	for i := range failedModels {
 		for _, o := range owners[i] {
 			failed[o] = true
 		}
 	}
-	// A merged statement that may not have matched: its legs one by one.
+	// A merged statement that may not have matched, or that the server
+	// refused (a write error: it did not apply), has its legs sent one by
+	// one, each guarded by its own marker; a leg that fails then fails
+	// every transaction of the batch that carries it.
 	var alone []mongo.WriteModel
-	var aloneOwner []int
+	var aloneOwners [][]int
 	for i := range unconfirmed {
-		if failedModels[i] {
-			continue
-		}
-		for k, lg := range merged[i].legs {
+		for _, lg := range merged[i].legs {
 			alone = append(alone, closeModel(lg))
-			aloneOwner = append(aloneOwner, merged[i].legOwners[k])
+			aloneOwners = append(aloneOwners, merged[i].markers[lg.marker])
 		}
 	}
 	if len(alone) > 0 {
-		more, aerr := l.failedOwners(ctx, alone, aloneOwner)
-		for o := range more {
-			failed[o] = true
+		more, aerr := l.write(ctx, alone)
+		for k := range more {
+			for _, o := range aloneOwners[k] {
+				failed[o] = true
+			}
 		}
 		err = cmpErr(err, aerr)
 	}
@@ -398,7 +406,10 @@ func (l *Ledger) write(ctx context.Context, models []mongo.WriteModel) (map[int]
 // those that may not have matched a document: every one of them in a
 // command whose matched count fell short of its statements (each names
 // one document by _id, so a command in which all matched matched as many
-// as it has), or that was sent again alone and matched nothing.
+// as it has), or that was sent again alone and matched nothing; and, in
+// place of failing them, those the server refused alone with a write
+// error (a single-document statement that did not apply), for the caller
+// to send otherwise.
 func (l *Ledger) writeConfirmed(ctx context.Context, models []mongo.WriteModel, confirm map[int]bool) (map[int]bool, map[int]bool, error) {
 	failed := map[int]bool{}
 	unconfirmed := map[int]bool{}
@@ -424,16 +435,32 @@ func (l *Ledger) writeConfirmed(ctx context.Context, models []mongo.WriteModel, 
 		case err == nil:
 			continue
 		case errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 && bwe.WriteConcernError == nil:
-			if end-start == 1 {
-				failed[start] = true
+			// refused is a statement the server refused alone: failed, or,
+			// if confirm names it, left for the caller to send otherwise
+			// (a refused single-document statement did not apply).
+			refused := func(i int, err error) {
+				if confirm[i] {
+					unconfirmed[i] = true
+					return
+				}
+				failed[i] = true
 				firstErr = cmpErr(firstErr, err)
+			}
+			if end-start == 1 {
+				refused(start, err)
 				continue
 			}
 			for i := start; i < end; i++ {
-				if err := send(i, i+1); err != nil {
-					failed[i] = true
-					firstErr = cmpErr(firstErr, err)
+				err := send(i, i+1)
+				if err == nil {
+					continue
 				}
+				if errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 && bwe.WriteConcernError == nil {
+					refused(i, err)
+					continue
+				}
+				failed[i] = true
+				firstErr = cmpErr(firstErr, err)
 			}
 			continue
 		}

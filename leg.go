@@ -162,22 +162,31 @@ func closeModel(l leg) mongo.WriteModel {
 // fences them all ($addToSet with $each) and
 // adds what they settle ($inc of the sums of their settleInc). One that
 // finds a marker gone matches nothing and changes nothing; the caller then
-// closes the legs one by one (see Ledger.closeLegs).
-func closeAllModel(legs []leg) mongo.WriteModel {
+// closes the legs one by one (see Ledger.closeLegs). ok is false, and
+// there is no statement, when a sum would overflow int64 (each leg's
+// amounts fit, their sum need not): those legs close one by one.
+func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 	markers := make(bson.A, len(legs))
 	var balance, credit, debit int64
 	for i, lg := range legs {
 		markers[i] = lg.marker
 		for _, e := range lg.settleInc() {
 			v := e.Value.(int64)
+			var sum *int64
 			switch e.Key {
 			case fieldBalance:
-				balance += v
+				sum = &balance
 			case fieldPendingCredit:
-				credit += v
+				sum = &credit
 			case fieldPendingDebit:
-				debit += v
+				sum = &debit
+			default:
+				return nil, false
 			}
+			if (v > 0 && *sum > math.MaxInt64-v) || (v < 0 && *sum < math.MinInt64-v) {
+				return nil, false
+			}
+			*sum += v
 		}
 	}
 	var inc bson.D
@@ -195,7 +204,7 @@ func closeAllModel(legs []leg) mongo.WriteModel {
 	}
 	return updateByID().
 		SetFilter(bson.D{{Key: "_id", Value: legs[0].account}, {Key: fieldPending, Value: bson.D{{Key: "$all", Value: markers}}}}).
-		SetUpdate(update)
+		SetUpdate(update), true
 }
 
 // fenceModel is the guarded write that fences l of canceling transaction

@@ -2,6 +2,7 @@ package twopc
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -121,4 +122,60 @@ func TestSettleBatchNamingOneTransactionTwice(t *testing.T) {
 		assert.Zero(t, a.heldDebit(), "pendingDebit of %s", id)
 		assert.Empty(t, a.pending(), "markers on %s", id)
 	}
+}
+
+// A settle batch whose merged statement for an account matches nothing
+// (another settler closed one of its legs) sends the legs again one by
+// one; one of those that fails is reported for every transaction of the
+// batch that carried it, duplicates included (review: the batch [t1, t2,
+// t2] reported t2 failed at index 1 only, and index 2 was marked done
+// with its leg open).
+func TestSettleFallbackFailureReportsEveryOwner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := mongotest.NewDatabase(t)
+	c, err := NewCoordinator(db, WithStepHook(func(_ context.Context, s Step, _ *Txn) error {
+		if s == StepSettle {
+			return context.Canceled // committed, left applied
+		}
+		return nil
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	for id, b := range map[string]int64{"A": 100, "B": 100, "hot": 0} {
+		require.NoError(t, c.OpenAccount(ctx, id, b))
+	}
+	t1, _ := c.Transfer(ctx, "A", "hot", 5)
+	t2, _ := c.Transfer(ctx, "B", "hot", 5)
+	require.Equal(t, StateApplied, t1.State)
+	require.Equal(t, StateApplied, t2.State)
+	// Another settler closed t1's credit; then hot's fencedTransactions is
+	// broken, so t2's credit, sent alone, fails with a write error.
+	_, err = db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "hot"}}, bson.D{
+		{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: schema.Marker(t1.ID, 1)}}},
+		{Key: "$set", Value: bson.D{{Key: fieldFenced, Value: "broken"}}},
+	})
+	require.NoError(t, err)
+	r1, err := c.log.read(ctx, t1.ID)
+	require.NoError(t, err)
+	r2, err := c.log.read(ctx, t2.ID)
+	require.NoError(t, err)
+	failed, err := c.ledgers.closeLegs(ctx, []*record{r1, r2, r2})
+	require.Error(t, err)
+	assert.Contains(t, failed, 1)
+	assert.Contains(t, failed, 2, "the duplicate of t2 is failed too")
+}
+
+// closeAllModel refuses to merge legs whose settle amounts overflow int64
+// when summed (review: a credit of MaxInt64 and a refund of MaxInt64-1 on
+// one account, each fine alone, wrapped when summed); closeLegs then
+// closes them one by one.
+func TestUnitCloseAllModelOverflow(t *testing.T) {
+	id := schema.Marker(bson.NewObjectID(), 0)
+	credit := leg{account: "A", delta: math.MaxInt64, marker: schema.Marker(id, 0)}
+	refund := leg{account: "A", delta: -math.MaxInt64, marker: schema.Marker(id, 1), part: 1}
+	_, ok := closeAllModel([]leg{credit, refund})
+	assert.False(t, ok, "the balance sum overflows")
+	_, ok = closeAllModel([]leg{{account: "A", delta: 5, marker: schema.Marker(id, 2)}, {account: "A", delta: -5, marker: schema.Marker(id, 3)}})
+	assert.True(t, ok)
 }

@@ -17,6 +17,7 @@ package common
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/FerretDB/FerretDB/internal/handler/handlererrors"
 	"github.com/FerretDB/FerretDB/internal/handler/handlerparams"
@@ -444,7 +445,12 @@ func processPullArrayUpdateExpression(command string, doc *types.Document, key s
 	for i := array.Len() - 1; i >= 0; i-- {
 		elem := must.NotFail(array.Get(i))
 
-		if types.Compare(elem, pullVal) == types.Equal {
+		matched, err := pullMatches(elem, pullVal)
+		if err != nil {
+			return false, err
+		}
+
+		if matched {
 			array.Remove(i)
 			changed = true
 		}
@@ -455,4 +461,39 @@ func processPullArrayUpdateExpression(command string, doc *types.Document, key s
 	}
 
 	return changed, nil
+}
+
+// pullMatches reports whether $pull's pullVal removes array element elem.
+//
+// twopc's dev server: stock FerretDB v1.24 removes only elements equal to
+// pullVal. MongoDB treats a document pullVal as a condition
+// (https://www.mongodb.com/docs/manual/reference/operator/update/pull/):
+// one of query operators ({$in: [...]}, {$gte: 6}) applies to each element
+// as to a field's value; one of fields ({score: 8}) applies to each
+// element that is a document as a query to a document in a collection. A
+// value that is not a document is matched by equality.
+func pullMatches(elem, pullVal any) (bool, error) {
+	cond, ok := pullVal.(*types.Document)
+	if !ok || cond.Len() == 0 {
+		return types.Compare(elem, pullVal) == types.Equal, nil
+	}
+
+	operators := true
+
+	for _, k := range cond.Keys() {
+		if !strings.HasPrefix(k, "$") {
+			operators = false
+		}
+	}
+
+	if operators {
+		return FilterDocument(must.NotFail(types.NewDocument("v", elem)), must.NotFail(types.NewDocument("v", cond)))
+	}
+
+	d, ok := elem.(*types.Document)
+	if !ok {
+		return false, nil
+	}
+
+	return FilterDocument(d, cond)
 }

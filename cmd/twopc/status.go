@@ -123,10 +123,10 @@ func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport,
 	}
 	rep.Total += rep.Other
 
-	if rep.Oldest, err = oldest(ctx, cn, now, bson.D{{Key: "$in", Value: unfinishedStates}}); err != nil {
+	if rep.Oldest, err = oldest(ctx, cn, now, bson.D{{Key: "$in", Value: unfinishedStates}}, schema.LastModified); err != nil {
 		return nil, fmt.Errorf("oldest unfinished transaction: %w", err)
 	}
-	if rep.OldestHeld, err = oldestHeld(ctx, cn, now); err != nil {
+	if rep.OldestHeld, err = oldest(ctx, cn, now, "held", schema.HeldAt); err != nil {
 		return nil, fmt.Errorf("oldest held transaction: %w", err)
 	}
 
@@ -136,11 +136,13 @@ func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport,
 	return rep, nil
 }
 
-// oldest is the transaction in state (a value or a condition) untouched
-// the longest, nil if there is none.
-func oldest(ctx context.Context, cn *conn, now time.Time, state bson.D) (*oldestTxn, error) {
+// oldest is the transaction in state (a value or a condition) whose
+// time field since (lastModified, or a hold's heldAt, which only the write
+// that made it held sets) is the earliest, and its age since then; nil if
+// there is none. A document without the field is aged by lastModified.
+func oldest(ctx context.Context, cn *conn, now time.Time, state any, since string) (*oldestTxn, error) {
 	raw, err := cn.txns.FindOne(ctx, bson.D{{Key: schema.State, Value: state}},
-		options.FindOne().SetSort(bson.D{{Key: schema.LastModified, Value: 1}})).Raw()
+		options.FindOne().SetSort(bson.D{{Key: since, Value: 1}})).Raw()
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return nil, nil
@@ -148,24 +150,7 @@ func oldest(ctx context.Context, cn *conn, now time.Time, state bson.D) (*oldest
 		return nil, err
 	}
 	t := parseTxn(raw)
-	return &oldestTxn{ID: t.idString(), State: t.state, Application: t.application,
-		LastModified: t.lastModified, Age: seconds(max(now.Sub(t.lastModified), 0)), age: age(now, t.lastModified)}, nil
-}
-
-// oldestHeld is the hold held the longest, by heldAt (which only the write
-// that made it held sets), nil if there is none; its age is how long it
-// has been held.
-func oldestHeld(ctx context.Context, cn *conn, now time.Time) (*oldestTxn, error) {
-	raw, err := cn.txns.FindOne(ctx, bson.D{{Key: schema.State, Value: "held"}},
-		options.FindOne().SetSort(bson.D{{Key: schema.HeldAt, Value: 1}})).Raw()
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-		return nil, nil
-	case err != nil:
-		return nil, err
-	}
-	t := parseTxn(raw)
-	at, ok := raw.Lookup(schema.HeldAt).TimeOK()
+	at, ok := raw.Lookup(since).TimeOK()
 	if !ok {
 		at = t.lastModified
 	}

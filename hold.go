@@ -162,21 +162,10 @@ func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int6
 		default:
 			return r.txn(), c.resolved(r, "capture")
 		}
-		if r.ExpiryMs > 0 {
-			now, err := c.log.serverNow(ctx)
-			if err != nil {
-				return r.txn(), fmt.Errorf("twopc: capture %s: %w", id.Hex(), err)
-			}
-			if r.expired(now) {
-				cur, moved, err := c.expire(ctx, r)
-				switch {
-				case moved && err != nil:
-					return cur.txn(), fmt.Errorf("twopc: capture %s: %w (rolling it back: %w)", id.Hex(), ErrHoldExpired, err)
-				case err != nil:
-					return cur.txn(), fmt.Errorf("twopc: capture %s: expiring: %w", id.Hex(), err)
-				}
-				continue // answered from what the transaction now says
-			}
+		if expired, cur, err := c.expireIfDue(ctx, r, "capture"); err != nil {
+			return cur.txn(), err
+		} else if expired {
+			continue // answered from what the transaction now says
 		}
 		cur, moved, err := c.log.advance(ctx, r, move{
 			step: StepCapture, from: StateHeld, to: StateApplied, anyClaim: true,
@@ -251,23 +240,12 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (*Txn, error) 
 		case r.State != StateHeld:
 			return r.txn(), c.resolved(r, "void")
 		}
-		if r.ExpiryMs > 0 {
-			now, err := c.log.serverNow(ctx)
-			if err != nil {
-				return r.txn(), fmt.Errorf("twopc: void %s: %w", id.Hex(), err)
-			}
-			if r.expired(now) {
-				// Expired already, by the server's clock: the expiry's
-				// void, not this one, and the caller is told so.
-				cur, moved, err := c.expire(ctx, r)
-				switch {
-				case moved && err != nil:
-					return cur.txn(), fmt.Errorf("twopc: void %s: %w (rolling it back: %w)", id.Hex(), ErrHoldExpired, err)
-				case err != nil:
-					return cur.txn(), fmt.Errorf("twopc: void %s: expiring: %w", id.Hex(), err)
-				}
-				continue
-			}
+		// Expired already, by the server's clock: the expiry's void, not
+		// this one, and the caller is told so.
+		if expired, cur, err := c.expireIfDue(ctx, r, "void"); err != nil {
+			return cur.txn(), err
+		} else if expired {
+			continue
 		}
 		cur, moved, err := c.log.advance(ctx, r, voidMove(c, r, reasonVoided))
 		if err != nil {
@@ -339,6 +317,32 @@ func (c *Coordinator) expire(ctx context.Context, r *record) (*record, bool, err
 	}
 	cur, err = c.rollback(ctx, cur)
 	return cur, true, err
+}
+
+// expireIfDue voids held hold r as expired if it is past its expiry by the
+// server's clock, for Capture or Void (op), which then answer from what
+// the transaction says. It reports whether r was past its expiry; an
+// expiry this call decided but could not roll back is ErrHoldExpired
+// still (the rollback is left to recovery).
+func (c *Coordinator) expireIfDue(ctx context.Context, r *record, op string) (bool, *record, error) {
+	if r.ExpiryMs == 0 {
+		return false, r, nil
+	}
+	now, err := c.log.serverNow(ctx)
+	if err != nil {
+		return false, r, fmt.Errorf("twopc: %s %s: %w", op, r.ID.Hex(), err)
+	}
+	if !r.expired(now) {
+		return false, r, nil
+	}
+	cur, moved, err := c.expire(ctx, r)
+	switch {
+	case moved && err != nil:
+		return true, cur, fmt.Errorf("twopc: %s %s: %w (rolling it back: %w)", op, r.ID.Hex(), ErrHoldExpired, err)
+	case err != nil:
+		return true, cur, fmt.Errorf("twopc: %s %s: expiring: %w", op, r.ID.Hex(), err)
+	}
+	return true, cur, nil
 }
 
 // expireHolds is a recovery pass's part for holds: it voids every held

@@ -295,14 +295,27 @@ func (e *engine) commitEach(ctx context.Context, ts []*transfer, sync bool) {
 	if len(settle) == 0 {
 		return
 	}
-	if !sync && c.settler.enqueue(settle...) {
-		// Settled in the background, in one batch at least.
-		for i, t := range settling {
-			t.answer(settle[i].txn(), nil)
+	now, errs := c.settleCommitted(ctx, settle, sync)
+	for i, t := range settling {
+		if errs[i] != nil {
+			t.answer(now[i].txn(), fmt.Errorf("twopc: transfer %s committed; settling: %w", now[i].ID.Hex(), errs[i]))
+			continue
 		}
-		return
+		t.answer(now[i].txn(), nil)
 	}
-	done, left, _ := c.settle(ctx, settle)
+}
+
+// settleCommitted settles committed transactions recs: in the background
+// (in one batch at least) unless sync or the settler is closed, else now,
+// together. It returns each as it now stands, and the error that left it
+// unsettled, if any (recovery settles it then).
+func (c *Coordinator) settleCommitted(ctx context.Context, recs []*record, sync bool) ([]*record, []error) {
+	now := append([]*record(nil), recs...)
+	errs := make([]error, len(recs))
+	if !sync && c.settler.enqueue(recs...) {
+		return now, errs
+	}
+	done, left, _ := c.settle(ctx, recs)
 	byID := map[bson.ObjectID]*record{}
 	for _, r := range done {
 		byID[r.ID] = r
@@ -311,17 +324,14 @@ func (e *engine) commitEach(ctx context.Context, ts []*transfer, sync bool) {
 	for _, u := range left {
 		failed[u.rec.ID] = u.err
 	}
-	for i, t := range settling {
-		cur := settle[i]
-		if err := failed[cur.ID]; err != nil {
-			t.answer(cur.txn(), fmt.Errorf("twopc: transfer %s committed; settling: %w", cur.ID.Hex(), err))
-			continue
+	for i, r := range recs {
+		if err := failed[r.ID]; err != nil {
+			errs[i] = err
+		} else if d := byID[r.ID]; d != nil {
+			now[i] = d
 		}
-		if d := byID[cur.ID]; d != nil {
-			cur = d
-		}
-		t.answer(cur.txn(), nil)
 	}
+	return now, errs
 }
 
 // abort rolls back an owned pending transaction whose leg cannot apply,

@@ -199,17 +199,14 @@ func captureAmount(r *record, amount int64) error {
 // settleCaptured settles captured hold r, applied or done: in the
 // background unless WithSyncSettle, as a Transfer's settling.
 func (c *Coordinator) settleCaptured(ctx context.Context, r *record) (*Txn, error) {
-	if r.State == StateDone || (!c.syncSettle && c.settler.enqueue(r)) {
+	if r.State == StateDone {
 		return r.txn(), nil
 	}
-	done, left, _ := c.settle(ctx, []*record{r})
-	if len(left) > 0 {
-		return r.txn(), fmt.Errorf("twopc: hold %s captured; settling: %w", r.ID.Hex(), left[0].err)
+	now, errs := c.settleCommitted(ctx, []*record{r}, c.syncSettle)
+	if errs[0] != nil {
+		return now[0].txn(), fmt.Errorf("twopc: hold %s captured; settling: %w", r.ID.Hex(), errs[0])
 	}
-	if len(done) == 1 {
-		return done[0].txn(), nil
-	}
-	return r.txn(), nil
+	return now[0].txn(), nil
 }
 
 // Void releases a held transfer: nothing moves; it ends canceled (reason

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -22,20 +23,9 @@ import (
 func TestInstrumentsRecord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db := observetest.Database(ctx, t, "twopc_otel")
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer provider.Shutdown(context.Background())
-	observer, err := otel.NewObserver(provider.Meter("github.com/twopc/twopc"))
-	require.NoError(t, err)
+	_, c, reader := observed(ctx, t, "twopc_otel")
 
-	c, err := twopc.NewCoordinator(db, twopc.WithSyncSettle(), twopc.WithObserver(observer))
-	require.NoError(t, err)
-	defer c.Close(context.Background())
-	require.NoError(t, c.OpenAccount(ctx, "A", 100))
-	require.NoError(t, c.OpenAccount(ctx, "B", 0))
-
-	_, err = c.Transfer(ctx, "A", "B", 10)
+	_, err := c.Transfer(ctx, "A", "B", 10)
 	require.NoError(t, err)
 	first := collect(ctx, t, reader)
 	commits := attribute.NewSet(attribute.String("from", "pending"), attribute.String("to", "applied"))
@@ -55,6 +45,26 @@ func TestInstrumentsRecord(t *testing.T) {
 	assert.Equal(t, int64(1), then.count("twopc.transitions", attribute.NewSet(
 		attribute.String("from", "canceling"), attribute.String("to", "canceled"), attribute.String("outcome", "moved"))))
 	assert.Equal(t, uint64(2), then.histogramCount("twopc.transition.duration", commits))
+}
+
+// observed returns a fresh database named from prefix, a coordinator on
+// it that settles before Transfer returns, with the observer on an SDK
+// meter, accounts A (100) and B (0) open, and the meter's manual reader;
+// all closed when the test ends.
+func observed(ctx context.Context, t *testing.T, prefix string) (*mongo.Database, *twopc.Coordinator, *sdkmetric.ManualReader) {
+	t.Helper()
+	db := observetest.Database(ctx, t, prefix)
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+	observer, err := otel.NewObserver(provider.Meter("github.com/twopc/twopc"))
+	require.NoError(t, err)
+	c, err := twopc.NewCoordinator(db, twopc.WithSyncSettle(), twopc.WithObserver(observer))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	require.NoError(t, c.OpenAccount(ctx, "A", 100))
+	require.NoError(t, c.OpenAccount(ctx, "B", 0))
+	return db, c, reader
 }
 
 // metrics is what one collection read, by instrument name.
@@ -100,17 +110,7 @@ func (m metrics) histogramCount(name string, attrs attribute.Set) uint64 {
 func TestHoldsCounted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db := observetest.Database(ctx, t, "twopc_otel_holds")
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer provider.Shutdown(context.Background())
-	observer, err := otel.NewObserver(provider.Meter("github.com/twopc/twopc"))
-	require.NoError(t, err)
-	c, err := twopc.NewCoordinator(db, twopc.WithSyncSettle(), twopc.WithObserver(observer))
-	require.NoError(t, err)
-	defer c.Close(context.Background())
-	require.NoError(t, c.OpenAccount(ctx, "A", 100))
-	require.NoError(t, c.OpenAccount(ctx, "B", 0))
+	db, c, reader := observed(ctx, t, "twopc_otel_holds")
 	observetest.HoldEvents(ctx, t, db, c)
 	got := collect(ctx, t, reader)
 	for ev, want := range map[string]int64{"hold": 3, "capture": 1, "void": 1, "expire": 1} {

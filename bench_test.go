@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,7 +28,16 @@ import (
 //   - caller-rts/op: data commands sent on the caller's path, from the call
 //     of Transfer to its return (the round trips a caller waits for);
 //   - cmds/op: data commands per finished transfer, background settling
-//     included: the run ends only once every transfer is done.
+//     included: the run ends only once every transfer is done;
+//   - stmts/op: the statements those commands carry (internal/statements).
+//
+// On the dev server they also report, from its front's own clock (its
+// /work API): srv-ms/op, the server's busy time per finished transfer,
+// and srv-busy, the share of the run the server was busy. The front lets
+// one request through at a time, so a run whose srv-busy is near 1 is
+// bound by the server's time per statement, and one well below 1 by
+// something else (the client, or waiting). With -sim.profile they also
+// print that time by command and collection.
 //
 // Run them with
 //
@@ -53,6 +63,8 @@ type callerKey struct{}
 // internal/statements).
 type benchCounter struct {
 	caller, total, statements atomic.Int64
+	// faults reads the dev server's busy time; nil on other servers.
+	faults *mongotest.Faults
 }
 
 func (bc *benchCounter) monitor() *event.CommandMonitor {
@@ -68,18 +80,52 @@ func (bc *benchCounter) monitor() *event.CommandMonitor {
 	}}
 }
 
-func (bc *benchCounter) reset() {
+func (bc *benchCounter) reset(b *testing.B) {
 	bc.caller.Store(0)
 	bc.total.Store(0)
 	bc.statements.Store(0)
+	if bc.faults != nil {
+		if err := bc.faults.ResetWork(benchCtx(b)); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // report reports the counts per transfer of n transfers: caller-rts/op,
-// cmds/op and stmts/op.
+// cmds/op and stmts/op; and on the dev server srv-ms/op and srv-busy.
 func (bc *benchCounter) report(b *testing.B, n int) {
 	b.ReportMetric(float64(bc.caller.Load())/float64(n), "caller-rts/op")
 	b.ReportMetric(float64(bc.total.Load())/float64(n), "cmds/op")
 	b.ReportMetric(float64(bc.statements.Load())/float64(n), "stmts/op")
+	bc.reportServer(b, n)
+}
+
+// reportServer reports, on the dev server, srv-ms/op and srv-busy for n
+// ops (see the benchmarks' documentation above); nothing elsewhere.
+func (bc *benchCounter) reportServer(b *testing.B, n int) {
+	if bc.faults == nil {
+		return
+	}
+	work, err := bc.faults.Work(benchCtx(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var busy time.Duration
+	for _, w := range work {
+		busy += w.Busy
+	}
+	b.ReportMetric(float64(busy)/float64(time.Millisecond)/float64(n), "srv-ms/op")
+	if elapsed := b.Elapsed(); elapsed > 0 {
+		b.ReportMetric(float64(busy)/float64(elapsed), "srv-busy")
+	}
+	if *simProfile {
+		var sb strings.Builder
+		for _, w := range work {
+			fmt.Fprintf(&sb, "%8d %8d %10v %8v/stmt  %s %s\n", w.Requests, w.Statements, w.Busy.Round(time.Millisecond),
+				(w.Busy / time.Duration(max(w.Statements, 1))).Round(time.Microsecond), w.Command, w.Collection)
+		}
+		fmt.Fprintf(os.Stderr, "%s: the server's own time (requests, statements, busy, per statement):\n%s", b.Name(), sb.String())
+	}
 }
 
 // transferer is one implementation under test.
@@ -161,6 +207,7 @@ func benchBank(b *testing.B, bc *benchCounter) *mongo.Database {
 		}
 		b.Cleanup(func() { fmt.Fprintf(os.Stderr, "%s: where the server's time went:\n%s", b.Name(), p) })
 	}
+	bc.faults = mongotest.Shared(b).Faults
 	db := mongotest.NewDatabase(b, options.Client().SetMonitor(monitor))
 	docs := make([]any, benchAccounts)
 	for i := range docs {
@@ -194,7 +241,7 @@ func runBench(b *testing.B, open func(*testing.B, *mongo.Database) transferer, w
 func runTransfers(b *testing.B, bc *benchCounter, impl transferer, workers int, pick func(int) (string, string)) {
 	ctx := context.WithValue(benchCtx(b), callerKey{}, true)
 	bg := benchCtx(b)
-	bc.reset()
+	bc.reset(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 
@@ -278,7 +325,7 @@ func BenchmarkTransferBatch(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = c.Close(context.Background()) })
 	ctx := context.WithValue(benchCtx(b), callerKey{}, true)
-	bc.reset()
+	bc.reset(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for from := 0; from < b.N; from += batchSize {
@@ -497,6 +544,51 @@ func BenchmarkServerStatements(b *testing.B) {
 					b.Fatalf("modified %d, want %d", res.ModifiedCount, len(models))
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkServerDocumentSize measures what an account's fences cost each
+// write to it on the server the benchmarks run on: a leg-like guarded
+// update by _id ($inc and a guard on the markers) of an account holding
+// fences markers in fencedTransactions. An op is one statement; on the dev
+// server srv-ms/op is the server's own time for it.
+func BenchmarkServerDocumentSize(b *testing.B) {
+	const docs = 64
+	for _, fences := range []int{0, 10, 40, 160} {
+		b.Run(fmt.Sprintf("fences=%d", fences), func(b *testing.B) {
+			ctx := benchCtx(b)
+			var bc benchCounter
+			bc.faults = mongotest.Shared(b).Faults
+			coll := mongotest.NewDatabase(b).Collection("accounts")
+			markers := make(bson.A, fences)
+			for i := range markers {
+				markers[i] = bson.NewObjectID()
+			}
+			for i := range docs {
+				_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: accountID(i)}, {Key: "balance", Value: benchOpening},
+					{Key: "pendingTransactions", Value: bson.A{}}, {Key: "fencedTransactions", Value: markers}})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			bc.reset(b)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				marker := bson.NewObjectID()
+				res, err := coll.UpdateOne(ctx,
+					bson.D{{Key: "_id", Value: accountID(i % docs)}, {Key: "pendingTransactions", Value: bson.D{{Key: "$ne", Value: marker}}},
+						{Key: "fencedTransactions", Value: bson.D{{Key: "$ne", Value: marker}}}},
+					bson.D{{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(1)}}}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.ModifiedCount != 1 {
+					b.Fatalf("modified %d, want 1", res.ModifiedCount)
+				}
+			}
+			b.StopTimer()
+			bc.reportServer(b, b.N)
 		})
 	}
 }

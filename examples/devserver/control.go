@@ -65,6 +65,10 @@ type faultJSON struct {
 //	DELETE /faults/{id}  → 204, or 404 if no such rule
 //	GET    /stats        → 200 {"forwarded":N,"drop_before_forward":N,
 //	                     "drop_after_forward":N,"delay":N}
+//	GET    /work         → 200 [{"command":"update","collection":"accounts",
+//	                     "requests":N,"statements":N,"busy_ns":N}, ...]:
+//	                     the backend's time by kind, see [Front.Work]
+//	DELETE /work         → 204, starts counting it again
 //
 // Errors are answered with a 4xx status and {"error":"..."}.
 func ControlHandler(front *Front) http.Handler {
@@ -127,6 +131,13 @@ func ControlHandler(front *Front) http.Handler {
 	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, front.Stats())
+	})
+	mux.HandleFunc("GET /work", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, front.Work())
+	})
+	mux.HandleFunc("DELETE /work", func(w http.ResponseWriter, r *http.Request) {
+		front.ResetWork()
+		w.WriteHeader(http.StatusNoContent)
 	})
 	return mux
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/twopc/twopc/examples/devserver"
 )
@@ -91,4 +92,49 @@ func TestControlAPI(t *testing.T) {
 	}
 	call(t, "GET", api.URL+"/faults", "", http.StatusOK, &listed)
 	assert.Empty(t, listed, "refused rules are not installed")
+}
+
+func TestWork(t *testing.T) {
+	s := startServer(t, devserver.Config{})
+	api := httptest.NewServer(devserver.ControlHandler(s.Front()))
+	t.Cleanup(api.Close)
+	coll := collection(t, connect(t, s.URI()), bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}})
+
+	call(t, "DELETE", api.URL+"/work", "", http.StatusNoContent, nil)
+	var work []devserver.Work
+	call(t, "GET", api.URL+"/work", "", http.StatusOK, &work)
+	assert.Empty(t, work, "nothing since the reset")
+
+	// One update command of three statements, two finds, and pings, which
+	// pass without the lock and are not counted.
+	res, err := coll.BulkWrite(t.Context(), []mongo.WriteModel{
+		mongo.NewUpdateOneModel().SetFilter(byID).SetUpdate(inc),
+		mongo.NewUpdateOneModel().SetFilter(byID).SetUpdate(inc),
+		mongo.NewUpdateOneModel().SetFilter(byID).SetUpdate(inc),
+	})
+	require.NoError(t, err)
+	require.Equal(t, int64(3), res.ModifiedCount)
+	for range 2 {
+		require.NoError(t, coll.FindOne(t.Context(), byID).Err())
+	}
+	require.NoError(t, coll.Database().Client().Ping(t.Context(), nil))
+
+	call(t, "GET", api.URL+"/work", "", http.StatusOK, &work)
+	byKind := map[string]devserver.Work{}
+	for _, w := range work {
+		byKind[w.Command+" "+w.Collection] = w
+		assert.Positive(t, w.Busy, "%s %s", w.Command, w.Collection)
+	}
+	name := coll.Name()
+	assert.Equal(t, devserver.Work{Command: "update", Collection: name, Requests: 1, Statements: 3, Busy: byKind["update "+name].Busy}, byKind["update "+name])
+	assert.Equal(t, devserver.Work{Command: "find", Collection: name, Requests: 2, Statements: 2, Busy: byKind["find "+name].Busy}, byKind["find "+name])
+	assert.NotContains(t, byKind, "ping ", "ping passes without the lock")
+	for i := 1; i < len(work); i++ {
+		assert.GreaterOrEqual(t, work[i-1].Busy, work[i].Busy, "busiest first")
+	}
+	assert.Equal(t, work, s.Front().Work(), "the API answers what the front counts")
+
+	call(t, "DELETE", api.URL+"/work", "", http.StatusNoContent, nil)
+	call(t, "GET", api.URL+"/work", "", http.StatusOK, &work)
+	assert.Empty(t, work)
 }

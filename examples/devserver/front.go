@@ -102,6 +102,7 @@ type Front struct {
 	stall   time.Duration
 
 	serial sync.Mutex // held while a request is at the backend
+	work   workLog    // the backend's time under serial, by command and collection
 
 	forwarded, dropBefore, dropAfter, delayed atomic.Uint64
 	requestID                                 atomic.Int32 // of the messages the front writes itself
@@ -177,6 +178,15 @@ func (f *Front) Stats() Stats {
 		Delay:             f.delayed.Load(),
 	}
 }
+
+// Work returns the backend's time on each kind of request (command and
+// collection) since the front started or [Front.ResetWork], the busiest
+// first. Requests the front lets through without its lock (hello, ping,
+// buildInfo) are not counted.
+func (f *Front) Work() []Work { return f.work.list() }
+
+// ResetWork forgets the time [Front.Work] reports.
+func (f *Front) ResetWork() { f.work.reset() }
 
 // Close stops accepting connections, closes every client and backend
 // connection and waits for the front's goroutines to finish. It is safe to
@@ -347,6 +357,15 @@ func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, 
 		}
 	}()
 
+	if serialized {
+		defer func() {
+			statements := 1
+			if req.write != nil {
+				statements = len(req.write.statements)
+			}
+			f.work.add(req.command, req.collection, statements, time.Since(start))
+		}()
+	}
 	if req.write != nil {
 		return f.runWrite(backend, req)
 	}

@@ -1,6 +1,7 @@
 package devserver_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -15,7 +16,9 @@ import (
 // top-level _id (a string or an ObjectID), _id $in list of those, or $or
 // each of whose clauses names one, whatever the filter's other fields, as
 // MongoDB uses the _id index for them; and the rest of the filter still
-// decides whether those documents match.
+// decides whether those documents match. Stock FerretDB v1.24 asked SQLite
+// for them by an expression other than its _id index's, so even a filter
+// of _id alone scanned the table.
 func TestIDFilterPushedDown(t *testing.T) {
 	s := startServer(t, devserver.Config{})
 	coll := collection(t, connect(t, s.URI()),
@@ -46,6 +49,15 @@ func TestIDFilterPushedDown(t *testing.T) {
 			{Key: "explain", Value: bson.D{{Key: "find", Value: coll.Name()}, {Key: "filter", Value: tc.filter}}},
 		}).Decode(&plan))
 		assert.Equal(t, tc.want, plan["filterPushdown"], "filter %v", tc.filter)
+		// And SQLite reads those documents by the _id index, as MongoDB
+		// does (an IXSCAN of _id_), rather than scanning the table.
+		steps := fmt.Sprint(plan["queryPlanner"])
+		if tc.want {
+			assert.Regexp(t, `SEARCH \S+ USING INDEX \S+__id_ `, steps, "filter %v", tc.filter)
+			assert.NotContains(t, steps, "SCAN", "filter %v", tc.filter)
+		} else {
+			assert.Contains(t, steps, "SCAN", "filter %v", tc.filter)
+		}
 	}
 
 	// The rest of the filter still decides, for a list of _ids too.

@@ -56,6 +56,7 @@ func opCode(msg []byte) int32 {
 // request is what the front needs to know about a client message.
 type request struct {
 	command      string // first key of the command document; "" if unknown
+	collection   string // the command's first value if a string (the collection it names); "" if not
 	expectsReply bool
 	requestID    int32 // the header's requestID, which a reply's responseTo names
 
@@ -74,9 +75,10 @@ func parseRequest(msg []byte) (request, error) {
 		if err != nil {
 			return request{}, err
 		}
-		command := opMsgCommand(body)
+		command, collection := opMsgCommand(body)
 		return request{
 			command:      command,
+			collection:   collection,
 			expectsReply: flags&flagMoreToCome == 0,
 			requestID:    requestID,
 			write:        parseWriteCommand(command, body),
@@ -224,29 +226,34 @@ func opMsgSections(sections []byte) (bson.Raw, []docSequence, bool) {
 	return body, seqs, body != nil
 }
 
-// opMsgCommand returns the first key of an OP_MSG's kind 0 section, or "" if
-// the sections cannot be read.
-func opMsgCommand(sections []byte) string {
+// opMsgCommand returns the first key of an OP_MSG's kind 0 section (the
+// command) and, if its value is a string, that value (the collection a data
+// command names); "" for what the sections do not have.
+func opMsgCommand(sections []byte) (command, collection string) {
 	for len(sections) > 0 {
 		kind := sections[0]
 		sections = sections[1:]
 		if len(sections) < 4 {
-			return ""
+			return "", ""
 		}
 		if kind == 0 {
 			doc, ok := document(sections)
 			if !ok {
-				return ""
+				return "", ""
 			}
-			return firstKey(doc)
+			command = firstKey(doc)
+			if command != "" {
+				collection, _ = doc.Index(0).Value().StringValueOK()
+			}
+			return command, collection
 		}
 		n := int(binary.LittleEndian.Uint32(sections))
 		if n < 4 || n > len(sections) {
-			return ""
+			return "", ""
 		}
 		sections = sections[n:] // kind 1: size covers itself, identifier and documents
 	}
-	return ""
+	return "", ""
 }
 
 // opQueryCommand returns the first key of a legacy OP_QUERY's query

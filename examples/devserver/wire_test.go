@@ -44,20 +44,20 @@ func TestParseRequest(t *testing.T) {
 	}{
 		"OP_MSG": {
 			msg:  message(opMsg, u32(0), []byte{0}, update),
-			want: request{command: "update", expectsReply: true},
+			want: request{command: "update", collection: "c", expectsReply: true},
 		},
 		"OP_MSG moreToCome": {
 			msg:  message(opMsg, u32(flagMoreToCome), []byte{0}, update),
-			want: request{command: "update", expectsReply: false},
+			want: request{command: "update", collection: "c", expectsReply: false},
 		},
 		"OP_MSG document sequence first, checksum": {
 			msg:   message(opMsg, u32(flagChecksumPresent), []byte{1}, seq, []byte{0}, update, u32(0xdeadbeef)),
-			want:  request{command: "update", expectsReply: true},
+			want:  request{command: "update", collection: "c", expectsReply: true},
 			split: true,
 		},
 		"OP_MSG requestID": {
 			msg:  opMsgRequest(77, 0, []byte{0}, update),
-			want: request{command: "update", expectsReply: true, requestID: 77},
+			want: request{command: "update", collection: "c", expectsReply: true, requestID: 77},
 		},
 		"OP_MSG truncated section": {
 			msg:  message(opMsg, u32(0), []byte{0}, update[:len(update)-3]),

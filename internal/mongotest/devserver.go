@@ -73,6 +73,11 @@ func StartDevServer(ctx context.Context, addr, dir string) (*DevServer, error) {
 	if dir != "" {
 		args = append(args, "-dir", dir)
 	}
+	if profile := os.Getenv("TWOPC_DEVSERVER_CPUPROFILE"); profile != "" {
+		// For diagnosis: the server writes its CPU profile there when it
+		// stops. Every dev server of the run writes to the same file.
+		args = append(args, "-cpuprofile", profile)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	setParentDeathSignal(cmd)

@@ -81,6 +81,29 @@ func (f *Faults) Stats(ctx context.Context) (FaultStats, error) {
 	return s, err
 }
 
+// Work is the dev server's time on one kind of request (command and
+// collection), measured by its front; see the dev server's Front.Work.
+type Work struct {
+	Command    string        `json:"command"`
+	Collection string        `json:"collection"`
+	Requests   int64         `json:"requests"`
+	Statements int64         `json:"statements"`
+	Busy       time.Duration `json:"busy_ns"`
+}
+
+// Work returns the dev server's time on each kind of request since it
+// started or the last ResetWork, the busiest first.
+func (f *Faults) Work(ctx context.Context) ([]Work, error) {
+	var w []Work
+	err := f.do(ctx, http.MethodGet, "/work", nil, &w)
+	return w, err
+}
+
+// ResetWork starts counting the dev server's time again.
+func (f *Faults) ResetWork(ctx context.Context) error {
+	return f.do(ctx, http.MethodDelete, "/work", nil, nil)
+}
+
 func (f *Faults) do(ctx context.Context, method, path string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, f.base+path, bytes.NewReader(body))
 	if err != nil {

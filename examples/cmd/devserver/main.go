@@ -4,12 +4,15 @@
 //
 // Usage:
 //
-//	devserver [-addr 127.0.0.1:27017] [-dir DIR] [-v] [-control ADDR] [-seed N] [-fsync]
+//	devserver [-addr 127.0.0.1:27017] [-dir DIR] [-v] [-control ADDR] [-seed N] [-fsync] [-cpuprofile FILE]
 //
 // Once the server accepts connections, the first line on standard output is
 // the front's URI, exactly "mongodb://HOST:PORT/". With -control, the second
 // line is "control http://HOST:PORT", the address of the fault injection API
-// (see devserver.ControlHandler). Nothing else is written to standard
+// (see devserver.ControlHandler), which also reports the server's own time
+// by command and collection (GET /work). -cpuprofile writes the server's
+// CPU profile when it stops; tests started through internal/mongotest
+// pass it when TWOPC_DEVSERVER_CPUPROFILE names a file. Nothing else is written to standard
 // output; logs go to standard error. SIGINT or SIGTERM stops the server
 // cleanly with exit status 0. Killing it outright is fine too: data written
 // to a -dir survives, only a temporary directory is left behind.
@@ -26,6 +29,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -48,6 +52,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	control := fs.String("control", "", "serve the fault injection HTTP API on this `address`, such as 127.0.0.1:0")
 	seed := fs.Uint64("seed", 0, "seed of the fault random source (0: random)")
 	fsync := fs.Bool("fsync", false, "flush every SQLite commit to disk (slower; only matters for OS crashes)")
+	cpuProfile := fs.String("cpuprofile", "", "write the server's CPU profile (FerretDB's and the front's) to `file` when it stops; read it with go tool pprof")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -56,6 +61,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				fmt.Fprintln(stderr, "devserver: cpu profile:", err)
+			}
+		}()
 	}
 
 	// Without -v, the server logs only errors and the front's warnings.

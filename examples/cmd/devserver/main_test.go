@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -96,6 +97,27 @@ func TestWithoutControl(t *testing.T) {
 	assert.Empty(t, string(rest), "one line without -control")
 	require.NoError(t, cmd.Wait())
 	assert.Contains(t, stderr.String(), "Listening on TCP", "-v shows FerretDB's logs on standard error")
+}
+
+// TestCPUProfile: -cpuprofile leaves a CPU profile in the file when the
+// server stops.
+func TestCPUProfile(t *testing.T) {
+	profile := filepath.Join(t.TempDir(), "cpu.prof")
+	cmd, stdout, stderr := command(t, "-addr", "127.0.0.1:0", "-cpuprofile", profile)
+	uri, err := stdout.ReadString('\n')
+	require.NoError(t, err, "stderr: %s", stderr)
+	client, err := mongo.Connect(options.Client().ApplyURI(strings.TrimSpace(uri)))
+	require.NoError(t, err)
+	require.NoError(t, client.Ping(t.Context(), nil))
+	require.NoError(t, client.Disconnect(t.Context()))
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	_, _ = io.ReadAll(stdout)
+	require.NoError(t, cmd.Wait(), "stderr: %s", stderr)
+	b, err := os.ReadFile(profile)
+	require.NoError(t, err)
+	require.Greater(t, len(b), 2)
+	assert.Equal(t, []byte{0x1f, 0x8b}, b[:2], "a profile, gzipped as runtime/pprof writes it")
 }
 
 func TestBusyAddress(t *testing.T) {

@@ -27,7 +27,14 @@ const (
 	DefaultColumn = backends.ReservedPrefix + "sjson"
 
 	// IDColumn is a SQLite path expression for _id field.
-	IDColumn = DefaultColumn + "->'$._id'"
+	//
+	// twopc's dev server: written exactly as the unique index on _id is
+	// (indexesCreate writes `_ferretdb_sjson->"_id"`), so that SQLite reads
+	// a filter on it by that index. Stock v1.24 wrote it as
+	// `_ferretdb_sjson->'$._id'`, which means the same but is another
+	// expression to SQLite's planner: every read, update and delete by _id
+	// scanned the table, parsing every document.
+	IDColumn = DefaultColumn + `->"_id"`
 
 	// RecordIDColumn is a name for RecordID column to store capped collection record id.
 	RecordIDColumn = backends.ReservedPrefix + "record_id"

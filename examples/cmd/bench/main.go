@@ -167,6 +167,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	server := "MONGODB_URI"
+	var front *devserver.Front
 	if cfg.uri == "" {
 		srv, err := devserver.Start(ctx, devserver.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -174,6 +175,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer srv.Close()
 		cfg.uri = srv.URI()
+		front = srv.Front()
 		server = "dev server (in-process)"
 	}
 	b, err := newBench(ctx, cfg, stderr)
@@ -181,6 +183,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer b.close()
+	b.front = front
 	b.server = server + ", " + b.serverVersion(ctx)
 	fmt.Fprintf(stderr, "bench: %s; %s\n", b.server, cfg.describe())
 

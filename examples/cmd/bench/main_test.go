@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/twopc/twopc/examples/devserver"
 )
 
 // TestRun runs a tiny sweep of the implementations end to end: the run
@@ -41,6 +43,9 @@ func TestRun(t *testing.T) {
 	// The dev server has no multi-document transactions: native
 	// transactions are not run and the report says so.
 	assert.Contains(t, s, "native: not run, dev server (in-process), FerretDB")
+	assert.Regexp(t, `The dev server's own time[^\n]*\n\n\| workers \| implementation \| server time / finished transfer \| busy \|`, s)
+	assert.Regexp(t, `\| 1 \| twopc \| [0-9.]+ ms \| 0\.[0-9]+ \| [^|]*update accounts`, s, "the in-process dev server's time, by kind")
+	assert.Contains(t, log.String(), "server ", "the log says the server's time per transfer")
 	assert.NotContains(t, s, "| native |")
 
 	updated, err := os.ReadFile(doc)
@@ -106,4 +111,21 @@ func TestFmtDur(t *testing.T) {
 	assert.Equal(t, "128 ms", fmtDur(128*time.Millisecond))
 	assert.Equal(t, "14.7 ms", fmtDur(14712*time.Microsecond))
 	assert.Equal(t, "0.68 ms", fmtDur(676*time.Microsecond))
+}
+
+func TestServerWork(t *testing.T) {
+	r := result{ok: 100, elapsed: 2 * time.Second}
+	r.serverWork([]devserver.Work{
+		{Command: "update", Collection: "accounts", Requests: 50, Statements: 400, Busy: 800 * time.Millisecond},
+		{Command: "findAndModify", Collection: "transactions", Requests: 100, Statements: 100, Busy: 200 * time.Millisecond},
+		{Command: "find", Collection: "accounts", Requests: 1, Statements: 1, Busy: 500 * time.Microsecond},
+	})
+	assert.Equal(t, 10005*time.Microsecond, r.serverTime, "1.0005 s over 100 transfers")
+	assert.InDelta(t, 0.50025, r.serverBusy, 1e-9)
+	assert.Equal(t, "update accounts 8.00 ms (2ms a statement), findAndModify transactions 2.00 ms (2ms a statement)", r.serverBy,
+		"kinds under 10 µs a transfer left out")
+
+	var none result
+	none.serverWork(nil)
+	assert.Zero(t, none.serverTime)
 }

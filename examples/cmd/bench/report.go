@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -61,6 +62,13 @@ func (r *report) markdown(chartLink string) string {
 	b.WriteString("| workers | implementation | statements |\n| ---: | --- | --- |\n")
 	for _, x := range r.results {
 		fmt.Fprintf(&b, "| %d | %s | %s |\n", x.workers, x.impl, x.shapes)
+	}
+	if slices.ContainsFunc(r.results, func(x result) bool { return x.serverTime > 0 }) {
+		b.WriteString("\nThe dev server's own time, from its front's clock (`GET /work`), per finished transfer; busy is the share of the run it was busy (one request at a time):\n\n")
+		b.WriteString("| workers | implementation | server time / finished transfer | busy | by command and collection |\n| ---: | --- | ---: | ---: | --- |\n")
+		for _, x := range r.results {
+			fmt.Fprintf(&b, "| %d | %s | %s | %.2f | %s |\n", x.workers, x.impl, fmtDur(x.serverTime), x.serverBusy, x.serverBy)
+		}
 	}
 	for _, why := range r.notRun {
 		fmt.Fprintf(&b, "\n%s.\n", why)

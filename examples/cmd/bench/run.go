@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/examples/devserver"
 	"github.com/twopc/twopc/internal/native"
 	"github.com/twopc/twopc/internal/statements"
 	"github.com/twopc/twopc/internal/tutorial"
@@ -119,7 +120,37 @@ type result struct {
 	commands   float64 // data commands per finished transfer
 	statements float64 // write statements per finished transfer
 	shapes     string  // statements per finished transfer by command and collection
-	check      string  // why the final state is wrong; "" if right
+	// On the in-process dev server, from its front's clock (see
+	// devserver.Front.Work): the server's busy time per finished transfer,
+	// the share of elapsed it was busy, and its time by command and
+	// collection per finished transfer. Zero elsewhere.
+	serverTime time.Duration
+	serverBusy float64
+	serverBy   string
+	check      string // why the final state is wrong; "" if right
+}
+
+// serverWork sets the server's time from the front's work since the run
+// started: per finished transfer, as a share of elapsed, and by kind.
+func (r *result) serverWork(work []devserver.Work) {
+	if r.ok == 0 {
+		return
+	}
+	var busy time.Duration
+	var by []string
+	for _, w := range work {
+		busy += w.Busy
+		per := w.Busy / time.Duration(r.ok)
+		if per >= 10*time.Microsecond {
+			by = append(by, fmt.Sprintf("%s %s %s (%v a statement)", w.Command, w.Collection, fmtDur(per),
+				(w.Busy/time.Duration(max(w.Statements, 1))).Round(time.Microsecond)))
+		}
+	}
+	r.serverTime = busy / time.Duration(r.ok)
+	if r.elapsed > 0 {
+		r.serverBusy = float64(busy) / float64(r.elapsed)
+	}
+	r.serverBy = strings.Join(by, ", ")
 }
 
 func (r *result) throughput() float64 {
@@ -146,6 +177,7 @@ type bench struct {
 	log     io.Writer
 	admin   *mongo.Client
 	server  string
+	front   *devserver.Front // the in-process dev server's front; nil on MONGODB_URI
 	runID   string
 	warming bool // the runs are the warm-up's
 }
@@ -339,6 +371,9 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	var finished atomic.Int64
 	var errMu sync.Mutex
 	jobs := make(chan job, len(pairs))
+	if b.front != nil {
+		b.front.ResetWork()
+	}
 	start := time.Now()
 	go func() { // the load: offered at the rate, sliced evenly over each tick
 		defer close(jobs)
@@ -419,6 +454,10 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	}
 	res.elapsed = time.Since(start)
 	stopProgress()
+	var work []devserver.Work
+	if b.front != nil {
+		work = b.front.Work()
+	}
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
@@ -437,6 +476,7 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 		res.commands = float64(cnt.total.Load()) / float64(res.ok)
 		res.statements = float64(cnt.statements.Load()) / float64(res.ok)
 		res.shapes = cnt.shapes(res.ok)
+		res.serverWork(work)
 	}
 	res.check = b.verify(ctx, db, res.ok)
 	if res.errors > 0 && res.check == "" {
@@ -446,9 +486,13 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	if b.warming {
 		label = "bench: warm-up:"
 	}
-	fmt.Fprintf(b.log, "%s %-8s %3d workers: %d transfers in %v: %.1f/s, p50 %v, p99 %v, %.2f caller round trips, %.2f commands and %.2f statements per transfer%s\n",
+	server := ""
+	if res.serverTime > 0 {
+		server = fmt.Sprintf(", server %s a transfer (busy %.2f)", fmtDur(res.serverTime), res.serverBusy)
+	}
+	fmt.Fprintf(b.log, "%s %-8s %3d workers: %d transfers in %v: %.1f/s, p50 %v, p99 %v, %.2f caller round trips, %.2f commands and %.2f statements per transfer%s%s\n",
 		label, impl, workers, res.ok, res.elapsed.Round(time.Millisecond), res.throughput(),
-		res.pct(50).Round(time.Millisecond), res.pct(99).Round(time.Millisecond), res.callerRTs, res.commands, res.statements, checkNote(res.check))
+		res.pct(50).Round(time.Millisecond), res.pct(99).Round(time.Millisecond), res.callerRTs, res.commands, res.statements, server, checkNote(res.check))
 	return res, nil
 }
 

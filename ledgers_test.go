@@ -427,9 +427,62 @@ func (cl *commandLog) index(event string) int {
 	return -1
 }
 
-// The legs of a cross-deployment transfer are sent at once: with the
-// bank of Shanghai's reply held back, the bank of Beijing's leg is sent
-// before it comes. So the transfer reaches its commit point in three round
+// startBarrier holds the first command of a name sent to each of a set of
+// deployments until all of them have been sent: commands sent one after the
+// other never get past it, and it records that it gave up waiting.
+type startBarrier struct {
+	command string
+	mu      sync.Mutex
+	waiting map[string]bool // deployments not yet arrived
+	all     chan struct{}   // closed when every deployment has arrived
+	gaveUp  bool
+}
+
+func newStartBarrier(command string, deployments ...string) *startBarrier {
+	b := &startBarrier{command: command, waiting: map[string]bool{}, all: make(chan struct{})}
+	for _, d := range deployments {
+		b.waiting[d] = true
+	}
+	return b
+}
+
+// arrive holds a command until the barrier opens, if it is the first of
+// the barrier's name to its deployment. It gives up after ten seconds, far
+// beyond a round trip here, so that a sequential sender fails the test
+// rather than hanging it.
+func (b *startBarrier) arrive(deployment, command string) {
+	if command != b.command {
+		return
+	}
+	b.mu.Lock()
+	if !b.waiting[deployment] {
+		b.mu.Unlock()
+		return
+	}
+	delete(b.waiting, deployment)
+	if len(b.waiting) == 0 {
+		close(b.all)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+	case <-time.After(10 * time.Second):
+		b.mu.Lock()
+		b.gaveUp = true
+		b.mu.Unlock()
+	}
+}
+
+func (b *startBarrier) timedOut() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.gaveUp
+}
+
+// The legs of a cross-deployment transfer are sent at once: each leg's
+// update is held, in the command monitor, until the other deployment's leg
+// has been sent too, so legs sent one after the other never both start and
+// the test fails. So the transfer reaches its commit point in three round
 // trips of latency (insert; both legs together; commit), as on one
 // deployment.
 func TestLedgersLegsInParallel(t *testing.T) {
@@ -437,19 +490,20 @@ func TestLedgersLegsInParallel(t *testing.T) {
 	bk := newBanks(t)
 	bk.open(seed004)
 	var cl commandLog
+	both := newStartBarrier("update", bankNames[0], bankNames[1])
 	connect := func(i int) *mongo.Database {
+		m := cl.monitor(bankNames[i])
+		logged := m.Started
+		m.Started = func(ctx context.Context, e *event.CommandStartedEvent) {
+			logged(ctx, e)
+			both.arrive(bankNames[i], e.CommandName)
+		}
 		return mongotest.ConnectURI(t, bk.servers[i].URI, options.Client().SetRetryWrites(false).
-			SetMonitor(cl.monitor(bankNames[i]))).Database(bk.name)
+			SetMonitor(m)).Database(bk.name)
 	}
 	c, err := twopc.NewCoordinator(connect(0),
 		twopc.WithLedger("shanghai", connect(0).Collection("accounts")),
-		twopc.WithLedger("beijing", connect(1).Collection("accounts")),
-		twopc.WithStepHook(func(ctx context.Context, s twopc.Step, _ *twopc.Txn) error {
-			if s == twopc.StepApply {
-				return bk.servers[0].Faults.Add(ctx, mongotest.Fault{Command: "update", Kind: mongotest.Delay, Delay: time.Second, Count: 1})
-			}
-			return nil
-		}))
+		twopc.WithLedger("beijing", connect(1).Collection("accounts")))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	_, err = c.TransferLegs(ctx, crossLegs(100))
@@ -461,6 +515,7 @@ func TestLedgersLegsInParallel(t *testing.T) {
 	require.NotEqual(t, -1, shanghaiEnd)
 	assert.Less(t, beijingStart, shanghaiEnd, "Beijing's leg waited for Shanghai's")
 	assert.Less(t, cl.index("start shanghai update"), cl.index("end beijing update"), "Shanghai's leg waited for Beijing's")
+	assert.False(t, both.timedOut(), "one leg was not sent until the other's reply came")
 	// Round trips on the caller's path: the insert, then both legs, then
 	// the commit, each starting after the previous ended.
 	assert.Less(t, cl.index("end shanghai findAndModify"), cl.index("start shanghai update"))

@@ -156,22 +156,29 @@ func (a *account) creditFits(b, value int64) bool {
 // creditQuarter).
 func creditGuard(value int64) bson.E {
 	alone := bson.D{
-		{Key: "$or", Value: bson.A{
-			bson.D{{Key: fieldPending, Value: bson.D{{Key: "$exists", Value: false}}}},
-			bson.D{{Key: fieldPending, Value: bson.D{{Key: "$size", Value: 0}}}},
-		}},
+		noLegPending,
 		{Key: fieldBalance, Value: bson.D{{Key: "$lte", Value: math.MaxInt64 - value}}},
 	}
 	if value > 2*creditQuarter {
 		return bson.E{Key: "$or", Value: bson.A{alone}}
 	}
 	busy := bson.D{
-		{Key: fieldBalance, Value: bson.D{{Key: "$lte", Value: int64(creditQuarter)}}},
-		{Key: fieldPendingDebit, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: int64(creditQuarter)}}}}},
+		balanceAtMostQuarter,
+		pendingDebitAtMostQuarter,
 		{Key: fieldPendingCredit, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: 2*creditQuarter - value}}}}},
 	}
 	return bson.E{Key: "$or", Value: bson.A{alone, busy}}
 }
+
+// The parts of creditGuard that do not depend on the credit, built once.
+var (
+	noLegPending = bson.E{Key: "$or", Value: bson.A{
+		bson.D{{Key: fieldPending, Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: fieldPending, Value: bson.D{{Key: "$size", Value: 0}}}},
+	}}
+	balanceAtMostQuarter      = bson.E{Key: fieldBalance, Value: bson.D{{Key: "$lte", Value: int64(creditQuarter)}}}
+	pendingDebitAtMostQuarter = bson.E{Key: fieldPendingDebit, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: int64(creditQuarter)}}}}}
+)
 
 // balance returns the account's balance if it is an integer.
 func (a *account) balance() (int64, bool) {

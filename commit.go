@@ -81,7 +81,7 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 	start := time.Now()
 	var modified int64
 	err := g.retry(ctx, func(ctx context.Context) error {
-		res, err := g.txns.UpdateMany(ctx, filter, update)
+		res, err := g.txns.UpdateMany(ctx, encoded(filter), encoded(update))
 		if res != nil {
 			modified = res.ModifiedCount
 		}

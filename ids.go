@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -45,11 +46,11 @@ func validateAccountID(which string, id any) error {
 		// either, call by call.
 		return fmt.Errorf("%w: %s id holds a map of more than one key (%T), whose field order is random; use bson.D", ErrInvalidTransfer, which, id)
 	}
-	t, data, err := bson.MarshalValue(id)
+	v, err := schema.MarshalID(id)
 	if err != nil {
 		return fmt.Errorf("%w: %s id %v (%T) cannot be an _id: %v", ErrInvalidTransfer, which, id, id, err)
 	}
-	v := bson.RawValue{Type: t, Value: data}
+	t, data := v.Type, v.Value
 	switch t {
 	case bson.TypeArray, bson.TypeNull:
 		return fmt.Errorf("%w: %s id of BSON type %s cannot be an _id", ErrInvalidTransfer, which, t)

@@ -12,7 +12,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // insertUnknown is a transfer's error when its insert failed: it may have
@@ -112,13 +111,13 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
 	models := make([]mongo.WriteModel, len(calls))
 	for i, q := range calls {
 		filter, update := insertWrite(q.t.rec)
-		models[i] = updateByID().SetFilter(filter).SetUpdate(update).SetUpsert(true)
+		models[i] = updateByID().SetFilter(encoded(filter)).SetUpdate(encoded(update)).SetUpsert(true)
 	}
 	start := time.Now()
 	var res *mongo.BulkWriteResult
 	err := g.retry(ctx, func(ctx context.Context) error {
 		var err error
-		res, err = g.txns.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		res, err = g.txns.BulkWrite(ctx, models, unorderedWrite)
 		return err
 	})
 	var bwe mongo.BulkWriteException
@@ -225,8 +224,8 @@ func (g *txnLog) insertOne(ctx context.Context, r *record) (*record, error) {
 	var cur record
 	start := time.Now()
 	err := g.retry(ctx, func(ctx context.Context) error {
-		return g.txns.FindOneAndUpdate(ctx, filter, update,
-			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&cur)
+		return g.txns.FindOneAndUpdate(ctx, encoded(filter), encoded(update),
+			upsertReturnAfter).Decode(&cur)
 	})
 	if mongo.IsDuplicateKeyError(err) {
 		prior, err := g.read(ctx, r.ID)

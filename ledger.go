@@ -151,7 +151,7 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 		for i := start; i < end; i++ {
 			models = append(models, applyModel(recs[i], legs[i]))
 		}
-		res, err := l.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		res, err := l.accounts.BulkWrite(ctx, models, unorderedWrite)
 		if res != nil {
 			modified += res.ModifiedCount
 		}
@@ -351,7 +351,7 @@ func (l *Ledger) fenceAndUndo(ctx context.Context, r *record, legs []leg) error 
 		return err
 	}
 	return l.try(ctx, StepUndo, r, func(ctx context.Context) error {
-		_, err := l.accounts.BulkWrite(ctx, undos, options.BulkWrite().SetOrdered(false))
+		_, err := l.accounts.BulkWrite(ctx, undos, unorderedWrite)
 		return err
 	})
 }
@@ -366,7 +366,7 @@ func (l *Ledger) fenceAndUndo(ctx context.Context, r *record, legs []leg) error 
 func (l *Ledger) fence(ctx context.Context, r *record, models []mongo.WriteModel) error {
 	send := func(models []mongo.WriteModel) error {
 		return l.try(ctx, StepFence, r, func(ctx context.Context) error {
-			_, err := l.accounts.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+			_, err := l.accounts.BulkWrite(ctx, models, unorderedWrite)
 			return err
 		})
 	}
@@ -416,7 +416,7 @@ func (l *Ledger) writeConfirmed(ctx context.Context, models []mongo.WriteModel, 
 	var firstErr error
 	send := func(start, end int) error {
 		return l.retry(ctx, func(ctx context.Context) error {
-			res, err := l.accounts.BulkWrite(ctx, models[start:end], options.BulkWrite().SetOrdered(false))
+			res, err := l.accounts.BulkWrite(ctx, models[start:end], unorderedWrite)
 			if err == nil && (res == nil || res.MatchedCount < int64(end-start)) {
 				for i := start; i < end; i++ {
 					if confirm[i] {

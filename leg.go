@@ -76,6 +76,9 @@ var fenceable = bson.E{Key: "$and", Value: bson.A{bson.D{{Key: "$or", Value: bso
 	bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$type", Value: "array"}}}},
 }}}}}
 
+// integer is the condition that a field holds an integer (int or long).
+var integer = bson.E{Key: "$type", Value: bson.A{"int", "long"}}
+
 // updateByID starts the write model of one statement whose filter names
 // one document by its _id: a single-document update (multi: false), which
 // makes a command of such statements a retryable write on MongoDB, and
@@ -94,14 +97,15 @@ func updateByID() *mongo.UpdateOneModel { return mongo.NewUpdateOneModel() }
 // safe to repeat, and refused however late it arrives once the leg is
 // closed.
 func applyModel(r *record, l leg) mongo.WriteModel {
-	filter := bson.D{
-		{Key: "_id", Value: l.account},
-		{Key: fieldPending, Value: bson.D{{Key: "$ne", Value: l.marker}}},
-		{Key: fieldFenced, Value: bson.D{{Key: "$ne", Value: l.marker}}},
-		{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
+	notMarker := bson.D{{Key: "$ne", Value: l.marker}}
+	filter := make(bson.D, 0, 8)
+	filter = append(filter,
+		bson.E{Key: "_id", Value: l.account},
+		bson.E{Key: fieldPending, Value: notMarker},
+		bson.E{Key: fieldFenced, Value: notMarker},
+		bson.E{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
 		fenceable,
-	}
-	integer := bson.E{Key: "$type", Value: bson.A{"int", "long"}}
+	)
 	if r.Hold {
 		// An account carries at most MaxHolds markers when a hold's leg
 		// applies (see MaxHolds).
@@ -116,11 +120,11 @@ func applyModel(r *record, l leg) mongo.WriteModel {
 		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{integer}}, creditGuard(l.delta))
 	}
 	return updateByID().
-		SetFilter(filter).
-		SetUpdate(bson.D{
+		SetFilter(encoded(filter)).
+		SetUpdate(encoded(bson.D{
 			{Key: "$inc", Value: l.applyInc()},
 			{Key: "$push", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
-		})
+		}))
 }
 
 // legs returns r's legs, each with its marker, and, for a hold of two legs
@@ -152,8 +156,8 @@ func closeModel(l leg) mongo.WriteModel {
 		update = append(update, bson.E{Key: "$inc", Value: inc})
 	}
 	return updateByID().
-		SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}}).
-		SetUpdate(update)
+		SetFilter(encoded(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}})).
+		SetUpdate(encoded(update))
 }
 
 // closeAllModel is closeModel for legs on one account (legs of different
@@ -203,8 +207,8 @@ func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 		update = append(update, bson.E{Key: "$inc", Value: inc})
 	}
 	return updateByID().
-		SetFilter(bson.D{{Key: "_id", Value: legs[0].account}, {Key: fieldPending, Value: bson.D{{Key: "$all", Value: markers}}}}).
-		SetUpdate(update), true
+		SetFilter(encoded(bson.D{{Key: "_id", Value: legs[0].account}, {Key: fieldPending, Value: bson.D{{Key: "$all", Value: markers}}}})).
+		SetUpdate(encoded(update)), true
 }
 
 // fenceModel is the guarded write that fences l of canceling transaction
@@ -218,15 +222,15 @@ func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 // removed.
 func fenceModel(r *record, l leg) mongo.WriteModel {
 	return updateByID().
-		SetFilter(bson.D{
+		SetFilter(encoded(bson.D{
 			{Key: "_id", Value: l.account},
 			{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
 			fenceable,
-		}).
-		SetUpdate(bson.D{
+		})).
+		SetUpdate(encoded(bson.D{
 			{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
 			{Key: "$setOnInsert", Value: bson.D{{Key: fieldTombstone, Value: true}}},
-		}).
+		})).
 		SetUpsert(true)
 }
 
@@ -236,11 +240,11 @@ func fenceModel(r *record, l leg) mongo.WriteModel {
 // raced ahead of the fence, and nothing can apply after it.
 func undoModel(l leg) mongo.WriteModel {
 	return updateByID().
-		SetFilter(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}}).
-		SetUpdate(bson.D{
+		SetFilter(encoded(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}})).
+		SetUpdate(encoded(bson.D{
 			{Key: "$inc", Value: l.undoInc()},
 			{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
-		})
+		}))
 }
 
 // unfenceModel is the write that removes the fence of l of final
@@ -249,9 +253,9 @@ func undoModel(l leg) mongo.WriteModel {
 // still refused. Idempotent.
 func unfenceModel(r *record, l leg) mongo.WriteModel {
 	return updateByID().
-		SetFilter(bson.D{{Key: "_id", Value: l.account}}).
-		SetUpdate(bson.D{
+		SetFilter(encoded(bson.D{{Key: "_id", Value: l.account}})).
+		SetUpdate(encoded(bson.D{
 			{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
 			{Key: "$max", Value: bson.D{{Key: fieldFencedBefore, Value: r.Created}}},
-		})
+		}))
 }

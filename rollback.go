@@ -8,7 +8,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Canceler cancels transactions that have not reached their commit point:
@@ -152,7 +151,7 @@ func (g *txnLog) placeholder(ctx context.Context, id bson.ObjectID) (*record, er
 				}},
 				{Key: "$currentDate", Value: bson.D{{Key: fieldLastModified, Value: true}}},
 			},
-			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&cur)
+			upsertReturnAfter).Decode(&cur)
 	})
 	// Reported to the observers as a transaction created canceled; moved
 	// only if this call wrote it (a placeholder found is an earlier

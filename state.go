@@ -9,7 +9,6 @@ import (
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // State is a transaction's state, stored as the tutorial's strings.
@@ -285,8 +284,8 @@ func (g *txnLog) advanceHooked(ctx context.Context, r *record, m move, hooked bo
 			}
 		}
 		hooked = false
-		err := g.txns.FindOneAndUpdate(ctx, m.filter(r.ID), m.update(),
-			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&now)
+		err := g.txns.FindOneAndUpdate(ctx, encoded(m.filter(r.ID)), encoded(m.update()),
+			returnAfter).Decode(&now)
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			now = record{}
 			return nil
@@ -350,8 +349,8 @@ func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record,
 	case 1:
 		var cur record
 		err := g.retry(ctx, func(ctx context.Context) error {
-			return g.txns.FindOneAndUpdate(ctx, m.filter(recs[0].ID), m.update(),
-				options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&cur)
+			return g.txns.FindOneAndUpdate(ctx, encoded(m.filter(recs[0].ID)), encoded(m.update()),
+				returnAfter).Decode(&cur)
 		})
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			// Finished already: by someone else, or by an attempt whose
@@ -376,7 +375,7 @@ func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record,
 	filter := m.filter(bson.ObjectID{})
 	filter[0].Value = bson.D{{Key: "$in", Value: ids}}
 	err := g.retry(ctx, func(ctx context.Context) error {
-		_, err := g.txns.UpdateMany(ctx, filter, m.update())
+		_, err := g.txns.UpdateMany(ctx, encoded(filter), encoded(m.update()))
 		return err
 	})
 	for _, r := range recs {

@@ -15,6 +15,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
 // Field names of transaction documents.
@@ -81,11 +82,21 @@ func IDKey(id any) (string, error) {
 	if rv, ok := id.(bson.RawValue); ok {
 		return CanonicalID(rv), nil
 	}
-	t, data, err := bson.MarshalValue(id)
+	v, err := MarshalID(id)
 	if err != nil {
 		return "", err
 	}
-	return CanonicalID(bson.RawValue{Type: t, Value: data}), nil
+	return CanonicalID(v), nil
+}
+
+// MarshalID is bson.MarshalValue(id) as a RawValue, with a string (the
+// common account id, encoded on every transfer) encoded directly.
+func MarshalID(id any) (bson.RawValue, error) {
+	if s, ok := id.(string); ok {
+		return bson.RawValue{Type: bson.TypeString, Value: bsoncore.AppendString(nil, s)}, nil
+	}
+	t, data, err := bson.MarshalValue(id)
+	return bson.RawValue{Type: t, Value: data}, err
 }
 
 // CanonicalID encodes v so that two values have the same encoding exactly

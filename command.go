@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
@@ -103,4 +104,124 @@ func appendValue(dst []byte, key string, v any) (_ []byte, ok bool) {
 		return out, err == nil
 	}
 	return dst, false
+}
+
+// decodeReply decodes the document of a find-and-modify's reply into r:
+// by decodeRecord when it can, else by the driver. Its errors are the
+// driver's (mongo.ErrNoDocuments when nothing matched).
+func decodeReply(sr *mongo.SingleResult, r *record) error {
+	raw, err := sr.Raw()
+	if err != nil {
+		return err
+	}
+	if decodeRecord(raw, r) {
+		return nil
+	}
+	return sr.Decode(r)
+}
+
+// decodeRecord decodes a transaction document the library wrote into r as
+// the driver's default decoding would, when every field in it has the BSON
+// type the library writes (see recordField): the transactions read on
+// every transfer (the replies of its insert, commit and done writes) are
+// then decoded without the driver's reflection. It reports false, and
+// leaves r as it was, for any other document (a transfer with legs, an id
+// of another type, a field of another type): the caller then decodes it
+// with the driver, under the client's own options.
+func decodeRecord(raw bson.Raw, r *record) bool {
+	elems, err := raw.Elements()
+	if err != nil {
+		return false
+	}
+	t := *r
+	for _, e := range elems {
+		if !recordField(&t, e.Key(), e.Value()) {
+			return false
+		}
+	}
+	*r = t
+	return true
+}
+
+// recordField sets the field of r named key to v, if v has the type the
+// library writes there; false for any other type, and for a field it does
+// not decode (legs). Unknown keys are ignored, as the driver ignores them.
+func recordField(r *record, key string, v bson.RawValue) bool {
+	var ok bool
+	switch key {
+	case "_id":
+		r.ID, ok = v.ObjectIDOK()
+	case "source":
+		r.Source, ok = anyID(v)
+	case "destination":
+		r.Destination, ok = anyID(v)
+	case "value":
+		r.Value, ok = v.Int64OK()
+	case "state":
+		var s string
+		s, ok = v.StringValueOK()
+		r.State = State(s)
+	case "lastModified":
+		r.LastModified, ok = timeOK(v)
+	case "application":
+		r.Application, ok = v.StringValueOK()
+	case "key":
+		r.Key, ok = v.StringValueOK()
+	case "reason":
+		r.Reason, ok = v.StringValueOK()
+	case "created":
+		r.Created, ok = timeOK(v)
+	case "hold":
+		r.Hold, ok = v.BooleanOK()
+	case "expiryMs":
+		r.ExpiryMs, ok = v.Int64OK()
+	case "heldAt":
+		r.HeldAt, ok = timeOK(v)
+	case "captured":
+		r.Captured, ok = v.Int64OK()
+	case "claim":
+		r.Claim, ok = v.ObjectIDOK()
+	case "fences":
+		r.Fences, ok = v.BooleanOK()
+	case "leaseMs":
+		r.LeaseMs, ok = v.Int64OK()
+	case "retainMs":
+		r.RetainMs, ok = v.Int64OK()
+	case "keepMs":
+		r.KeepMs, ok = v.Int64OK()
+	case "archive":
+		r.Archive, ok = v.StringValueOK()
+	case "allowNegative":
+		r.AllowNegative, ok = v.BooleanOK()
+	case "placeholder":
+		r.Placeholder, ok = v.BooleanOK()
+	case "legs":
+		return false
+	default:
+		return true
+	}
+	return ok
+}
+
+// anyID decodes an account id held in a field of type any, as the driver
+// does, for the types whose decoding does not depend on the client's
+// options: a string, an ObjectID, an int32 or an int64.
+func anyID(v bson.RawValue) (any, bool) {
+	switch v.Type {
+	case bson.TypeString:
+		return v.StringValueOK()
+	case bson.TypeObjectID:
+		return v.ObjectIDOK()
+	case bson.TypeInt32:
+		return v.Int32OK()
+	case bson.TypeInt64:
+		return v.Int64OK()
+	}
+	return nil, false
+}
+
+// timeOK decodes a BSON date as the driver does by default: in UTC.
+func timeOK(v bson.RawValue) (time.Time, bool) {
+	ms, ok := v.DateTimeOK()
+	return time.Unix(ms/1000, ms%1000*int64(time.Millisecond)).UTC(), ok
 }

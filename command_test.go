@@ -1,7 +1,9 @@
 package twopc
 
 import (
+	"fmt"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -59,5 +61,64 @@ func TestUnitMarshalIDIsTheDriversEncoding(t *testing.T) {
 		got, err := schema.MarshalID(id)
 		require.NoError(t, err)
 		assert.Equal(t, bson.RawValue{Type: typ, Value: data}, got, "%#v", id)
+	}
+}
+
+// TestUnitDecodeRecordIsTheDriversDecoding: decodeRecord gives what the
+// driver's bson.Unmarshal gives for every document it takes, and takes
+// the documents the library writes on every transfer; it refuses, leaving
+// the record as it was, any document with a field of another type.
+func TestUnitDecodeRecordIsTheDriversDecoding(t *testing.T) {
+	at := time.Date(2026, 11, 24, 1, 2, 3, 4_000_000, time.UTC)
+	full := record{
+		Txn: Txn{
+			ID: newTxnID(), Source: "acct-1", Destination: "acct-2", Value: 250, State: StateHeld,
+			LastModified: at, Application: "app", Key: "k", Reason: "r", Created: at.Add(-time.Second),
+			Hold: true, ExpiryMs: 60_000, HeldAt: at.Add(time.Second), Captured: 100,
+		},
+		Claim: bson.NewObjectID(), Fences: true, LeaseMs: 30_000, RetainMs: 90_000, KeepMs: 1,
+		Archive: "old", AllowNegative: true, Placeholder: true,
+	}
+	// Every field is set but the legs, which decodeRecord leaves to the
+	// driver: a field added to record fails here until it is decoded.
+	v := reflect.ValueOf(full)
+	for _, f := range reflect.VisibleFields(v.Type()) {
+		if f.Anonymous || f.Name == "Legs" {
+			continue
+		}
+		assert.False(t, v.FieldByIndex(f.Index).IsZero(), "the test's record leaves %s zero", f.Name)
+	}
+
+	same := func(name string, doc any, into record) {
+		t.Helper()
+		raw, err := bson.Marshal(doc)
+		require.NoError(t, err)
+		want, got := into, into
+		require.NoError(t, bson.Unmarshal(raw, &want))
+		require.True(t, decodeRecord(raw, &got), "%s: refused", name)
+		assert.Equal(t, want, got, name)
+	}
+	same("every field", full, record{})
+	same("into a record already holding values", bson.D{{Key: "state", Value: "done"}}, full)
+	same("with fields it does not know", bson.D{{Key: "_id", Value: full.ID}, {Key: "other", Value: bson.A{1.5}}}, record{})
+	for _, id := range []any{"x", bson.NewObjectID(), int32(-3), int64(1) << 40} {
+		same(fmt.Sprintf("source %T", id), bson.D{{Key: "source", Value: id}, {Key: "destination", Value: id}}, record{})
+	}
+
+	for _, doc := range []bson.D{
+		{{Key: "_id", Value: "not an ObjectID"}},
+		{{Key: "source", Value: bson.D{{Key: "a", Value: 1}}}},
+		{{Key: "source", Value: nil}},
+		{{Key: "value", Value: int32(5)}},
+		{{Key: "lastModified", Value: "yesterday"}},
+		{{Key: "fences", Value: int32(1)}},
+		{{Key: "legs", Value: bson.A{bson.D{{Key: "account", Value: "a"}, {Key: "amount", Value: int64(1)}}}}},
+		{{Key: "state", Value: "done"}, {Key: "created", Value: int64(7)}},
+	} {
+		raw, err := bson.Marshal(doc)
+		require.NoError(t, err)
+		r := full
+		assert.False(t, decodeRecord(raw, &r), "%v", doc)
+		assert.Equal(t, full, r, "%v left the record as it was", doc)
 	}
 }

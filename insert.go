@@ -224,8 +224,7 @@ func (g *txnLog) insertOne(ctx context.Context, r *record) (*record, error) {
 	var cur record
 	start := time.Now()
 	err := g.retry(ctx, func(ctx context.Context) error {
-		return g.txns.FindOneAndUpdate(ctx, encoded(filter), encoded(update),
-			upsertReturnAfter).Decode(&cur)
+		return decodeReply(g.txns.FindOneAndUpdate(ctx, encoded(filter), encoded(update), upsertReturnAfter), &cur)
 	})
 	if mongo.IsDuplicateKeyError(err) {
 		prior, err := g.read(ctx, r.ID)

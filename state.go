@@ -284,8 +284,7 @@ func (g *txnLog) advanceHooked(ctx context.Context, r *record, m move, hooked bo
 			}
 		}
 		hooked = false
-		err := g.txns.FindOneAndUpdate(ctx, encoded(m.filter(r.ID)), encoded(m.update()),
-			returnAfter).Decode(&now)
+		err := decodeReply(g.txns.FindOneAndUpdate(ctx, encoded(m.filter(r.ID)), encoded(m.update()), returnAfter), &now)
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			now = record{}
 			return nil
@@ -349,8 +348,7 @@ func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record,
 	case 1:
 		var cur record
 		err := g.retry(ctx, func(ctx context.Context) error {
-			return g.txns.FindOneAndUpdate(ctx, encoded(m.filter(recs[0].ID)), encoded(m.update()),
-				returnAfter).Decode(&cur)
+			return decodeReply(g.txns.FindOneAndUpdate(ctx, encoded(m.filter(recs[0].ID)), encoded(m.update()), returnAfter), &cur)
 		})
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			// Finished already: by someone else, or by an attempt whose

@@ -1,6 +1,7 @@
 package twopc
 
 import (
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -31,8 +32,13 @@ var (
 // allocations). A document holding any other value (an account id of a
 // type of the caller's, whose encoding the client's registry decides) is
 // returned as it is, for the driver to encode. Either way the server
-// receives the same statement.
+// receives the same statement, unless the client sets BSONOptions that
+// change the default encoding (IntMinSize): the library's statements keep
+// the default (see "Data model" in the package documentation).
 func encoded(d bson.D) any {
+	if d == nil { // the driver refuses a nil document
+		return d
+	}
 	buf, ok := appendDocument(make([]byte, 0, 256), d)
 	if !ok {
 		return d
@@ -91,9 +97,15 @@ func appendValue(dst []byte, key string, v any) (_ []byte, ok bool) {
 		dst = bsoncore.AppendHeader(dst, bsoncore.Type(v.Type), key)
 		return append(dst, v.Value...), true
 	case bson.D:
+		if v == nil { // the driver sends a nil document as null
+			return dst, false
+		}
 		dst = bsoncore.AppendHeader(dst, bsoncore.TypeEmbeddedDocument, key)
 		return appendDocument(dst, v)
 	case bson.A:
+		if v == nil {
+			return dst, false
+		}
 		start, out := bsoncore.AppendArrayElementStart(dst, key)
 		for i, x := range v {
 			if out, ok = appendValue(out, strconv.Itoa(i), x); !ok {
@@ -121,14 +133,19 @@ func decodeReply(sr *mongo.SingleResult, r *record) error {
 }
 
 // decodeRecord decodes a transaction document the library wrote into r as
-// the driver's default decoding would, when every field in it has the BSON
-// type the library writes (see recordField): the transactions read on
+// the driver's default decoding would (into a record whose fields of type
+// any hold no pointer, as every caller's does), when the document is valid
+// BSON and every field in it has the BSON type the library writes (see
+// recordField): the transactions read on
 // every transfer (the replies of its insert, commit and done writes) are
 // then decoded without the driver's reflection. It reports false, and
 // leaves r as it was, for any other document (a transfer with legs, an id
 // of another type, a field of another type): the caller then decodes it
 // with the driver, under the client's own options.
 func decodeRecord(raw bson.Raw, r *record) bool {
+	if raw.Validate() != nil {
+		return false
+	}
 	elems, err := raw.Elements()
 	if err != nil {
 		return false
@@ -159,16 +176,16 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.Value, ok = v.Int64OK()
 	case "state":
 		var s string
-		s, ok = v.StringValueOK()
+		s, ok = stringOK(v)
 		r.State = State(s)
 	case "lastModified":
 		r.LastModified, ok = timeOK(v)
 	case "application":
-		r.Application, ok = v.StringValueOK()
+		r.Application, ok = stringOK(v)
 	case "key":
-		r.Key, ok = v.StringValueOK()
+		r.Key, ok = stringOK(v)
 	case "reason":
-		r.Reason, ok = v.StringValueOK()
+		r.Reason, ok = stringOK(v)
 	case "created":
 		r.Created, ok = timeOK(v)
 	case "hold":
@@ -190,7 +207,7 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 	case "keepMs":
 		r.KeepMs, ok = v.Int64OK()
 	case "archive":
-		r.Archive, ok = v.StringValueOK()
+		r.Archive, ok = stringOK(v)
 	case "allowNegative":
 		r.AllowNegative, ok = v.BooleanOK()
 	case "placeholder":
@@ -198,10 +215,24 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 	case "legs":
 		return false
 	default:
-		return true
+		// The driver matches a key that is not a field's name exactly by
+		// its lower case too ("State" sets state): such a key is left to it.
+		return !recordKeys[strings.ToLower(key)]
 	}
 	return ok
 }
+
+// recordKeys holds, in lower case, the names of the fields of a
+// transaction document.
+var recordKeys = func() map[string]bool {
+	keys := map[string]bool{}
+	for _, f := range reflect.VisibleFields(reflect.TypeOf(record{})) {
+		if name, _, _ := strings.Cut(f.Tag.Get("bson"), ","); name != "" {
+			keys[strings.ToLower(name)] = true
+		}
+	}
+	return keys
+}()
 
 // anyID decodes an account id held in a field of type any, as the driver
 // does, for the types whose decoding does not depend on the client's
@@ -209,7 +240,7 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 func anyID(v bson.RawValue) (any, bool) {
 	switch v.Type {
 	case bson.TypeString:
-		return v.StringValueOK()
+		return stringOK(v)
 	case bson.TypeObjectID:
 		return v.ObjectIDOK()
 	case bson.TypeInt32:
@@ -218,6 +249,13 @@ func anyID(v bson.RawValue) (any, bool) {
 		return v.Int64OK()
 	}
 	return nil, false
+}
+
+// stringOK decodes a BSON string, refusing one that does not end in its
+// NUL byte, as the driver does (bsoncore does not check it).
+func stringOK(v bson.RawValue) (string, bool) {
+	s, ok := v.StringValueOK()
+	return s, ok && len(v.Value) > 4 && v.Value[len(v.Value)-1] == 0
 }
 
 // timeOK decodes a BSON date as the driver does by default: in UTC.

@@ -47,6 +47,10 @@ func TestUnitEncodedIsTheDriversEncoding(t *testing.T) {
 		{{Key: "_id", Value: 1.5}},
 		{{Key: "a\x00b", Value: int64(1)}},
 		{{Key: "_id", Value: bson.RawValue{}}},
+		// A nil document or array, which the driver sends as null.
+		{{Key: "$set", Value: bson.D(nil)}},
+		{{Key: "$in", Value: bson.A(nil)}},
+		nil,
 	} {
 		assert.Equal(t, d, encoded(d), "%v is left to the driver", d)
 	}
@@ -114,6 +118,10 @@ func TestUnitDecodeRecordIsTheDriversDecoding(t *testing.T) {
 		{{Key: "fences", Value: int32(1)}},
 		{{Key: "legs", Value: bson.A{bson.D{{Key: "account", Value: "a"}, {Key: "amount", Value: int64(1)}}}}},
 		{{Key: "state", Value: "done"}, {Key: "created", Value: int64(7)}},
+		// Keys the driver matches by their lower case.
+		{{Key: "State", Value: "done"}},
+		{{Key: "VALUE", Value: int64(9)}},
+		{{Key: "Legs", Value: bson.A{}}},
 	} {
 		raw, err := bson.Marshal(doc)
 		require.NoError(t, err)
@@ -121,4 +129,12 @@ func TestUnitDecodeRecordIsTheDriversDecoding(t *testing.T) {
 		assert.False(t, decodeRecord(raw, &r), "%v", doc)
 		assert.Equal(t, full, r, "%v left the record as it was", doc)
 	}
+	// Not valid BSON (a string without its terminating NUL): left to the
+	// driver, which refuses it.
+	raw, err := bson.Marshal(bson.D{{Key: "state", Value: "done"}})
+	require.NoError(t, err)
+	raw[len(raw)-2] = 'x'
+	r := full
+	assert.False(t, decodeRecord(raw, &r))
+	assert.Equal(t, full, r)
 }

@@ -26,6 +26,15 @@
 // than one key is refused: its field order is random); see Errors and bad
 // input for the forms refused.
 //
+// The statements a transfer sends, and the transaction documents its
+// writes return, are encoded and decoded by the driver's default BSON
+// rules, whatever BSONOptions the client sets: an int64 stays an int64
+// under IntMinSize, and the times in those documents are UTC even under
+// UseLocalTimeZone. A value the default rules do not fix (an account id of
+// a type of the caller's, a document returned in another shape) goes
+// through the client's registry and options, as do the library's other
+// reads and writes.
+//
 // # Protocol
 //
 // A Coordinator runs each transfer through the states initial → pending →

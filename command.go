@@ -174,45 +174,45 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.Destination, ok = anyID(v)
 	case "value":
 		r.Value, ok = v.Int64OK()
-	case "state":
+	case fieldState:
 		var s string
 		s, ok = stringOK(v)
 		r.State = State(s)
-	case "lastModified":
+	case fieldLastModified:
 		r.LastModified, ok = timeOK(v)
-	case "application":
+	case fieldApplication:
 		r.Application, ok = stringOK(v)
-	case "key":
+	case fieldKey:
 		r.Key, ok = stringOK(v)
-	case "reason":
+	case fieldReason:
 		r.Reason, ok = stringOK(v)
-	case "created":
+	case fieldCreated:
 		r.Created, ok = timeOK(v)
-	case "hold":
+	case fieldHold:
 		r.Hold, ok = v.BooleanOK()
-	case "expiryMs":
+	case fieldExpiryMs:
 		r.ExpiryMs, ok = v.Int64OK()
-	case "heldAt":
+	case fieldHeldAt:
 		r.HeldAt, ok = timeOK(v)
-	case "captured":
+	case fieldCaptured:
 		r.Captured, ok = v.Int64OK()
-	case "claim":
+	case fieldClaim:
 		r.Claim, ok = v.ObjectIDOK()
-	case "fences":
+	case fieldFences:
 		r.Fences, ok = v.BooleanOK()
-	case "leaseMs":
+	case fieldLease:
 		r.LeaseMs, ok = v.Int64OK()
-	case "retainMs":
+	case fieldRetain:
 		r.RetainMs, ok = v.Int64OK()
-	case "keepMs":
+	case fieldKeep:
 		r.KeepMs, ok = v.Int64OK()
-	case "archive":
+	case fieldArchive:
 		r.Archive, ok = stringOK(v)
-	case "allowNegative":
+	case fieldAllowNegative:
 		r.AllowNegative, ok = v.BooleanOK()
-	case "placeholder":
+	case fieldPlaceholder:
 		r.Placeholder, ok = v.BooleanOK()
-	case "legs":
+	case fieldLegs:
 		return false
 	default:
 		// The driver matches a key that is not a field's name exactly by

@@ -111,7 +111,7 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
 	models := make([]mongo.WriteModel, len(calls))
 	for i, q := range calls {
 		filter, update := insertWrite(q.t.rec)
-		models[i] = updateByID().SetFilter(encoded(filter)).SetUpdate(encoded(update)).SetUpsert(true)
+		models[i] = updateByID(filter, update).SetUpsert(true)
 	}
 	start := time.Now()
 	var res *mongo.BulkWriteResult

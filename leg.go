@@ -85,7 +85,12 @@ var integer = bson.E{Key: "$type", Value: bson.A{"int", "long"}}
 // which every server can serve from the _id index. (An earlier version
 // sent them as updates of many, to dodge a FerretDB v1 defect that the dev
 // server's front now answers for: see COMMANDS.md.)
-func updateByID() *mongo.UpdateOneModel { return mongo.NewUpdateOneModel() }
+//
+// Its filter and update are handed to the driver already encoded (see
+// encoded).
+func updateByID(filter, update bson.D) *mongo.UpdateOneModel {
+	return mongo.NewUpdateOneModel().SetFilter(encoded(filter)).SetUpdate(encoded(update))
+}
 
 // applyModel is the guarded write that applies l for transaction r: it
 // matches only if the leg is neither applied (pendingTransactions) nor
@@ -119,12 +124,10 @@ func applyModel(r *record, l leg) mongo.WriteModel {
 	default:
 		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{integer}}, creditGuard(l.delta))
 	}
-	return updateByID().
-		SetFilter(encoded(filter)).
-		SetUpdate(encoded(bson.D{
-			{Key: "$inc", Value: l.applyInc()},
-			{Key: "$push", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
-		}))
+	return updateByID(filter, bson.D{
+		{Key: "$inc", Value: l.applyInc()},
+		{Key: "$push", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
+	})
 }
 
 // legs returns r's legs, each with its marker, and, for a hold of two legs
@@ -155,9 +158,7 @@ func closeModel(l leg) mongo.WriteModel {
 	if inc := l.settleInc(); inc != nil {
 		update = append(update, bson.E{Key: "$inc", Value: inc})
 	}
-	return updateByID().
-		SetFilter(encoded(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}})).
-		SetUpdate(encoded(update))
+	return updateByID(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}}, update)
 }
 
 // closeAllModel is closeModel for legs on one account (legs of different
@@ -206,9 +207,8 @@ func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 	if len(inc) > 0 {
 		update = append(update, bson.E{Key: "$inc", Value: inc})
 	}
-	return updateByID().
-		SetFilter(encoded(bson.D{{Key: "_id", Value: legs[0].account}, {Key: fieldPending, Value: bson.D{{Key: "$all", Value: markers}}}})).
-		SetUpdate(encoded(update)), true
+	filter := bson.D{{Key: "_id", Value: legs[0].account}, {Key: fieldPending, Value: bson.D{{Key: "$all", Value: markers}}}}
+	return updateByID(filter, update), true
 }
 
 // fenceModel is the guarded write that fences l of canceling transaction
@@ -221,17 +221,14 @@ func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 // (a rollback delivered after the fences were removed) would never be
 // removed.
 func fenceModel(r *record, l leg) mongo.WriteModel {
-	return updateByID().
-		SetFilter(encoded(bson.D{
-			{Key: "_id", Value: l.account},
-			{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
-			fenceable,
-		})).
-		SetUpdate(encoded(bson.D{
-			{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
-			{Key: "$setOnInsert", Value: bson.D{{Key: fieldTombstone, Value: true}}},
-		})).
-		SetUpsert(true)
+	return updateByID(bson.D{
+		{Key: "_id", Value: l.account},
+		{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
+		fenceable,
+	}, bson.D{
+		{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
+		{Key: "$setOnInsert", Value: bson.D{{Key: fieldTombstone, Value: true}}},
+	}).SetUpsert(true)
 }
 
 // undoModel is the guarded write that undoes an applied l of a canceling
@@ -239,12 +236,10 @@ func fenceModel(r *record, l leg) mongo.WriteModel {
 // happens once; sent after the leg is fenced, it undoes an apply that
 // raced ahead of the fence, and nothing can apply after it.
 func undoModel(l leg) mongo.WriteModel {
-	return updateByID().
-		SetFilter(encoded(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}})).
-		SetUpdate(encoded(bson.D{
-			{Key: "$inc", Value: l.undoInc()},
-			{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
-		}))
+	return updateByID(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}}, bson.D{
+		{Key: "$inc", Value: l.undoInc()},
+		{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
+	})
 }
 
 // unfenceModel is the write that removes the fence of l of final
@@ -252,10 +247,8 @@ func undoModel(l leg) mongo.WriteModel {
 // time ($max: never back), so that a leg of r delivered however late is
 // still refused. Idempotent.
 func unfenceModel(r *record, l leg) mongo.WriteModel {
-	return updateByID().
-		SetFilter(encoded(bson.D{{Key: "_id", Value: l.account}})).
-		SetUpdate(encoded(bson.D{
-			{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
-			{Key: "$max", Value: bson.D{{Key: fieldFencedBefore, Value: r.Created}}},
-		}))
+	return updateByID(bson.D{{Key: "_id", Value: l.account}}, bson.D{
+		{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
+		{Key: "$max", Value: bson.D{{Key: fieldFencedBefore, Value: r.Created}}},
+	})
 }

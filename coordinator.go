@@ -202,17 +202,6 @@ func (c *Coordinator) Ledger(name string) (*Ledger, error) {
 	return c.ledgers.get(name)
 }
 
-// Get returns transaction id as it now stands: as the archive holds it, if
-// WithHistory's archive does (see Coordinator.lookup), else as the log
-// does.
-func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
-	r, _, err := c.log.lookup(ctx, id)
-	if r == nil {
-		return nil, err
-	}
-	return r.txn(), err
-}
-
 // Settle waits until every transaction this coordinator committed before
 // the call is settled (or has failed to settle and been left to recovery).
 func (c *Coordinator) Settle(ctx context.Context) error { return c.settler.flush(ctx) }

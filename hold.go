@@ -373,21 +373,3 @@ func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *Recover
 		}
 	})
 }
-
-// SettledLegs returns what each leg of a done transaction moved: AllLegs,
-// except that the legs of a hold of two legs captured for less than its
-// Value moved the captured amount (the debit with a minus sign; the rest
-// of the hold returned to the source).
-func (t *Txn) SettledLegs() []Leg {
-	legs := t.AllLegs()
-	if t.Hold && t.Captured > 0 && t.Captured < t.Value && len(legs) == 2 {
-		for i := range legs {
-			if legs[i].Amount < 0 {
-				legs[i].Amount = -t.Captured
-			} else {
-				legs[i].Amount = t.Captured
-			}
-		}
-	}
-	return legs
-}

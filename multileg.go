@@ -8,17 +8,6 @@ import (
 	"github.com/twopc/twopc/internal/schema"
 )
 
-// Leg is one account's part in a transfer of any number of legs (see
-// Coordinator.TransferLegs): a negative Amount is a debit of the account, a
-// positive one a credit, in minor units.
-type Leg struct {
-	// Ledger names the ledger the account is in (see WithLedger); "" is
-	// the coordinator's default ledger.
-	Ledger  string `bson:"ledger,omitempty"`
-	Account any    `bson:"account"`
-	Amount  int64  `bson:"amount"`
-}
-
 // MaxLegs is the most legs one transfer may have. It keeps every write of
 // a transfer's legs one small command (see WithWriteBatch).
 const MaxLegs = 32
@@ -56,15 +45,6 @@ func (c *Coordinator) legsTxn(legs []Leg) (Txn, error) {
 		}
 	}
 	return Txn{Legs: append([]Leg(nil), legs...), Value: credited}, nil
-}
-
-// AllLegs returns the transfer's legs: Legs for a transfer made with
-// TransferLegs, or the debit of Source and the credit of Destination.
-func (t *Txn) AllLegs() []Leg {
-	if len(t.Legs) > 0 {
-		return append([]Leg(nil), t.Legs...)
-	}
-	return []Leg{{Account: t.Source, Amount: -t.Value}, {Account: t.Destination, Amount: t.Value}}
 }
 
 // legKey is the canonical form of account id of ledger: two legs are on

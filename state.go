@@ -391,43 +391,6 @@ func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record,
 	return out, nil
 }
 
-// Txn is a transfer as stored in the transactions collection: the
-// tutorial's document, plus the idempotency key and, for a canceled
-// transfer, the reason.
-type Txn struct {
-	ID           bson.ObjectID `bson:"_id"`
-	Source       any           `bson:"source"`
-	Destination  any           `bson:"destination"`
-	Value        int64         `bson:"value"`
-	State        State         `bson:"state"`
-	LastModified time.Time     `bson:"lastModified"`
-	Application  string        `bson:"application,omitempty"`
-	Key          string        `bson:"key,omitempty"`
-	Reason       string        `bson:"reason,omitempty"`
-	// Created is the transaction time: when the coordinator that wrote the
-	// transaction created it, by that coordinator's clock, to the
-	// millisecond. It never changes. Accounts' fence lines (see the
-	// package documentation) are compared with it.
-	Created time.Time `bson:"created,omitempty"`
-	// Legs are the legs of a transfer made with TransferLegs (Source and
-	// Destination are then nil, and Value is the total credited); a
-	// transfer made with Transfer keeps the tutorial's shape and has none.
-	// AllLegs returns the legs of either.
-	Legs []Leg `bson:"legs,omitempty"`
-	// Hold marks a transfer made with Hold or HoldLegs: its legs apply,
-	// then it waits in StateHeld for Capture, Void or its expiry.
-	Hold bool `bson:"hold,omitempty"`
-	// ExpiryMs is a hold's WithExpiry in milliseconds (0: none). The hold
-	// expires ExpiryMs after HeldAt, by the server's clock.
-	ExpiryMs int64 `bson:"expiryMs,omitempty"`
-	// HeldAt is when the hold became held, by the server's clock
-	// ($currentDate, in the write that made it held); zero before.
-	HeldAt time.Time `bson:"heldAt,omitempty"`
-	// Captured is the amount a captured hold moved: Value, or less for a
-	// hold of two legs captured in part (the rest returned to the source).
-	Captured int64 `bson:"captured,omitempty"`
-}
-
 func (r *record) txn() *Txn {
 	if r == nil {
 		return nil

@@ -1,7 +1,8 @@
 package twopc
 
-// The transfer calls and their validation: Transfer and Reverse (TransferLegs
-// is in multileg.go, TransferBatch in batch.go). Each builds transfers and
+// The transaction (Txn, its legs) and the calls that make and read one:
+// Transfer, Reverse and Get (TransferLegs is in multileg.go, TransferBatch
+// in batch.go, holds in hold.go). Each transfer call builds transfers and
 // hands them to the engine (engine.go).
 
 import (
@@ -14,6 +15,92 @@ import (
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
+
+// Txn is a transfer as stored in the transactions collection: the
+// tutorial's document, plus the idempotency key and, for a canceled
+// transfer, the reason.
+type Txn struct {
+	ID           bson.ObjectID `bson:"_id"`
+	Source       any           `bson:"source"`
+	Destination  any           `bson:"destination"`
+	Value        int64         `bson:"value"`
+	State        State         `bson:"state"`
+	LastModified time.Time     `bson:"lastModified"`
+	Application  string        `bson:"application,omitempty"`
+	Key          string        `bson:"key,omitempty"`
+	Reason       string        `bson:"reason,omitempty"`
+	// Created is the transaction time: when the coordinator that wrote the
+	// transaction created it, by that coordinator's clock, to the
+	// millisecond. It never changes. Accounts' fence lines (see the
+	// package documentation) are compared with it.
+	Created time.Time `bson:"created,omitempty"`
+	// Legs are the legs of a transfer made with TransferLegs (Source and
+	// Destination are then nil, and Value is the total credited); a
+	// transfer made with Transfer keeps the tutorial's shape and has none.
+	// AllLegs returns the legs of either.
+	Legs []Leg `bson:"legs,omitempty"`
+	// Hold marks a transfer made with Hold or HoldLegs: its legs apply,
+	// then it waits in StateHeld for Capture, Void or its expiry.
+	Hold bool `bson:"hold,omitempty"`
+	// ExpiryMs is a hold's WithExpiry in milliseconds (0: none). The hold
+	// expires ExpiryMs after HeldAt, by the server's clock.
+	ExpiryMs int64 `bson:"expiryMs,omitempty"`
+	// HeldAt is when the hold became held, by the server's clock
+	// ($currentDate, in the write that made it held); zero before.
+	HeldAt time.Time `bson:"heldAt,omitempty"`
+	// Captured is the amount a captured hold moved: Value, or less for a
+	// hold of two legs captured in part (the rest returned to the source).
+	Captured int64 `bson:"captured,omitempty"`
+}
+
+// Leg is one account's part in a transfer of any number of legs (see
+// Coordinator.TransferLegs): a negative Amount is a debit of the account, a
+// positive one a credit, in minor units.
+type Leg struct {
+	// Ledger names the ledger the account is in (see WithLedger); "" is
+	// the coordinator's default ledger.
+	Ledger  string `bson:"ledger,omitempty"`
+	Account any    `bson:"account"`
+	Amount  int64  `bson:"amount"`
+}
+
+// AllLegs returns the transfer's legs: Legs for a transfer made with
+// TransferLegs, or the debit of Source and the credit of Destination.
+func (t *Txn) AllLegs() []Leg {
+	if len(t.Legs) > 0 {
+		return append([]Leg(nil), t.Legs...)
+	}
+	return []Leg{{Account: t.Source, Amount: -t.Value}, {Account: t.Destination, Amount: t.Value}}
+}
+
+// SettledLegs returns what each leg of a done transaction moved: AllLegs,
+// except that the legs of a hold of two legs captured for less than its
+// Value moved the captured amount (the debit with a minus sign; the rest
+// of the hold returned to the source).
+func (t *Txn) SettledLegs() []Leg {
+	legs := t.AllLegs()
+	if t.Hold && t.Captured > 0 && t.Captured < t.Value && len(legs) == 2 {
+		for i := range legs {
+			if legs[i].Amount < 0 {
+				legs[i].Amount = -t.Captured
+			} else {
+				legs[i].Amount = t.Captured
+			}
+		}
+	}
+	return legs
+}
+
+// Get returns transaction id as it now stands: as the archive holds it, if
+// WithHistory's archive does (see Coordinator.lookup), else as the log
+// does.
+func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
+	r, _, err := c.log.lookup(ctx, id)
+	if r == nil {
+		return nil, err
+	}
+	return r.txn(), err
+}
 
 // Transfer moves value (in minor units) from source to destination. It
 // validates its input first: a value that is not positive, equal accounts,

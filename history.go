@@ -96,16 +96,30 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 	return total, cmpErr(firstErr, err)
 }
 
-// lookup reads transaction id for Get, Cancel and Reverse. If WithHistory's
-// archive holds it, the archive's record answers, and archived says so: it
-// is the transaction's first record, and a document under the same id in
-// the log is a copy that the removed transaction's own late writes brought
-// back (see WithHistory). Otherwise the log answers.
+// lookup reads transaction id for Get, GetByKey, Cancel, Reverse, Capture
+// and Void. If WithHistory's archive holds it, the archive's record
+// answers, and archived says so: it is the transaction's first record, and
+// a document under the same id in the log is a copy that the removed
+// transaction's own late writes brought back (see WithHistory). Otherwise
+// the log answers.
+//
+// The three reads are not one snapshot, and a transaction may move from
+// the log to the archive between any two of them. Archiving inserts into
+// the archive before it deletes from the log, so a transaction that the
+// log no longer holds when it is read is in the archive by then: a miss in
+// the log is followed by a second read of the archive, and only a miss in
+// that read too is ErrTxnNotFound.
 func (g *txnLog) lookup(ctx context.Context, id bson.ObjectID) (r *record, archived bool, err error) {
 	if r, archived, err = g.archived(ctx, id); archived || err != nil {
 		return r, archived, err
 	}
 	r, err = g.read(ctx, id)
+	if !errors.Is(err, ErrTxnNotFound) || g.history.archive == nil {
+		return r, false, err
+	}
+	if a, archived, aerr := g.archived(ctx, id); archived || aerr != nil {
+		return a, archived, aerr // moved between the two reads
+	}
 	return r, false, err
 }
 

@@ -338,3 +338,114 @@ func TestHistoryArchiveAnswersGetCancelReverse(t *testing.T) {
 	assert.Equal(t, int64(100), b.balance("A"), "reversed once")
 	assert.Equal(t, int64(0), b.balance("B"))
 }
+
+// Every lookup of a transaction (Get, Cancel, Reverse, Capture, Void)
+// finds one that a recovery pass moves from the log to the archive between
+// its read of the archive and its read of the log: the pass runs there, in
+// the step hook of the lookup's read of the log. Before the fix, Get said
+// ErrTxnNotFound and Cancel wrote a placeholder and answered canceled for
+// a done transfer, whose money had moved.
+func TestHistoryLookupFollowsAMoveToTheArchive(t *testing.T) {
+	for _, op := range []string{"get", "cancel", "reverse", "capture", "void"} {
+		t.Run(op, func(t *testing.T) {
+			ctx := testCtx(t)
+			b := newBank(t)
+			archive := b.db.Collection("archive")
+			b.open(map[string]int64{"A": 100, "B": 0})
+			maker := b.coordinator(twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle())
+			var txn *twopc.Txn
+			var err error
+			if op == "capture" || op == "void" {
+				txn, err = maker.Hold(ctx, "A", "B", 30)
+				require.NoError(t, err)
+				txn, err = maker.Capture(ctx, txn.ID, 30)
+			} else {
+				txn, err = maker.Transfer(ctx, "A", "B", 30)
+			}
+			require.NoError(t, err)
+			require.Equal(t, twopc.StateDone, txn.State)
+			b.unfenceAll() // a recoverer with no archive: unfenced, still in the log
+			require.Len(t, b.txns(), 1)
+
+			archiver := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("archiver"), twopc.WithHistory(time.Millisecond, archive)))
+			reads := 0
+			c := b.coordinator(twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle(),
+				twopc.WithStepHook(func(_ context.Context, s twopc.Step, tx *twopc.Txn) error {
+					if s != twopc.StepRead || tx == nil || tx.ID != txn.ID {
+						return nil
+					}
+					if reads++; reads == 2 { // the read of the log, after the archive's
+						b.ageFinal()
+						rep, err := archiver.RecoverOnce(context.Background())
+						require.NoError(t, err)
+						require.Equal(t, 1, rep.Removed, "moved to the archive between the two reads")
+					}
+					return nil
+				}))
+			switch op {
+			case "get":
+				got, err := c.Get(ctx, txn.ID)
+				require.NoError(t, err)
+				assert.Equal(t, twopc.StateDone, got.State)
+			case "cancel":
+				got, err := twopc.NewCanceler(c).Cancel(ctx, txn.ID)
+				require.ErrorIs(t, err, twopc.ErrNotCancelable, "a done transfer is not canceled")
+				assert.Equal(t, twopc.StateDone, got.State)
+				assert.Empty(t, b.txns(), "no placeholder written")
+			case "reverse":
+				_, err := c.Reverse(ctx, txn.ID)
+				require.NoError(t, err)
+				assert.Equal(t, int64(100), b.balance("A"), "reversed")
+			case "capture": // again, for the amount captured: the transaction
+				got, err := c.Capture(ctx, txn.ID, 30)
+				require.NoError(t, err)
+				assert.Equal(t, twopc.StateDone, got.State)
+			case "void":
+				_, err := c.Void(ctx, txn.ID)
+				require.ErrorIs(t, err, twopc.ErrHoldCaptured)
+			}
+			require.GreaterOrEqual(t, reads, 2)
+			if op != "reverse" {
+				assert.Equal(t, int64(70), b.balance("A"))
+				assert.Equal(t, int64(30), b.balance("B"))
+			}
+		})
+	}
+}
+
+// Cancel of an id that no read finds writes a placeholder, then reads the
+// archive once more: a transaction that arrived after the reads, finished,
+// and was archived and removed from the log before the placeholder landed
+// is answered from the archive (its first record), not as canceled. The
+// step hook of the placeholder's write puts the archived record back in
+// the archive, as that pass would have.
+func TestHistoryCancelPlaceholderMeetsTheArchive(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	archive := b.db.Collection("archive")
+	b.open(map[string]int64{"A": 100, "B": 0})
+	maker := b.coordinator(twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle())
+	txn, err := maker.Transfer(ctx, "A", "B", 30)
+	require.NoError(t, err)
+	b.unfenceAll()
+	b.ageFinal()
+	rep, err := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("archiver"), twopc.WithHistory(time.Millisecond, archive))).RecoverOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Removed)
+	var first bson.Raw
+	require.NoError(t, archive.FindOneAndDelete(ctx, bson.D{{Key: "_id", Value: txn.ID}}).Decode(&first))
+
+	c := b.coordinator(twopc.WithHistory(time.Millisecond, archive), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, tx *twopc.Txn) error {
+		if s == twopc.StepCancel && tx != nil && tx.ID == txn.ID {
+			_, err := archive.InsertOne(ctx, first)
+			require.NoError(t, err)
+		}
+		return nil
+	}))
+	got, err := twopc.NewCanceler(c).Cancel(ctx, txn.ID)
+	require.ErrorIs(t, err, twopc.ErrNotCancelable)
+	assert.Equal(t, twopc.StateDone, got.State)
+	g, err := c.Get(ctx, txn.ID)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateDone, g.State, "the archive's record answers, not the placeholder")
+}

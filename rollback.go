@@ -44,6 +44,17 @@ func NewCanceler(c *Coordinator) *Canceler { return &Canceler{c: c} }
 // canceled (nothing moved, nothing will), or ErrNotCancelable (it moved).
 // A document the library did not write (no transaction time) gives
 // ErrMalformedTxn and is left alone.
+//
+// Under WithHistory with an archive, Cancel of a transaction moved to the
+// archive answers from the archive and writes nothing, even when the
+// transaction moves while Cancel reads: the archive is read again after a
+// miss in the transactions collection, and once more after a placeholder
+// is written. Under WithHistory with removal (no archive), that answer
+// holds only while the transaction is kept: once keep has passed and a
+// Recoverer has removed it, nothing records what it did, and Cancel of its
+// id writes a placeholder and answers canceled whatever it did. After an
+// ambiguous error, Cancel well within keep, or use WithKey (keyed
+// transactions are never removed) or an archive.
 func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 	if k == nil || k.c == nil {
 		return nil, errors.New("twopc: cancel: Canceler has no Coordinator (use NewCanceler)")
@@ -52,21 +63,12 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 	if id.IsZero() {
 		return nil, fmt.Errorf("twopc: cancel: %w: the zero id", ErrTxnNotFound)
 	}
-	if r, archived, err := c.log.archived(ctx, id); archived || err != nil {
-		// Final, and moved out of the log (WithHistory): answered from the
-		// archive, nothing written.
-		switch {
-		case err != nil:
-			return r.txn(), fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
-		case r.State == StateCanceled:
-			return r.txn(), nil
-		default:
-			return r.txn(), fmt.Errorf("twopc: cancel %s: %w: it is %s (archived); use Reverse", id.Hex(), ErrNotCancelable, r.State)
-		}
-	}
 	for attempt := 0; attempt < 3; attempt++ {
-		r, err := c.log.read(ctx, id)
-		if errors.Is(err, ErrTxnNotFound) {
+		r, archived, err := c.log.lookup(ctx, id)
+		switch {
+		case archived:
+			return cancelArchived(id, r, err)
+		case errors.Is(err, ErrTxnNotFound):
 			p, err := c.log.placeholder(ctx, id)
 			if errors.Is(err, errArrived) {
 				continue // the transaction arrived meanwhile: cancel it
@@ -74,10 +76,15 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 			if err != nil {
 				return nil, fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
 			}
+			// The transaction may have arrived after the lookup, finished
+			// and been archived and removed before the placeholder landed:
+			// then the archive holds its first record, which answers.
+			if a, archived, err := c.log.archived(ctx, id); archived || err != nil {
+				return cancelArchived(id, a, err)
+			}
 			return p.txn(), nil
-		}
-		if err != nil {
-			return r.txn(), fmt.Errorf("twopc: cancel: %w", err)
+		case err != nil:
+			return r.txn(), fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
 		}
 		if r.foreign() {
 			return r.txn(), fmt.Errorf("twopc: cancel %s: %w: it has no transaction time; this library did not write it", id.Hex(), ErrMalformedTxn)
@@ -124,6 +131,21 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 		return cur.txn(), nil
 	}
 	return nil, fmt.Errorf("twopc: cancel %s: %w: it kept moving", id.Hex(), ErrInProgress)
+}
+
+// cancelArchived is Cancel's answer for transaction id, which the archive
+// holds (r, or err if it could not be read): final and moved out of the
+// log (WithHistory), it is answered from the archive and nothing is
+// written.
+func cancelArchived(id bson.ObjectID, r *record, err error) (*Txn, error) {
+	switch {
+	case err != nil:
+		return r.txn(), fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
+	case r.State == StateCanceled:
+		return r.txn(), nil
+	default:
+		return r.txn(), fmt.Errorf("twopc: cancel %s: %w: it is %s (archived); use Reverse", id.Hex(), ErrNotCancelable, r.State)
+	}
 }
 
 // errArrived reports that a transaction arrived under the id a placeholder

@@ -1,10 +1,12 @@
 package twopc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/twopc/twopc/internal/schema"
@@ -28,8 +30,18 @@ import (
 //   - every account's marker arrays are within their bounds
 //     (ViolationMarkerBound), and every account and transaction has the
 //     shape the protocol writes (ViolationMalformed);
+//   - every held hold has each leg's marker on its account, and each
+//     account holds at least its held holds' debits in pendingDebit and
+//     credits in pendingCredit (ViolationHoldNotOnAccount);
 //   - optionally, each ledger holds the total the caller states
 //     (ViolationTotal, WithExpectedTotal).
+//
+// Two reads are never one snapshot: a check that compares documents read
+// apart (a marker with its transaction, a hold with its accounts) reports
+// only what a second look, read in the order that cannot mislead, finds
+// again, so a transfer settling or a hold captured or voided during the
+// audit is not reported. A total is decided only if no transaction was
+// in flight or written while the accounts were read.
 //
 // It reads at majority, in batches, and writes nothing. The error is for
 // an audit that could not read; what it found is in the report (see
@@ -360,16 +372,101 @@ func (au *audit) holds(ctx context.Context) error {
 	return nil
 }
 
-// holdsOnAccounts checks held holds recs against their accounts (see holds).
+// holdsOnAccounts checks held holds recs against their accounts (see
+// holds). The holds were read before their accounts, and a hold captured
+// or voided between the two reads takes its amount and marker off its
+// account: the holds that share an account with one found wanting are
+// looked at again, their accounts first, then the holds themselves, and
+// only what that second look finds is reported. A hold still held then
+// was held when its account was read again (held is never entered twice),
+// so its legs were on the account: what is missing there is a violation.
 func (au *audit) holdsOnAccounts(ctx context.Context, recs []*record) error {
-	c, rep := au.c, au.rep
-	type want struct {
-		debit, credit int64
-		legs          []leg
-		holds         []*record
+	wants := holdWants(recs)
+	found, err := au.holdAccounts(ctx, wants)
+	if err != nil {
+		return err
 	}
-	byLedger := map[string]map[string]*want{}
-	ids := map[string]bson.A{}
+	suspects := wants.wanting(found)
+	if len(suspects) == 0 {
+		return nil
+	}
+	// The second look, at every hold sharing an account with a suspect
+	// (the sums on that account are theirs): the accounts first, then the
+	// holds.
+	var again []*record
+	seen := map[bson.ObjectID]bool{}
+	for _, accounts := range wants {
+		for _, w := range accounts {
+			if !w.anyOf(suspects) {
+				continue
+			}
+			for _, r := range w.holds {
+				if !seen[r.ID] {
+					seen[r.ID] = true
+					again = append(again, r)
+				}
+			}
+		}
+	}
+	fresh, err := au.holdAccounts(ctx, holdWants(again))
+	if err != nil {
+		return err
+	}
+	var held []*record
+	for list := again; len(list) > 0; {
+		part := list[:min(len(list), auditLookup)]
+		list = list[len(part):]
+		ids := make(bson.A, len(part))
+		for i, r := range part {
+			ids[i] = r.ID
+		}
+		cur, err := au.c.log.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: fieldState, Value: StateHeld}})
+		if err != nil {
+			return err
+		}
+		var now []*record
+		if err := cur.All(ctx, &now); err != nil {
+			return err
+		}
+		held = append(held, now...)
+	}
+	confirmed := holdWants(held).wanting(fresh)
+	ids := make([]bson.ObjectID, 0, len(confirmed))
+	for id := range confirmed {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b bson.ObjectID) int { return bytes.Compare(a[:], b[:]) })
+	for _, id := range ids {
+		au.rep.add(Violation{Kind: ViolationHoldNotOnAccount, Txn: id, Detail: "held, but " + confirmed[id]})
+	}
+	return nil
+}
+
+// holdWant is what the held holds of one batch want of one account: the
+// sums of their debits and credits there, and each leg with its hold.
+type holdWant struct {
+	debit, credit int64
+	legs          []leg
+	holds         []*record
+}
+
+// anyOf reports whether a hold of w is among suspects.
+func (w *holdWant) anyOf(suspects map[bson.ObjectID]string) bool {
+	for _, r := range w.holds {
+		if _, ok := suspects[r.ID]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// holdWantsByLedger is what holds want of each account, by ledger name and
+// the account's canonical id.
+type holdWantsByLedger map[string]map[string]*holdWant
+
+// holdWants sums what held holds recs want of their accounts.
+func holdWants(recs []*record) holdWantsByLedger {
+	byLedger := holdWantsByLedger{}
 	for _, r := range recs {
 		for _, l := range r.legs() {
 			key, err := schema.IDKey(l.account)
@@ -377,13 +474,12 @@ func (au *audit) holdsOnAccounts(ctx context.Context, recs []*record) error {
 				continue
 			}
 			if byLedger[l.ledger] == nil {
-				byLedger[l.ledger] = map[string]*want{}
+				byLedger[l.ledger] = map[string]*holdWant{}
 			}
 			w := byLedger[l.ledger][key]
 			if w == nil {
-				w = &want{}
+				w = &holdWant{}
 				byLedger[l.ledger][key] = w
-				ids[l.ledger] = append(ids[l.ledger], l.account)
 			}
 			if l.debit() {
 				w.debit -= l.delta
@@ -394,23 +490,35 @@ func (au *audit) holdsOnAccounts(ctx context.Context, recs []*record) error {
 			w.holds = append(w.holds, r)
 		}
 	}
-	suspects := map[bson.ObjectID]string{}
-	for name, accounts := range byLedger {
-		l, ok := c.ledgers[name]
+	return byLedger
+}
+
+// holdAccounts reads the accounts wants names, by ledger and canonical id,
+// from the ledgers this coordinator was given (one of another is not
+// audited).
+func (au *audit) holdAccounts(ctx context.Context, wants holdWantsByLedger) (map[string]map[string]*account, error) {
+	out := map[string]map[string]*account{}
+	for name, accounts := range wants {
+		l, ok := au.c.ledgers[name]
 		if !ok {
-			continue // a ledger this coordinator was not given is not audited
+			continue
 		}
 		found := map[string]*account{}
-		for list := ids[name]; len(list) > 0; {
+		out[name] = found
+		ids := make(bson.A, 0, len(accounts))
+		for _, w := range accounts {
+			ids = append(ids, w.legs[0].account)
+		}
+		for list := ids; len(list) > 0; {
 			part := list[:min(len(list), auditLookup)]
 			list = list[len(part):]
 			cur, err := l.accounts.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: part}}}}, options.Find().SetProjection(accountProjection))
 			if err != nil {
-				return err
+				return nil, err
 			}
 			var accts []*account
 			if err := cur.All(ctx, &accts); err != nil {
-				return err
+				return nil, err
 			}
 			for _, a := range accts {
 				if key, err := schema.IDKey(a.ID); err == nil {
@@ -418,8 +526,22 @@ func (au *audit) holdsOnAccounts(ctx context.Context, recs []*record) error {
 				}
 			}
 		}
+	}
+	return out, nil
+}
+
+// wanting returns the holds whose accounts in found lack what they want:
+// the account, the marker of the hold's leg, or the sums of the holds'
+// debits and credits. Ledgers found has no entry for are not audited.
+func (wants holdWantsByLedger) wanting(found map[string]map[string]*account) map[bson.ObjectID]string {
+	suspects := map[bson.ObjectID]string{}
+	for name, accounts := range wants {
+		inLedger, ok := found[name]
+		if !ok {
+			continue
+		}
 		for key, w := range accounts {
-			a := found[key]
+			a := inLedger[key]
 			for i, lg := range w.legs {
 				switch {
 				case a == nil:
@@ -433,15 +555,5 @@ func (au *audit) holdsOnAccounts(ctx context.Context, recs []*record) error {
 			}
 		}
 	}
-	for id, detail := range suspects {
-		now, err := c.log.read(ctx, id)
-		if err != nil && !errors.Is(err, ErrTxnNotFound) {
-			return err
-		}
-		if now == nil || now.State != StateHeld {
-			continue // captured or voided since it was read
-		}
-		rep.add(Violation{Kind: ViolationHoldNotOnAccount, Txn: id, Detail: "held, but " + detail})
-	}
-	return nil
+	return suspects
 }

@@ -258,3 +258,45 @@ func TestAuditTotalsUndecidedWhenATransferRanDuringTheScan(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, rep.Totals[0].Decided && rep.Totals[0].OK, "%+v", rep.Totals)
 }
+
+// The audit reads the held holds, then their accounts: two reads, never
+// one snapshot. A hold voided between them takes its amount and marker off
+// the account, so the account holds less than the two holds read held; the
+// other hold, still held and whole, is not a violation. The void runs in
+// the command monitor, as the audit's read of the accounts starts.
+func TestAuditHoldVoidedBetweenItsReads(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0, "C": 0})
+	kept, err := b.c.Hold(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	voided, err := b.c.Hold(ctx, "A", "C", 20)
+	require.NoError(t, err)
+	var once sync.Once
+	var voidErr error
+	db := mongotest.ConnectURI(t, b.server.URI, options.Client().SetMonitor(&event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			if e.CommandName == "find" && e.Command.Lookup("find").StringValue() == "accounts" {
+				once.Do(func() { _, voidErr = b.c.Void(ctx, voided.ID) })
+			}
+		}})).Database(b.db.Name())
+	c, err := twopc.NewCoordinator(db)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	rep, err := c.Audit(ctx, twopc.WithExpectedTotal("", 100))
+	require.NoError(t, err)
+	require.NoError(t, voidErr)
+	assert.Equal(t, twopc.StateCanceled, b.txn(voided.ID).State, "voided during the audit")
+	assert.Equal(t, 2, rep.Held, "both were held when the audit read them")
+	assert.True(t, rep.OK(), "%v", rep.Violations)
+
+	// The check still finds a hold whose account lost its amount: the
+	// second look confirms it.
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "A"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "pendingDebit", Value: int64(0)}}}})
+	require.NoError(t, err)
+	rep, err = c.Audit(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{twopc.ViolationHoldNotOnAccount}, kinds(rep), "%v", rep.Violations)
+	require.Len(t, rep.Violations, 1)
+	assert.Equal(t, kept.ID, rep.Violations[0].Txn)
+}

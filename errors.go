@@ -94,6 +94,7 @@ const (
 	reasonVoided            = "voided"
 	reasonExpired           = "expired"
 	reasonTooManyHolds      = "too_many_holds"
+	reasonLateCopy          = "late_copy"
 )
 
 // reasonErrors pairs reason codes with their errors; a reason that maps to
@@ -113,6 +114,7 @@ var reasonErrors = []struct {
 	{reasonVoided, ErrHoldVoided},
 	{reasonExpired, ErrHoldExpired},
 	{reasonTooManyHolds, ErrTooManyHolds},
+	{reasonLateCopy, ErrCanceled},
 }
 
 // reasonOf is the reason code for err.

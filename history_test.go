@@ -449,3 +449,99 @@ func TestHistoryCancelPlaceholderMeetsTheArchive(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, twopc.StateDone, g.State, "the archive's record answers, not the placeholder")
 }
+
+// A hold captured, settled, unfenced and moved out of the log, whose
+// insert and commit to held are then delivered again (a network that
+// duplicates and delays), leaves a copy held with no leg on any account.
+// Recovery finds its legs missing, voids it (reason late_copy: nothing
+// moves) and removes it in turn; Get still answers from the first record
+// (with an archive), and the audit finds nothing wrong. Before the fix,
+// the copy stayed held for good. Without an archive, the same.
+func TestHistoryHeldCopyEndsCanceled(t *testing.T) {
+	for _, withArchive := range []bool{true, false} {
+		name := "removal"
+		if withArchive {
+			name = "archive"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t)
+			b := newBank(t)
+			var archive *mongo.Collection
+			if withArchive {
+				archive = b.db.Collection("archive")
+			}
+			b.open(map[string]int64{"A": 100, "B": 0})
+			rec := &writeRecorder{}
+			maker, err := twopc.NewCoordinator(rec.database(b), twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = maker.Close(context.Background()) })
+			hold, err := maker.Hold(ctx, "A", "B", 30)
+			require.NoError(t, err)
+			made := rec.recorded() // the insert, the legs, the commit to held
+			c := b.coordinator(twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle())
+			_, err = c.Capture(ctx, hold.ID, 30)
+			require.NoError(t, err)
+			r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithHistory(time.Millisecond, archive)))
+			passes := func() {
+				for i := 0; i < 4; i++ {
+					b.backdateAll(time.Hour)
+					b.ageFinal()
+					_, err := r.RecoverOnce(ctx)
+					require.NoError(t, err)
+				}
+			}
+			passes()
+			require.Empty(t, b.txns(), "captured, settled and moved out of the log")
+
+			resendAll(t, b.db, made)
+			require.Len(t, b.txns(), 1)
+			require.Equal(t, twopc.StateHeld, b.txn(hold.ID).State, "the copy is held")
+			rep, err := r.RecoverOnce(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, 1, rep.RolledBack, "the copy voided")
+			copied := b.txn(hold.ID)
+			assert.Equal(t, twopc.StateCanceled, copied.State)
+			assert.Equal(t, "late_copy", copied.Reason)
+			passes()
+			assert.Empty(t, b.txns(), "the copy removed in turn")
+			if withArchive {
+				got, err := c.Get(ctx, hold.ID)
+				require.NoError(t, err)
+				assert.Equal(t, twopc.StateDone, got.State, "the first record answers")
+			}
+			audit, err := c.Audit(ctx, twopc.WithExpectedTotal("", 100))
+			require.NoError(t, err)
+			assert.True(t, audit.OK(), "%v", audit.Violations)
+			assert.Equal(t, int64(70), b.balance("A"))
+			assert.Equal(t, int64(30), b.balance("B"))
+		})
+	}
+}
+
+// A held hold's legs are on its accounts: recovery marks it so once and
+// leaves it held (it reads its accounts once, not every pass).
+func TestRecoveryConfirmsAHeldHoldOnce(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100, "B": 0})
+	hold, err := b.c.Hold(ctx, "A", "B", 30)
+	require.NoError(t, err)
+	inspects := 0
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepInspect {
+			inspects++
+		}
+		return nil
+	})))
+	for i := 0; i < 3; i++ {
+		b.backdateAll(time.Hour)
+		rep, err := r.RecoverOnce(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, rep.Finished())
+	}
+	assert.Equal(t, 1, inspects, "its accounts read once")
+	assert.Equal(t, twopc.StateHeld, b.txn(hold.ID).State)
+	got, err := b.c.Capture(ctx, hold.ID, 30)
+	require.NoError(t, err)
+	assert.True(t, got.State.Committed())
+}

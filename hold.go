@@ -373,3 +373,78 @@ func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *Recover
 		}
 	})
 }
+
+// confirmHolds is a recovery pass's check of the held holds it has not
+// looked at before: are their legs on their accounts? A hold becomes held
+// only once every leg applied, and its markers leave its accounts only
+// after it leaves held, so a hold read held, whose accounts are read next,
+// and which a write guarded by its state and heldAt then finds still held,
+// had every marker on its accounts when they were read.
+//
+// A held hold none of whose legs is on its accounts is therefore a copy:
+// the transaction was final and removed from the log (WithHistory), and
+// its insert and its commit to held, delivered again by the network,
+// brought it back with no leg applied (the accounts' fence lines refuse
+// them). Nobody would capture, void or expire it, so it would stay held
+// for good; it is voided to canceled (reason "late_copy"), which moves no
+// money, and WithHistory then removes it in turn. A hold whose legs are
+// all on their accounts is marked (onAccounts) so that later passes do not
+// read its accounts again; one with some legs on and some not is reported
+// (only a hand edit makes one) and left.
+func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail func(error)) error {
+	c := r.c
+	unseen := bson.D{{Key: fieldState, Value: StateHeld}, {Key: fieldOnAccounts, Value: bson.D{{Key: "$exists", Value: false}}}}
+	return r.each(ctx, unseen, fail, func(recs []*record) {
+		for _, t := range recs {
+			legs := t.legs()
+			if err := c.ledgers.knows(legs); err != nil {
+				fail(fmt.Errorf("transaction %s: %w: left to a recoverer that has it", t.ID.Hex(), err))
+				continue
+			}
+			accts, err := c.inspect(ctx, t, legs)
+			if err != nil {
+				fail(fmt.Errorf("transaction %s: %w", t.ID.Hex(), err))
+				continue
+			}
+			on := 0
+			for i, l := range legs {
+				if v, _ := judge(accts[i], t, l); v == legApplied {
+					on++
+				}
+			}
+			switch on {
+			case len(legs):
+				err := c.retry(ctx, func(ctx context.Context) error {
+					_, err := c.log.txns.UpdateOne(ctx,
+						bson.D{{Key: "_id", Value: t.ID}, {Key: fieldState, Value: StateHeld}, {Key: fieldHeldAt, Value: t.HeldAt}},
+						bson.D{{Key: "$set", Value: bson.D{{Key: fieldOnAccounts, Value: true}}}})
+					return err
+				})
+				if err != nil {
+					fail(fmt.Errorf("transaction %s: %w", t.ID.Hex(), err))
+				}
+			case 0:
+				start := time.Now()
+				m := voidMove(c, t, reasonLateCopy)
+				m.heldAt = t.HeldAt
+				cur, moved, err := c.log.advance(ctx, t, m)
+				if err == nil && moved {
+					_, err = c.rollback(ctx, cur)
+				}
+				outcome := outcomeOf(moved, err)
+				switch {
+				case err != nil:
+					fail(fmt.Errorf("transaction %s: voiding a held copy: %w", t.ID.Hex(), err))
+				case !moved:
+					rep.Skipped++ // captured or voided first: not a copy after all, or decided
+				default:
+					rep.RolledBack++
+				}
+				r.report(ctx, t.ID, StateHeld, RecoveryRollBack, start, outcome, StepVoid, err)
+			default:
+				fail(fmt.Errorf("transaction %s: held, but only %d of its %d legs are on their accounts; left as it is", t.ID.Hex(), on, len(legs)))
+			}
+		}
+	})
+}
+

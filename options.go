@@ -235,7 +235,10 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 // transaction's own write commands, delivered again after its removal (a
 // network that duplicates and delays), can bring its document back and
 // move it to done or canceled with none of its legs applied, whatever the
-// first record's state was; the copy is removed in turn, and the archive
+// first record's state was (a copy brought back pending is rolled back,
+// applied is settled, and held, for a hold, is found by a Recoverer's
+// pass with none of its legs on its accounts and voided, reason
+// "late_copy"); the copy is removed in turn, and the archive
 // keeps the first record (a copy's archiving finds the id there and leaves
 // it), which is what Get, Cancel and Reverse then read. Without an
 // archive, do not Reverse a transaction older than keep on the log's word

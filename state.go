@@ -106,6 +106,7 @@ const (
 	fieldExpiryMs      = schema.ExpiryMs
 	fieldCaptured      = schema.Captured
 	fieldHeldAt        = schema.HeldAt
+	fieldOnAccounts    = schema.OnAccounts
 )
 
 // record is a transaction document as stored: the public Txn plus what the

@@ -35,10 +35,11 @@ const (
 	AllowNegative = "allowNegative"
 	Placeholder   = "placeholder"
 	Legs          = "legs"
-	Hold          = "hold"     // a hold (Coordinator.Hold)
-	ExpiryMs      = "expiryMs" // a hold's expiry, after it became held
-	Captured      = "captured" // the amount a captured hold moved
-	HeldAt        = "heldAt"   // when a hold became held, by the server's clock
+	Hold          = "hold"       // a hold (Coordinator.Hold)
+	ExpiryMs      = "expiryMs"   // a hold's expiry, after it became held
+	Captured      = "captured"   // the amount a captured hold moved
+	HeldAt        = "heldAt"     // when a hold became held, by the server's clock
+	OnAccounts    = "onAccounts" // a held hold whose legs recovery found on their accounts
 )
 
 // Field names of account documents (see the root package's account.go for

@@ -447,4 +447,3 @@ func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail 
 		}
 	})
 }
-

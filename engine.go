@@ -66,6 +66,10 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 	claimedAt := c.now()
 	calls := make([]*insertCall, 0, len(ts))
 	for _, t := range ts {
+		if err := ctx.Err(); err != nil {
+			insertFailed(t, fmt.Errorf("%w: %w", errNotSent, err))
+			continue
+		}
 		if err := c.at(ctx, StepInsert, t.rec); err != nil {
 			t.answer(t.rec.txn(), insertUnknown(t.rec, err))
 			continue
@@ -73,9 +77,10 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 		calls = append(calls, &insertCall{t: t})
 	}
 	if err := c.inserts.join(ctx, calls...); err != nil {
-		// Given up on: a write may still be filling calls in.
+		// Given up on: left before its write (not sent), or a write may
+		// still be filling calls in.
 		for _, q := range calls {
-			q.t.answer(q.t.rec.txn(), insertUnknown(q.t.rec, err))
+			insertFailed(q.t, err)
 		}
 		return
 	}
@@ -91,7 +96,7 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 		}
 		switch {
 		case err != nil:
-			t.answer(r.txn(), insertUnknown(r, err))
+			insertFailed(t, err)
 		case cur.Claim != r.Claim:
 			t.answer(c.replay(cur, r))
 		case cur.State != StatePending:

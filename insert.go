@@ -22,6 +22,17 @@ func insertUnknown(r *record, err error) error {
 	return fmt.Errorf("twopc: transfer %s: the insert's outcome is unknown; Cancel it, or repeat the transfer with its key: %w", r.ID.Hex(), err)
 }
 
+// insertFailed answers transfer t, whose insert failed with err: not made,
+// with no Txn, if nothing can have reached the server (see errNotSent),
+// else of unknown outcome (insertUnknown).
+func insertFailed(t *transfer, err error) {
+	if errors.Is(err, errNotSent) {
+		t.answer(nil, fmt.Errorf("twopc: transfer not made, %w", err))
+		return
+	}
+	t.answer(t.rec.txn(), insertUnknown(t.rec, err))
+}
+
 // insertCall is one transfer's insert in the insert stage, and its
 // outcome: the transaction under its _id as the write left it.
 type insertCall struct {
@@ -115,7 +126,7 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
 	}
 	start := time.Now()
 	var res *mongo.BulkWriteResult
-	err := g.retry(ctx, func(ctx context.Context) error {
+	err := g.retrySent(ctx, func(ctx context.Context) error {
 		var err error
 		res, err = g.txns.BulkWrite(ctx, models, unorderedWrite)
 		return err
@@ -223,7 +234,7 @@ func (g *txnLog) insertOne(ctx context.Context, r *record) (*record, error) {
 	filter, update := insertWrite(r)
 	var cur record
 	start := time.Now()
-	err := g.retry(ctx, func(ctx context.Context) error {
+	err := g.retrySent(ctx, func(ctx context.Context) error {
 		return decodeReply(g.txns.FindOneAndUpdate(ctx, encoded(filter), encoded(update), upsertReturnAfter), &cur)
 	})
 	if mongo.IsDuplicateKeyError(err) {

@@ -3,9 +3,12 @@ package twopc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 )
 
 // transient reports whether err may pass if the operation is tried again:
@@ -49,4 +52,42 @@ func (c *config) retry(ctx context.Context, op func(context.Context) error) erro
 		}
 		backoff *= 2
 	}
+}
+
+// errNotSent marks the error of a write that cannot have reached the
+// server: no attempt of it was sent. Its transaction was not written, and
+// never will be.
+var errNotSent = errors.New("nothing was sent to the server")
+
+// unsent reports whether err, an attempt's error, says the command was not
+// sent: the driver gave up before a connection carried it (server
+// selection, the connection pool's wait, a deadline that would be
+// exceeded, which the driver reports as "operation not sent to server").
+// Any other error, a context's that ended while the command was on the
+// wire included, may have come after the server received it.
+func unsent(err error) bool {
+	var selection topology.ServerSelectionError
+	var pool topology.WaitQueueTimeoutError
+	return errors.Is(err, driver.ErrDeadlineWouldBeExceeded) || errors.As(err, &selection) || errors.As(err, &pool)
+}
+
+// retrySent is retry for a write whose caller must know whether it may
+// have reached the server: an error after attempts none of which was sent
+// (see unsent) wraps errNotSent.
+func (c *config) retrySent(ctx context.Context, op func(context.Context) error) error {
+	sent := false
+	err := c.retry(ctx, func(ctx context.Context) error {
+		if ctx.Err() != nil && !sent {
+			return ctx.Err() // ended before this attempt: not sent
+		}
+		err := op(ctx)
+		if err == nil || !unsent(err) {
+			sent = true
+		}
+		return err
+	})
+	if err != nil && !sent {
+		return fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	return err
 }

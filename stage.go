@@ -2,6 +2,7 @@ package twopc
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,8 +37,9 @@ const groupTimeout = time.Minute
 //
 // Contexts: a caller whose context ends while it waits returns at once
 // with the context's error. If its items were not yet taken into a write,
-// they are not written; if they were, their outcome is as unknown as a
-// lost reply's, and the transaction's state tells.
+// they are not written, and the error wraps errNotSent; if they were, their
+// outcome is as unknown as a lost reply's, and the transaction's state
+// tells.
 type stage[I any] struct {
 	write func(ctx context.Context, items []I) // writes items and leaves each one's outcome in it
 
@@ -89,7 +91,7 @@ func (s *stage[I]) join(ctx context.Context, items ...I) error {
 		if !w.taken {
 			s.remove(w) // never written
 			s.mu.Unlock()
-			return ctx.Err()
+			return fmt.Errorf("%w: %w", errNotSent, ctx.Err())
 		}
 		s.mu.Unlock()
 		select {
@@ -99,7 +101,8 @@ func (s *stage[I]) join(ctx context.Context, items ...I) error {
 		}
 	}
 	if !w.written {
-		return ctx.Err() // its context had ended when the write was made
+		// Its context had ended when the write was made: left out of it.
+		return fmt.Errorf("%w: %w", errNotSent, ctx.Err())
 	}
 	return nil
 }

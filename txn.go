@@ -120,6 +120,13 @@ func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 // ErrCanceled; if another application took it over while this call
 // stalled, ErrInProgress.
 //
+// If nothing can have reached the server (the context ended before the
+// insert was sent, or while the call waited to be grouped with others'
+// inserts; the driver found no server, or saw the deadline would pass and
+// did not send), Transfer returns a nil Txn and an error that wraps the
+// cause (errors.Is(err, context.Canceled), context.DeadlineExceeded):
+// nothing was written, and nothing will be.
+//
 // Any other error (the database, the context, a step hook) leaves the
 // transaction where it stood, for a Recoverer: the returned Txn, when not
 // nil, says where. An error with a Txn whose State is Committed means the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -250,4 +251,50 @@ func TestStepStrings(t *testing.T) {
 	require.True(t, errors.As(err, &se))
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Contains(t, err.Error(), "commit")
+}
+
+// A Transfer whose context ends before its insert is sent writes nothing
+// and says so: the context's error (errors.Is), a nil Txn, nothing in the
+// log, not the unknown outcome that sends a caller to Cancel. Three ways:
+// a context already canceled, a deadline already past, and a context
+// canceled while the call waits in the insert stage behind another write.
+func TestTransferContextEndedBeforeTheInsertIsSent(t *testing.T) {
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100, "B": 0})
+
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	txn, err := b.c.Transfer(canceled, "A", "B", 10)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotContains(t, err.Error(), "unknown")
+	assert.Nil(t, txn)
+
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	txn, err = b.c.Transfer(past, "A", "B", 10, twopc.WithKey("past"))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Nil(t, txn)
+
+	waiting := make(chan struct{}, 1)
+	release := twopc.HoldInserts(b.c, func() { waiting <- struct{}{} })
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan transferResult, 1)
+	go func() {
+		txn, err := b.c.Transfer(ctx, "A", "B", 10)
+		res <- transferResult{txn, err}
+	}()
+	<-waiting // in the stage, behind the write HoldInserts stands for
+	cancel()
+	r := <-res
+	release()
+	require.ErrorIs(t, r.err, context.Canceled)
+	assert.Nil(t, r.txn)
+
+	assert.Empty(t, b.txns(), "nothing written")
+	assert.Equal(t, int64(100), b.balance("A"))
+
+	// A transfer whose context is live still goes through the stage.
+	txn, err = b.c.Transfer(testCtx(t), "A", "B", 10)
+	require.NoError(t, err)
+	assert.True(t, txn.State.Committed())
 }

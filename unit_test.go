@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 )
 
 // The pure parts of the protocol, tested without a server (as mgo/txn
@@ -291,4 +294,39 @@ func TestUnitParallelKeepsTheFirstError(t *testing.T) {
 	})
 	assert.ErrorIs(t, err, errUnit)
 	assert.NoError(t, parallel(0, func(int) error { return errUnit }))
+}
+
+// unsent tells a command the driver never sent (server selection, the
+// pool's wait, a deadline the driver saw would pass: "operation not sent
+// to server") from one that may have reached the server.
+func TestUnitUnsent(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("%w: rtt", driver.ErrDeadlineWouldBeExceeded), true},
+		{topology.ServerSelectionError{Wrapped: context.DeadlineExceeded}, true},
+		{fmt.Errorf("wrapped: %w", topology.WaitQueueTimeoutError{Wrapped: context.Canceled}), true},
+		{context.Canceled, false},            // may have ended a round trip under way
+		{context.DeadlineExceeded, false},    // the same
+		{mongo.CommandError{Code: 1}, false}, // the server answered
+		{errors.New("connection reset"), false},
+	} {
+		assert.Equal(t, c.want, unsent(c.err), "%v", c.err)
+	}
+	// retrySent: an attempt that may have been sent, then one that was
+	// not, is not "not sent".
+	cfg := defaultConfig()
+	cfg.retries = 3
+	attempts := []error{mongo.CommandError{Code: 6, Labels: []string{"NetworkError"}}, topology.ServerSelectionError{Wrapped: context.DeadlineExceeded}}
+	n := 0
+	err := cfg.retrySent(context.Background(), func(context.Context) error { n++; return attempts[min(n, len(attempts))-1] })
+	assert.NotErrorIs(t, err, errNotSent)
+	err = cfg.retrySent(context.Background(), func(context.Context) error { return topology.ServerSelectionError{Wrapped: context.DeadlineExceeded} })
+	assert.ErrorIs(t, err, errNotSent)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = cfg.retrySent(ctx, func(context.Context) error { panic("sent") })
+	assert.ErrorIs(t, err, errNotSent)
+	assert.ErrorIs(t, err, context.Canceled)
 }

@@ -34,6 +34,7 @@ type Coordinator struct {
 	inserts *stage[*insertCall] // see insertAll
 	applies *applyStages        // see applyRound
 	commits *stage[*commitCall] // see commitAll
+	keys    keyCalls            // the keyed calls running, one at a time a key
 
 	closeOnce sync.Once
 }

@@ -63,6 +63,20 @@ func (c *Coordinator) newTransfer(t Txn, key string) *transfer {
 // the same writes (see stage), and leaves each one's answer in it.
 func (e *engine) run(ctx context.Context, ts []*transfer) {
 	c := e.c
+	var keys []string
+	for _, t := range ts {
+		if t.rec.Key != "" {
+			keys = append(keys, t.rec.Key)
+		}
+	}
+	release, err := c.keys.enter(ctx, keys)
+	if err != nil {
+		for _, t := range ts {
+			insertFailed(t, err)
+		}
+		return
+	}
+	defer release()
 	claimedAt := c.now()
 	calls := make([]*insertCall, 0, len(ts))
 	for _, t := range ts {

@@ -44,7 +44,9 @@ var (
 
 	// ErrInProgress reports that the transaction's outcome is not decided by
 	// this call: another application owns it (it took over a stalled owner,
-	// or a call with the same key is still running). Its owner or a
+	// or a call with the same key is still running in another
+	// coordinator; within one coordinator a call with the key of a call
+	// still running waits for it and returns its outcome). Its owner or a
 	// Recoverer will finish it; read it later with Coordinator.Get.
 	ErrInProgress = errors.New("twopc: transaction in progress elsewhere")
 

@@ -63,3 +63,13 @@ func HoldInserts(c *Coordinator, waiting func()) (release func()) {
 		s.next()
 	}
 }
+
+// OnKeyWait has f called each time a call of c starts waiting for a call
+// of c with its idempotency key to end. f runs under a lock: it must not
+// block.
+func OnKeyWait(c *Coordinator, f func()) {
+	c.keys.mu.Lock()
+	defer c.keys.mu.Unlock()
+	c.keys.waits = f
+}
+

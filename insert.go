@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -257,4 +258,68 @@ func (g *txnLog) insertOne(ctx context.Context, r *record) (*record, error) {
 	}
 	g.transition(ctx, r.ID, inserted, start, 1, cur.Claim == r.Claim, nil)
 	return &cur, nil
+}
+
+// keyCalls makes the calls of one coordinator with one idempotency key
+// run one after another: a call whose key is the key of a call still
+// running (a client retrying a request that is in flight) waits for that
+// call to end, then runs, and finds the transaction it left, so it is
+// answered with that transaction's outcome rather than ErrInProgress for
+// a transfer this very coordinator is making. Calls of other coordinators
+// are not known here; the insert's guard orders those (one _id, one owner).
+type keyCalls struct {
+	mu      sync.Mutex
+	running map[string]chan struct{} // closed when the call running the key ends
+
+	// waits, if set (tests only), is called, under mu, when a call starts
+	// waiting for another with its key.
+	waits func()
+}
+
+// enter waits until no other call runs any of keys, then marks them as
+// this call's until release is called. It returns the context's error,
+// wrapping errNotSent, if ctx ends while it waits.
+func (k *keyCalls) enter(ctx context.Context, keys []string) (release func(), err error) {
+	if len(keys) == 0 {
+		return func() {}, nil
+	}
+	for {
+		k.mu.Lock()
+		var busy chan struct{}
+		for _, key := range keys {
+			if ch, ok := k.running[key]; ok {
+				busy = ch
+				break
+			}
+		}
+		if busy == nil {
+			mine := make(chan struct{})
+			if k.running == nil {
+				k.running = map[string]chan struct{}{}
+			}
+			for _, key := range keys {
+				k.running[key] = mine
+			}
+			k.mu.Unlock()
+			return func() {
+				k.mu.Lock()
+				for _, key := range keys {
+					if k.running[key] == mine {
+						delete(k.running, key)
+					}
+				}
+				k.mu.Unlock()
+				close(mine)
+			}, nil
+		}
+		if k.waits != nil {
+			k.waits()
+		}
+		k.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+		}
+	}
 }

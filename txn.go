@@ -259,7 +259,9 @@ type transferConfig struct {
 
 // WithKey sets an idempotency key: a Transfer repeated with the same key
 // returns the first transaction, in whatever state it reached, and never
-// moves money twice. Keys are unique across the transactions collection.
+// moves money twice. A call made while a call of the same Coordinator
+// with the same key is still running waits for that call to end, and
+// returns the transaction it left. Keys are unique across the transactions collection.
 // A key is valid UTF-8, not empty, and at most MaxKeyLen bytes; any other
 // gets ErrInvalidTransfer, and nothing is written.
 func WithKey(key string) TransferOption {

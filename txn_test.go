@@ -298,3 +298,46 @@ func TestTransferContextEndedBeforeTheInsertIsSent(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, txn.State.Committed())
 }
+
+// Within one coordinator, a call with the key of a call still running (a
+// client retrying a request in flight) waits for it and returns its
+// outcome: the same transaction, no ErrInProgress "elsewhere". The first
+// call stalls before its legs; the second is let run only once it waits.
+// Before the fix the second call got ErrInProgress naming this very
+// coordinator. A key used for another transfer still gets ErrKeyConflict.
+func TestTransferSameKeyInOneCoordinatorWaits(t *testing.T) {
+	ctx := testCtx(t)
+	s := newStall(twopc.StepApply)
+	b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	waiting := make(chan struct{}, 4)
+	twopc.OnKeyWait(b.c, func() { waiting <- struct{}{} })
+	first := make(chan transferResult, 1)
+	go func() {
+		txn, err := b.c.Transfer(ctx, "A", "B", 40, twopc.WithKey("order-1"))
+		first <- transferResult{txn, err}
+	}()
+	<-s.reached
+	second := make(chan transferResult, 1)
+	go func() {
+		txn, err := b.c.Transfer(ctx, "A", "B", 40, twopc.WithKey("order-1"))
+		second <- transferResult{txn, err}
+	}()
+	var r2 transferResult
+	select {
+	case <-waiting: // the retry waits for the call in flight
+	case r2 = <-second:
+		close(s.release)
+		t.Fatalf("the retry did not wait for the call in flight: %v", r2.err)
+	}
+	close(s.release)
+	r1 := <-first
+	r2 = <-second
+	require.NoError(t, r1.err)
+	require.NoError(t, r2.err, "the retry answers with the first call's outcome")
+	assert.Equal(t, r1.txn.ID, r2.txn.ID)
+	assert.Equal(t, twopc.StateDone, r2.txn.State)
+	assert.Equal(t, int64(60), b.balance("A"), "moved once")
+	_, err := b.c.Transfer(ctx, "A", "B", 41, twopc.WithKey("order-1"))
+	require.ErrorIs(t, err, twopc.ErrKeyConflict)
+}

@@ -132,7 +132,7 @@ func TestBadInput(t *testing.T) {
 		_, err := twopc.NewCoordinator(nil)
 		require.Error(t, err)
 		require.NotPanics(t, func() { _ = b.c.OpenAccount(ctx, nil, 1) })
-		require.ErrorIs(t, b.c.OpenAccount(ctx, nil, 1), twopc.ErrInvalidTransfer)
+		require.ErrorIs(t, b.c.OpenAccount(ctx, nil, 1), twopc.ErrInvalidAccountID)
 		_, err = b.c.Balance(ctx, "nobody")
 		require.ErrorIs(t, err, twopc.ErrAccountNotFound)
 		_, err = b.c.Balance(ctx, "float")
@@ -190,3 +190,39 @@ func TestInvalidKeys(t *testing.T) {
 	assert.Equal(t, long, b.txn(first.ID).Key, "stored as given")
 	assert.Equal(t, int64(89), b.balance("A"))
 }
+
+// Opening accounts: an id that is taken gives ErrAccountExists and the
+// account keeps its balance; a balance below zero gives
+// ErrNegativeBalance and writes nothing; a bad id, in OpenAccount, Account
+// or Balance, says the account id is invalid (not "invalid transfer"),
+// while a transfer with one is both. Before: a raw E11000, a negative
+// account opened, and "invalid transfer" for an account call.
+func TestOpenAccountErrors(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	require.NoError(t, b.c.OpenAccount(ctx, "A", 100))
+	err := b.c.OpenAccount(ctx, "A", 5)
+	require.ErrorIs(t, err, twopc.ErrAccountExists)
+	assert.NotContains(t, err.Error(), "E11000")
+	assert.Equal(t, int64(100), b.balance("A"), "the existing account untouched")
+
+	err = b.c.OpenAccount(ctx, "N", -1)
+	require.ErrorIs(t, err, twopc.ErrNegativeBalance)
+	_, err = b.c.Account(ctx, "N")
+	require.ErrorIs(t, err, twopc.ErrAccountNotFound, "nothing written")
+
+	for _, call := range []func() error{
+		func() error { return b.c.OpenAccount(ctx, nil, 1) },
+		func() error { _, err := b.c.Balance(ctx, []int{1}); return err },
+		func() error { _, err := b.c.Account(ctx, ""); return err },
+	} {
+		err := call()
+		require.ErrorIs(t, err, twopc.ErrInvalidAccountID)
+		assert.NotErrorIs(t, err, twopc.ErrInvalidTransfer)
+		assert.NotContains(t, err.Error(), "transfer")
+	}
+	_, err = b.c.Transfer(ctx, nil, "A", 1)
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+	require.ErrorIs(t, err, twopc.ErrInvalidAccountID)
+}
+

@@ -10,6 +10,20 @@ var (
 	// nil or cannot be a document _id. Nothing is written.
 	ErrInvalidTransfer = errors.New("twopc: invalid transfer")
 
+	// ErrInvalidAccountID reports an account id that is nil or cannot be
+	// a document _id whose equality the library decides as the server
+	// does (see Transfer), given to OpenAccount, Account or Balance, or in
+	// a transfer (which also wraps ErrInvalidTransfer). Nothing is written.
+	ErrInvalidAccountID = errors.New("twopc: invalid account id")
+
+	// ErrAccountExists reports an OpenAccount of an id that names an
+	// account already: the account is left as it was.
+	ErrAccountExists = errors.New("twopc: account already exists")
+
+	// ErrNegativeBalance reports an OpenAccount with a balance below zero.
+	// Nothing is written.
+	ErrNegativeBalance = errors.New("twopc: opening balance below zero")
+
 	// ErrInsufficientFunds reports that the debit would have taken the source
 	// balance below zero. The transaction ends canceled; no balance changes.
 	ErrInsufficientFunds = errors.New("twopc: insufficient funds")

@@ -23,7 +23,8 @@ import (
 // unique index on _id agrees. So the library compares ids the same way:
 // two ids are one account when their canonical forms (schema.CanonicalID) are
 // equal. The id forms whose server equality the library cannot decide
-// exactly are refused with ErrInvalidTransfer wherever they appear:
+// exactly are refused with ErrInvalidAccountID (and, in a transfer,
+// ErrInvalidTransfer) wherever they appear:
 // Decimal128 (equal to numbers of other types by value, which the library
 // does not compute; the development server also drops the connection on
 // it), Symbol (equal to a string on some servers and not on others),
@@ -38,36 +39,36 @@ import (
 // library decides as the server does.
 func validateAccountID(which string, id any) error {
 	if id == nil {
-		return fmt.Errorf("%w: %s id is nil", ErrInvalidTransfer, which)
+		return fmt.Errorf("%w: %s id is nil", ErrInvalidAccountID, which)
 	}
 	if unordered(reflect.ValueOf(id), 0) {
 		// A Go map marshals in random key order, and {a, b} and {b, a}
 		// are two documents to the server: one account id would name
 		// either, call by call.
-		return fmt.Errorf("%w: %s id holds a map of more than one key (%T), whose field order is random; use bson.D", ErrInvalidTransfer, which, id)
+		return fmt.Errorf("%w: %s id holds a map of more than one key (%T), whose field order is random; use bson.D", ErrInvalidAccountID, which, id)
 	}
 	v, err := schema.MarshalID(id)
 	if err != nil {
-		return fmt.Errorf("%w: %s id %v (%T) cannot be an _id: %v", ErrInvalidTransfer, which, id, id, err)
+		return fmt.Errorf("%w: %s id %v (%T) cannot be an _id: %v", ErrInvalidAccountID, which, id, id, err)
 	}
 	t, data := v.Type, v.Value
 	switch t {
 	case bson.TypeArray, bson.TypeNull:
-		return fmt.Errorf("%w: %s id of BSON type %s cannot be an _id", ErrInvalidTransfer, which, t)
+		return fmt.Errorf("%w: %s id of BSON type %s cannot be an _id", ErrInvalidAccountID, which, t)
 	case bson.TypeString:
 		if s, ok := v.StringValueOK(); ok && s == "" {
-			return fmt.Errorf("%w: %s id is the empty string", ErrInvalidTransfer, which)
+			return fmt.Errorf("%w: %s id is the empty string", ErrInvalidAccountID, which)
 		}
 	case bson.TypeEmbeddedDocument:
 		// {_id: {$gt: ""}} in a filter is a query, not an id: it would match
 		// other accounts. Keys with dots or nothing in them are refused by
 		// some servers, so they are refused here, before anything is written.
 		if err := checkKeys(bson.Raw(data)); err != nil {
-			return fmt.Errorf("%w: %s id: %v", ErrInvalidTransfer, which, err)
+			return fmt.Errorf("%w: %s id: %v", ErrInvalidAccountID, which, err)
 		}
 	}
 	if err := checkIDValue(v); err != nil {
-		return fmt.Errorf("%w: %s id: %v", ErrInvalidTransfer, which, err)
+		return fmt.Errorf("%w: %s id: %v", ErrInvalidAccountID, which, err)
 	}
 	return nil
 }

@@ -36,9 +36,17 @@ func (l *Ledger) Name() string { return l.name }
 // If a rollback left fences under this id while the account did not exist
 // (a tombstone), the account takes them over, so that no stalled leg of a
 // canceled transaction can apply to it.
+//
+// An id that names an account already gives ErrAccountExists, and the
+// account is left as it was; an id that cannot be an account's,
+// ErrInvalidAccountID; a balance below zero, ErrNegativeBalance. The last
+// two write nothing.
 func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64) error {
 	if err := validateAccountID("account", id); err != nil {
-		return err
+		return fmt.Errorf("twopc: open account: %w", err)
+	}
+	if balance < 0 {
+		return fmt.Errorf("twopc: open account %v: %w: %d", id, ErrNegativeBalance, balance)
 	}
 	_, err := l.accounts.InsertOne(ctx, bson.D{
 		{Key: "_id", Value: id},
@@ -52,6 +60,9 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64) error {
 		})
 		if uerr == nil && res.ModifiedCount == 1 {
 			return nil
+		}
+		if uerr == nil {
+			return fmt.Errorf("twopc: open account %v: %w", id, ErrAccountExists)
 		}
 	}
 	if err != nil {
@@ -80,10 +91,11 @@ type Account struct {
 	PendingTransactions []bson.ObjectID
 }
 
-// Account reads account id.
+// Account reads account id: ErrAccountNotFound if there is none,
+// ErrInvalidAccountID for an id that cannot be an account's.
 func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
 	if err := validateAccountID("account", id); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("twopc: account: %w", err)
 	}
 	var a account
 	err := l.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},

@@ -64,7 +64,7 @@ func validateLegs(legs []Leg) (int64, error) {
 	var debits, credits int64
 	for i, l := range legs {
 		if err := validateAccountID(fmt.Sprintf("leg %d", i), l.Account); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("%w: %w", ErrInvalidTransfer, err)
 		}
 		switch {
 		case l.Amount == 0:

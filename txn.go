@@ -166,10 +166,10 @@ func validateTransfer(source, destination any, value int64) error {
 		return fmt.Errorf("%w: value %d is not positive", ErrInvalidTransfer, value)
 	}
 	if err := validateAccountID("source", source); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrInvalidTransfer, err)
 	}
 	if err := validateAccountID("destination", destination); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrInvalidTransfer, err)
 	}
 	if schema.SameID(source, destination) {
 		return fmt.Errorf("%w: source and destination are the same account %v", ErrInvalidTransfer, source)

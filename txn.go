@@ -92,12 +92,35 @@ func (t *Txn) SettledLegs() []Leg {
 }
 
 // Get returns transaction id as it now stands: as the archive holds it, if
-// WithHistory's archive does (see Coordinator.lookup), else as the log
-// does.
+// WithHistory's archive does (the archive keeps a transaction's first
+// record), else as the transactions collection does. A transaction moving
+// to the archive while Get reads is found: the archive is read again after
+// a miss. ErrTxnNotFound if neither holds it.
 func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 	r, _, err := c.log.lookup(ctx, id)
 	if r == nil {
 		return nil, err
+	}
+	return r.txn(), err
+}
+
+// GetByKey returns the transaction made with idempotency key key (see
+// WithKey; Reverse's reversals have the keys "reverse:<id>", then
+// "reverse:<id>:2", ...), as Get does: from the transactions collection or
+// WithHistory's archive. If Cancel was called on the key's transaction
+// before it arrived, GetByKey returns the canceled placeholder Cancel
+// wrote. ErrTxnNotFound if no transaction has the key; a key WithKey would
+// refuse gets ErrInvalidTransfer.
+func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
+	if err := validateKey(key); err != nil {
+		return nil, fmt.Errorf("twopc: get by key: %w", err)
+	}
+	r, _, err := c.log.lookup(ctx, keyID(key))
+	if r == nil {
+		return nil, err
+	}
+	if err == nil && r.Key != key && !r.Placeholder {
+		return nil, fmt.Errorf("%w: key %q (its _id holds a transaction of key %q)", ErrTxnNotFound, key, r.Key)
 	}
 	return r.txn(), err
 }

@@ -341,3 +341,42 @@ func TestTransferSameKeyInOneCoordinatorWaits(t *testing.T) {
 	_, err := b.c.Transfer(ctx, "A", "B", 41, twopc.WithKey("order-1"))
 	require.ErrorIs(t, err, twopc.ErrKeyConflict)
 }
+
+// GetByKey finds a transfer by its idempotency key, in the log and, once
+// moved there, in the archive; a reversal by its derived key; an unknown
+// key is ErrTxnNotFound and a bad one ErrInvalidTransfer.
+func TestGetByKey(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	archive := b.db.Collection("archive")
+	c := b.coordinator(twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	paid, err := c.Transfer(ctx, "A", "B", 30, twopc.WithKey("order-7"))
+	require.NoError(t, err)
+	got, err := c.GetByKey(ctx, "order-7")
+	require.NoError(t, err)
+	assert.Equal(t, paid.ID, got.ID)
+	assert.Equal(t, twopc.StateDone, got.State)
+	assert.Equal(t, "order-7", got.Key)
+
+	rev, err := c.Reverse(ctx, paid.ID)
+	require.NoError(t, err)
+	got, err = c.GetByKey(ctx, "reverse:"+paid.ID.Hex())
+	require.NoError(t, err)
+	assert.Equal(t, rev.ID, got.ID)
+
+	// Moved to the archive by hand, as an older version's history did:
+	// still found.
+	var doc bson.Raw
+	require.NoError(t, b.db.Collection("transactions").FindOneAndDelete(ctx, bson.D{{Key: "_id", Value: paid.ID}}).Decode(&doc))
+	_, err = archive.InsertOne(ctx, doc)
+	require.NoError(t, err)
+	got, err = c.GetByKey(ctx, "order-7")
+	require.NoError(t, err)
+	assert.Equal(t, paid.ID, got.ID)
+
+	_, err = c.GetByKey(ctx, "order-8")
+	require.ErrorIs(t, err, twopc.ErrTxnNotFound)
+	_, err = c.GetByKey(ctx, "")
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+}

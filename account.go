@@ -4,7 +4,6 @@ package twopc
 // rules that judge a leg against it (the leg verdict and the credit guard).
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -222,26 +221,26 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 		// someone else, or its time is older than transactions already
 		// finished here (a slow clock, a very late insert). It cannot
 		// apply; the caller's guarded move to canceling tells which.
-		return legBlocked, fmt.Errorf("%w: account %v is closed to transactions created at or before %v",
+		return legBlocked, errorf("%w: account %v is closed to transactions created at or before %v",
 			ErrTooLate, l.account, a.FencedBefore.UTC().Format(time.RFC3339Nano))
 	case a == nil || a.Tombstone:
-		return legBlocked, fmt.Errorf("%w: %v", ErrAccountNotFound, l.account)
+		return legBlocked, errorf("%w: %v", ErrAccountNotFound, l.account)
 	case a.FencedIDs.Type != 0 && a.FencedIDs.Type != bson.TypeArray:
-		return legBlocked, fmt.Errorf("%w: account %v has fencedTransactions of BSON type %s", ErrInvalidAccount, l.account, a.FencedIDs.Type)
+		return legBlocked, errorf("%w: account %v has fencedTransactions of BSON type %s", ErrInvalidAccount, l.account, a.FencedIDs.Type)
 	}
 	b, ok := a.balance()
 	switch {
 	case r.Hold && a.pendingLen() >= MaxHolds:
-		return legBlocked, fmt.Errorf("%w: account %v carries %d legs in flight, holds included (MaxHolds is %d)",
+		return legBlocked, errorf("%w: account %v carries %d legs in flight, holds included (MaxHolds is %d)",
 			ErrTooManyHolds, l.account, a.pendingLen(), MaxHolds)
 	case !ok:
-		return legBlocked, fmt.Errorf("%w: account %v has balance of BSON type %s", ErrInvalidAccount, l.account, a.Balance.Type)
+		return legBlocked, errorf("%w: account %v has balance of BSON type %s", ErrInvalidAccount, l.account, a.Balance.Type)
 	case l.debit() && !r.AllowNegative && b < -l.delta:
-		return legBlocked, fmt.Errorf("%w: account %v has %d, needs %d", ErrInsufficientFunds, l.account, b, -l.delta)
+		return legBlocked, errorf("%w: account %v has %d, needs %d", ErrInsufficientFunds, l.account, b, -l.delta)
 	case l.debit() && b < math.MinInt64-l.delta:
-		return legBlocked, fmt.Errorf("%w: account %v has %d, debit %d", ErrBalanceOverflow, l.account, b, -l.delta)
+		return legBlocked, errorf("%w: account %v has %d, debit %d", ErrBalanceOverflow, l.account, b, -l.delta)
 	case !l.debit() && !a.creditFits(b, l.delta):
-		return legBlocked, fmt.Errorf("%w: account %v has %d with %d in flight in and %d out, credit %d",
+		return legBlocked, errorf("%w: account %v has %d with %d in flight in and %d out, credit %d",
 			ErrBalanceOverflow, l.account, b, a.credit(), a.heldDebit(), l.delta)
 	}
 	return legRetry, nil

@@ -8,7 +8,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -69,7 +68,7 @@ func (e *engine) applyLegs(ctx context.Context, o *owned, todo []leg, round int)
 					return q.err
 				}
 				if unsent == maxUnsent {
-					return fmt.Errorf("the claim is too old to send the legs, %d times: %w", unsent+1, context.DeadlineExceeded)
+					return errorf("the claim is too old to send the legs, %d times: %w", unsent+1, context.DeadlineExceeded)
 				}
 			}
 		})
@@ -88,7 +87,7 @@ func (e *engine) applyLegs(ctx context.Context, o *owned, todo []leg, round int)
 		}
 		todo = q.next
 	}
-	return nil, fmt.Errorf("legs of %s did not apply in %d rounds: the accounts keep changing", o.rec.ID.Hex(), maxApplyRounds)
+	return nil, errorf("legs of %s did not apply in %d rounds: the accounts keep changing", o.rec.ID.Hex(), maxApplyRounds)
 }
 
 // renew refreshes the owner's claim when an eighth of StaleAfter has
@@ -202,7 +201,7 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 			// fields do not show: a schema validator, a
 			// pendingTransactions that is not an array, a document grown
 			// too large. It will refuse it again.
-			verdict, why = legBlocked, fmt.Errorf("%w: account %v: the server refused the leg: %s", ErrInvalidAccount, l.account, msg)
+			verdict, why = legBlocked, errorf("%w: account %v: the server refused the leg: %s", ErrInvalidAccount, l.account, msg)
 		}
 		switch verdict {
 		case legFenced:

@@ -56,27 +56,27 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 	}
 	for _, name := range cfg.totalsOrdered {
 		if _, err := c.Ledger(name); err != nil {
-			return nil, fmt.Errorf("twopc: audit: %w", err)
+			return nil, errorf("twopc: audit: %w", err)
 		}
 	}
 	now, err := c.log.serverNow(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("twopc: audit: %w", err)
+		return nil, errorf("twopc: audit: %w", err)
 	}
 	rep := &AuditReport{Started: now, Transactions: map[State]int{}, Accounts: map[string]int{}}
 	au := &audit{c: c, cfg: cfg, rep: rep}
 	if err := au.transactions(ctx); err != nil {
-		return nil, fmt.Errorf("twopc: audit: %w", err)
+		return nil, errorf("twopc: audit: %w", err)
 	}
 	if err := au.holds(ctx); err != nil {
-		return nil, fmt.Errorf("twopc: audit: %w", err)
+		return nil, errorf("twopc: audit: %w", err)
 	}
 	inFlight := rep.Unfinished > 0
 	sums := map[string]int64{}
 	for _, name := range c.ledgerNames() {
 		sum, err := au.ledger(ctx, c.ledgers[name])
 		if err != nil {
-			return nil, fmt.Errorf("twopc: audit: ledger %q: %w", name, err)
+			return nil, errorf("twopc: audit: ledger %q: %w", name, err)
 		}
 		sums[name] = sum
 	}
@@ -89,7 +89,7 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 			bson.D{{Key: fieldLastModified, Value: bson.D{{Key: "$gte", Value: rep.Started}}}},
 		}}})
 		if err != nil {
-			return nil, fmt.Errorf("twopc: audit: %w", err)
+			return nil, errorf("twopc: audit: %w", err)
 		}
 		inFlight = n > 0
 	}
@@ -103,7 +103,7 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 		rep.Totals = append(rep.Totals, tc)
 	}
 	if rep.Finished, err = c.log.serverNow(ctx); err != nil {
-		return nil, fmt.Errorf("twopc: audit: %w", err)
+		return nil, errorf("twopc: audit: %w", err)
 	}
 	return rep, nil
 }

@@ -154,7 +154,7 @@ func (r *AuditReport) Err() error {
 		}
 		parts = append(parts, v.String())
 	}
-	return fmt.Errorf("%w: %s", ErrAuditFailed, strings.Join(parts, "; "))
+	return errorf("%w: %s", ErrAuditFailed, strings.Join(parts, "; "))
 }
 
 func (r *AuditReport) add(v Violation) {

@@ -226,3 +226,21 @@ func TestOpenAccountErrors(t *testing.T) {
 	require.ErrorIs(t, err, twopc.ErrInvalidAccountID)
 }
 
+// Errors a caller meets carry "twopc:" once (they wrapped the sentinel's
+// own prefix before).
+func TestErrorsCarryOnePrefix(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 10, "B": 0})
+	_, err := b.c.Transfer(ctx, "A", "B", 50)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	assert.Equal(t, 1, strings.Count(err.Error(), "twopc:"), err.Error())
+	paid, err := b.c.Transfer(ctx, "A", "B", 5)
+	require.NoError(t, err)
+	_, err = twopc.NewCanceler(b.c).Cancel(ctx, paid.ID)
+	require.ErrorIs(t, err, twopc.ErrNotCancelable)
+	assert.Equal(t, 1, strings.Count(err.Error(), "twopc:"), err.Error())
+	_, err = b.c.TransferLegs(ctx, []twopc.Leg{{Ledger: "nowhere", Account: "A", Amount: -1}, {Account: "B", Amount: 1}})
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+	assert.Equal(t, 1, strings.Count(err.Error(), "twopc:"), err.Error())
+}

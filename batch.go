@@ -2,7 +2,6 @@ package twopc
 
 import (
 	"context"
-	"fmt"
 )
 
 // MaxBatch is the most transfers one TransferBatch call takes.
@@ -51,7 +50,7 @@ type TransferResult struct {
 // ErrInvalidTransfer for more than MaxBatch requests, or ErrClosed.
 func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest) ([]TransferResult, error) {
 	if len(reqs) > MaxBatch {
-		return nil, fmt.Errorf("%w: %d transfers in one batch, more than MaxBatch (%d)", ErrInvalidTransfer, len(reqs), MaxBatch)
+		return nil, errorf("%w: %d transfers in one batch, more than MaxBatch (%d)", ErrInvalidTransfer, len(reqs), MaxBatch)
 	}
 	if c.settler.isClosed() {
 		return nil, ErrClosed
@@ -67,13 +66,13 @@ func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest)
 		}
 		if err == nil && q.Key != "" {
 			if j, ok := keys[q.Key]; ok {
-				err = fmt.Errorf("%w: key %q is also the key of transfer %d of the batch", ErrInvalidTransfer, q.Key, j)
+				err = errorf("%w: key %q is also the key of transfer %d of the batch", ErrInvalidTransfer, q.Key, j)
 			} else {
 				keys[q.Key] = i
 			}
 		}
 		if err != nil {
-			out[i].Err = fmt.Errorf("twopc: batch transfer %d: %w", i, err)
+			out[i].Err = errorf("twopc: batch transfer %d: %w", i, err)
 			continue
 		}
 		ts = append(ts, c.newTransfer(t, q.Key))
@@ -90,7 +89,7 @@ func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest)
 func (c *Coordinator) requested(q TransferRequest) (Txn, error) {
 	if len(q.Legs) > 0 {
 		if q.Source != nil || q.Destination != nil || q.Value != 0 {
-			return Txn{}, fmt.Errorf("%w: a request with legs has no source, destination or value", ErrInvalidTransfer)
+			return Txn{}, errorf("%w: a request with legs has no source, destination or value", ErrInvalidTransfer)
 		}
 		return c.legsTxn(q.Legs)
 	}

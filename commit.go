@@ -2,7 +2,6 @@ package twopc
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -121,7 +120,7 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 	}
 	for _, q := range calls {
 		q.cur, q.moved = q.rec, false
-		q.err = fmt.Errorf("%w: %s", ErrTxnNotFound, q.rec.ID.Hex())
+		q.err = errorf("%w: %s", ErrTxnNotFound, q.rec.ID.Hex())
 		for i := range now {
 			if now[i].ID != q.rec.ID {
 				continue

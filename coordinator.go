@@ -7,7 +7,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -54,7 +53,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 			continue
 		}
 		if err := o(&cfg); err != nil {
-			return nil, fmt.Errorf("twopc: %w", err)
+			return nil, errorf("twopc: %w", err)
 		}
 	}
 	if cfg.fenceRetention < cfg.staleAfter {
@@ -74,7 +73,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	if c.history.archive != nil {
 		a := c.history.archive
 		if a.Name() == cfg.transactions && a.Database().Name() == db.Name() {
-			return nil, fmt.Errorf("twopc: WithHistory: the archive is the transactions collection")
+			return nil, errorf("twopc: WithHistory: the archive is the transactions collection")
 		}
 		c.history.archive = a.Clone(majority)
 	}
@@ -111,7 +110,7 @@ func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 	// exist.
 	specs, err := c.log.txns.Indexes().ListSpecifications(ctx)
 	if err != nil {
-		return fmt.Errorf("twopc: ensure indexes: %w", err)
+		return errorf("twopc: ensure indexes: %w", err)
 	}
 	have := map[string]bool{}
 	for _, ix := range specs {
@@ -129,7 +128,7 @@ func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 		{keys: bson.D{{Key: fieldFences, Value: 1}, {Key: fieldLastModified, Value: 1}}, opts: partial, fallback: sparse},
 	} {
 		if err := c.ensureIndex(ctx, have, ix.keys, ix.opts, ix.fallback); err != nil {
-			return fmt.Errorf("twopc: ensure indexes: %w", err)
+			return errorf("twopc: ensure indexes: %w", err)
 		}
 	}
 	return nil

@@ -8,7 +8,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -81,7 +80,7 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 	calls := make([]*insertCall, 0, len(ts))
 	for _, t := range ts {
 		if err := ctx.Err(); err != nil {
-			insertFailed(t, fmt.Errorf("%w: %w", errNotSent, err))
+			insertFailed(t, errorf("%w: %w", errNotSent, err))
 			continue
 		}
 		if err := c.at(ctx, StepInsert, t.rec); err != nil {
@@ -265,7 +264,7 @@ func (e *engine) applied(ctx context.Context, t *transfer, why, err error) {
 		return
 	}
 	if err != nil {
-		t.answer(o.rec.txn(), fmt.Errorf("twopc: transfer %s: %w", o.rec.ID.Hex(), err))
+		t.answer(o.rec.txn(), errorf("twopc: transfer %s: %w", o.rec.ID.Hex(), err))
 		return
 	}
 	if why != nil {
@@ -282,7 +281,7 @@ func (e *engine) commitEach(ctx context.Context, ts []*transfer, sync bool) {
 	var of []*transfer
 	for _, t := range ts {
 		if err := c.at(ctx, StepCommit, t.o.rec); err != nil {
-			t.answer(t.o.rec.txn(), fmt.Errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), err))
+			t.answer(t.o.rec.txn(), errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), err))
 			continue
 		}
 		calls = append(calls, &commitCall{rec: t.o.rec})
@@ -291,7 +290,7 @@ func (e *engine) commitEach(ctx context.Context, ts []*transfer, sync bool) {
 	if err := c.commits.join(ctx, calls...); err != nil {
 		// Given up on: a write may still be filling calls in.
 		for _, t := range of {
-			t.answer(t.o.rec.txn(), fmt.Errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), err))
+			t.answer(t.o.rec.txn(), errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), err))
 		}
 		return
 	}
@@ -301,7 +300,7 @@ func (e *engine) commitEach(ctx context.Context, ts []*transfer, sync bool) {
 		t := of[i]
 		switch {
 		case q.err != nil:
-			t.answer(q.cur.txn(), fmt.Errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), q.err))
+			t.answer(q.cur.txn(), errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), q.err))
 		case !q.moved:
 			t.answer(c.outcome(q.cur))
 		case q.cur.State == StateHeld:
@@ -317,7 +316,7 @@ func (e *engine) commitEach(ctx context.Context, ts []*transfer, sync bool) {
 	now, errs := c.settleCommitted(ctx, settle, sync)
 	for i, t := range settling {
 		if errs[i] != nil {
-			t.answer(now[i].txn(), fmt.Errorf("twopc: transfer %s committed; settling: %w", now[i].ID.Hex(), errs[i]))
+			t.answer(now[i].txn(), errorf("twopc: transfer %s committed; settling: %w", now[i].ID.Hex(), errs[i]))
 			continue
 		}
 		t.answer(now[i].txn(), nil)
@@ -361,16 +360,16 @@ func (c *Coordinator) abort(ctx context.Context, r *record, why error) (*Txn, er
 		set: bson.D{{Key: fieldReason, Value: reasonOf(why)}},
 	})
 	if err != nil {
-		return cur.txn(), fmt.Errorf("twopc: transfer %s: rolling back (%v): %w", r.ID.Hex(), why, err)
+		return cur.txn(), errorf("twopc: transfer %s: rolling back (%v): %w", r.ID.Hex(), why, err)
 	}
 	if !moved {
 		return c.outcome(cur)
 	}
 	cur, err = c.rollback(ctx, cur)
 	if err != nil {
-		return cur.txn(), fmt.Errorf("twopc: transfer %s: rolling back (%v): %w", r.ID.Hex(), why, err)
+		return cur.txn(), errorf("twopc: transfer %s: rolling back (%v): %w", r.ID.Hex(), why, err)
 	}
-	return cur.txn(), fmt.Errorf("twopc: transfer %s: %w", r.ID.Hex(), why)
+	return cur.txn(), errorf("twopc: transfer %s: %w", r.ID.Hex(), why)
 }
 
 // outcome reports a transaction this call no longer drives: committed (or
@@ -381,11 +380,11 @@ func (c *Coordinator) outcome(r *record) (*Txn, error) {
 	case r.State.Committed(), r.State == StateHeld:
 		return r.txn(), nil
 	case r.State == StateCanceled || r.State == StateCanceling:
-		return r.txn(), fmt.Errorf("twopc: transfer %s is %s: %w", r.ID.Hex(), r.State, errorOfReason(r.Reason))
+		return r.txn(), errorf("twopc: transfer %s is %s: %w", r.ID.Hex(), r.State, errorOfReason(r.Reason))
 	case !r.State.Valid():
-		return r.txn(), fmt.Errorf("%w: transfer %s is %q", ErrUnknownState, r.ID.Hex(), r.State)
+		return r.txn(), errorf("%w: transfer %s is %q", ErrUnknownState, r.ID.Hex(), r.State)
 	default:
-		return r.txn(), fmt.Errorf("%w: transfer %s is %s, owned by %q", ErrInProgress, r.ID.Hex(), r.State, r.Application)
+		return r.txn(), errorf("%w: transfer %s is %s, owned by %q", ErrInProgress, r.ID.Hex(), r.State, r.Application)
 	}
 }
 
@@ -395,7 +394,7 @@ func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
 		return c.outcome(prior) // canceled before it arrived
 	}
 	if prior.Key != asked.Key || prior.Hold != asked.Hold || prior.ExpiryMs != asked.ExpiryMs || !sameLegs(prior.legs(), asked.legs()) {
-		return prior.txn(), fmt.Errorf("%w: key %q is transaction %s (legs %v)",
+		return prior.txn(), errorf("%w: key %q is transaction %s (legs %v)",
 			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.AllLegs())
 	}
 	return c.outcome(prior)

@@ -1,6 +1,10 @@
 package twopc
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
 
 // Errors returned by the library. Match them with errors.Is: the library
 // wraps them with the transaction, account or state they concern.
@@ -155,3 +159,31 @@ func errorOfReason(reason string) error {
 	}
 	return ErrCanceled
 }
+
+// prefix begins every error message of the library.
+const prefix = "twopc: "
+
+// errorf is fmt.Errorf for the library's errors: the message carries the
+// package's prefix once, however many of the errors it wraps carry it too
+// ("twopc: transfer X: insufficient funds", not "twopc: transfer X: twopc:
+// insufficient funds"). What it wraps is unchanged for errors.Is and
+// errors.As.
+func errorf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	msg := err.Error()
+	first := strings.Index(msg, prefix)
+	if first < 0 || !strings.Contains(msg[first+len(prefix):], prefix) {
+		return err
+	}
+	head := first + len(prefix)
+	return &prefixed{msg: msg[:head] + strings.ReplaceAll(msg[head:], prefix, ""), err: err}
+}
+
+// prefixed is an error whose message errorf tidied.
+type prefixed struct {
+	msg string
+	err error
+}
+
+func (e *prefixed) Error() string { return e.msg }
+func (e *prefixed) Unwrap() error { return e.err }

@@ -72,4 +72,3 @@ func OnKeyWait(c *Coordinator, f func()) {
 	defer c.keys.mu.Unlock()
 	c.keys.waits = f
 }
-

@@ -3,7 +3,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -66,7 +65,7 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 		if c.history.archive != nil {
 			archived, err := r.archive(ctx, due)
 			if err != nil {
-				firstErr = cmpErr(firstErr, fmt.Errorf("archive: %w", err))
+				firstErr = cmpErr(firstErr, errorf("archive: %w", err))
 			}
 			due = archived // only what the archive holds is removed
 			if len(due) == 0 {
@@ -83,7 +82,7 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 		})
 		if err != nil {
 			report(due, OutcomeError, err)
-			firstErr = cmpErr(firstErr, fmt.Errorf("remove: %w", err))
+			firstErr = cmpErr(firstErr, errorf("remove: %w", err))
 			return
 		}
 		total += int(res.DeletedCount)
@@ -138,7 +137,7 @@ func (g *txnLog) archived(ctx context.Context, id bson.ObjectID) (*record, bool,
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("twopc: read the archive: %w", err)
+		return nil, false, errorf("twopc: read the archive: %w", err)
 	}
 	return &r, true, r.check()
 }

@@ -8,7 +8,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -103,9 +102,9 @@ func holdOptions(t *Txn, tc transferConfig) error {
 	}
 	switch {
 	case !t.Hold:
-		return fmt.Errorf("%w: WithExpiry is for holds (Hold, HoldLegs), not transfers", ErrInvalidTransfer)
+		return errorf("%w: WithExpiry is for holds (Hold, HoldLegs), not transfers", ErrInvalidTransfer)
 	case tc.expiry < time.Millisecond:
-		return fmt.Errorf("%w: expiry %v is less than a millisecond", ErrInvalidTransfer, tc.expiry)
+		return errorf("%w: expiry %v is less than a millisecond", ErrInvalidTransfer, tc.expiry)
 	}
 	t.ExpiryMs = tc.expiry.Milliseconds()
 	return nil
@@ -155,7 +154,7 @@ func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int6
 		switch r.State {
 		case StateApplied, StateDone:
 			if r.Captured != amount {
-				return r.txn(), fmt.Errorf("twopc: capture %s of %d: %w for %d", id.Hex(), amount, ErrHoldCaptured, r.Captured)
+				return r.txn(), errorf("twopc: capture %s of %d: %w for %d", id.Hex(), amount, ErrHoldCaptured, r.Captured)
 			}
 			return c.settleCaptured(ctx, r)
 		case StateHeld:
@@ -173,25 +172,25 @@ func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int6
 			set: bson.D{{Key: fieldCaptured, Value: amount}},
 		})
 		if err != nil {
-			return cur.txn(), fmt.Errorf("twopc: capture %s: %w", id.Hex(), err)
+			return cur.txn(), errorf("twopc: capture %s: %w", id.Hex(), err)
 		}
 		if !moved {
 			continue // decided by another call: answer from what it decided
 		}
 		return c.settleCaptured(ctx, cur)
 	}
-	return nil, fmt.Errorf("twopc: capture %s: %w: it kept moving", id.Hex(), ErrInProgress)
+	return nil, errorf("twopc: capture %s: %w: it kept moving", id.Hex(), ErrInProgress)
 }
 
 // captureAmount checks a Capture's amount against hold r.
 func captureAmount(r *record, amount int64) error {
 	switch {
 	case amount <= 0:
-		return fmt.Errorf("%w: capture %s of %d: not positive", ErrInvalidTransfer, r.ID.Hex(), amount)
+		return errorf("%w: capture %s of %d: not positive", ErrInvalidTransfer, r.ID.Hex(), amount)
 	case amount > r.Value:
-		return fmt.Errorf("%w: capture %s of %d: more than the %d held", ErrInvalidTransfer, r.ID.Hex(), amount, r.Value)
+		return errorf("%w: capture %s of %d: more than the %d held", ErrInvalidTransfer, r.ID.Hex(), amount, r.Value)
 	case amount < r.Value && len(r.AllLegs()) > 2:
-		return fmt.Errorf("%w: capture %s of %d: a hold of %d legs is captured whole (%d)", ErrInvalidTransfer, r.ID.Hex(), amount, len(r.AllLegs()), r.Value)
+		return errorf("%w: capture %s of %d: a hold of %d legs is captured whole (%d)", ErrInvalidTransfer, r.ID.Hex(), amount, len(r.AllLegs()), r.Value)
 	}
 	return nil
 }
@@ -204,7 +203,7 @@ func (c *Coordinator) settleCaptured(ctx context.Context, r *record) (*Txn, erro
 	}
 	now, errs := c.settleCommitted(ctx, []*record{r}, c.syncSettle)
 	if errs[0] != nil {
-		return now[0].txn(), fmt.Errorf("twopc: hold %s captured; settling: %w", r.ID.Hex(), errs[0])
+		return now[0].txn(), errorf("twopc: hold %s captured; settling: %w", r.ID.Hex(), errs[0])
 	}
 	return now[0].txn(), nil
 }
@@ -229,7 +228,7 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (*Txn, error) 
 		case r.State == StateCanceling && r.Reason == reasonVoided:
 			cur, err := c.rollback(ctx, r)
 			if err != nil {
-				return cur.txn(), fmt.Errorf("twopc: void %s: %w", id.Hex(), err)
+				return cur.txn(), errorf("twopc: void %s: %w", id.Hex(), err)
 			}
 			return cur.txn(), nil
 		case r.State == StateCanceled && r.Reason == reasonVoided:
@@ -246,32 +245,32 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (*Txn, error) 
 		}
 		cur, moved, err := c.log.advance(ctx, r, voidMove(c, r, reasonVoided))
 		if err != nil {
-			return cur.txn(), fmt.Errorf("twopc: void %s: %w", id.Hex(), err)
+			return cur.txn(), errorf("twopc: void %s: %w", id.Hex(), err)
 		}
 		if !moved {
 			continue
 		}
 		cur, err = c.rollback(ctx, cur)
 		if err != nil {
-			return cur.txn(), fmt.Errorf("twopc: void %s: %w", id.Hex(), err)
+			return cur.txn(), errorf("twopc: void %s: %w", id.Hex(), err)
 		}
 		return cur.txn(), nil
 	}
-	return nil, fmt.Errorf("twopc: void %s: %w: it kept moving", id.Hex(), ErrInProgress)
+	return nil, errorf("twopc: void %s: %w: it kept moving", id.Hex(), ErrInProgress)
 }
 
 // heldOne reads transaction id for Capture or Void (op), from the log or
 // the archive, and refuses one that is not a hold.
 func (c *Coordinator) heldOne(ctx context.Context, id bson.ObjectID, op string) (*record, error) {
 	if id.IsZero() {
-		return nil, fmt.Errorf("twopc: %s: %w: the zero id", op, ErrTxnNotFound)
+		return nil, errorf("twopc: %s: %w: the zero id", op, ErrTxnNotFound)
 	}
 	r, _, err := c.log.lookup(ctx, id)
 	if err != nil {
-		return r, fmt.Errorf("twopc: %s %s: %w", op, id.Hex(), err)
+		return r, errorf("twopc: %s %s: %w", op, id.Hex(), err)
 	}
 	if !r.Hold || r.Placeholder {
-		return r, fmt.Errorf("twopc: %s %s: %w: it is a transfer (%s)", op, id.Hex(), ErrNotHold, r.State)
+		return r, errorf("twopc: %s %s: %w: it is a transfer (%s)", op, id.Hex(), ErrNotHold, r.State)
 	}
 	return r, nil
 }
@@ -281,11 +280,11 @@ func (c *Coordinator) heldOne(ctx context.Context, id bson.ObjectID, op string) 
 func (c *Coordinator) resolved(r *record, op string) error {
 	switch {
 	case r.State.Committed():
-		return fmt.Errorf("twopc: %s %s: %w for %d", op, r.ID.Hex(), ErrHoldCaptured, r.Captured)
+		return errorf("twopc: %s %s: %w for %d", op, r.ID.Hex(), ErrHoldCaptured, r.Captured)
 	case r.State == StateCanceling || r.State == StateCanceled:
-		return fmt.Errorf("twopc: %s %s: it is %s: %w", op, r.ID.Hex(), r.State, errorOfReason(r.Reason))
+		return errorf("twopc: %s %s: it is %s: %w", op, r.ID.Hex(), r.State, errorOfReason(r.Reason))
 	default:
-		return fmt.Errorf("twopc: %s %s: %w: the hold is %s, owned by %q", op, r.ID.Hex(), ErrInProgress, r.State, r.Application)
+		return errorf("twopc: %s %s: %w: the hold is %s, owned by %q", op, r.ID.Hex(), ErrInProgress, r.State, r.Application)
 	}
 }
 
@@ -327,7 +326,7 @@ func (c *Coordinator) expireIfDue(ctx context.Context, r *record, op string) (bo
 	}
 	now, err := c.log.serverNow(ctx)
 	if err != nil {
-		return false, r, fmt.Errorf("twopc: %s %s: %w", op, r.ID.Hex(), err)
+		return false, r, errorf("twopc: %s %s: %w", op, r.ID.Hex(), err)
 	}
 	if !r.expired(now) {
 		return false, r, nil
@@ -335,9 +334,9 @@ func (c *Coordinator) expireIfDue(ctx context.Context, r *record, op string) (bo
 	cur, moved, err := c.expire(ctx, r)
 	switch {
 	case moved && err != nil:
-		return true, cur, fmt.Errorf("twopc: %s %s: %w (rolling it back: %w)", op, r.ID.Hex(), ErrHoldExpired, err)
+		return true, cur, errorf("twopc: %s %s: %w (rolling it back: %w)", op, r.ID.Hex(), ErrHoldExpired, err)
 	case err != nil:
-		return true, cur, fmt.Errorf("twopc: %s %s: expiring: %w", op, r.ID.Hex(), err)
+		return true, cur, errorf("twopc: %s %s: expiring: %w", op, r.ID.Hex(), err)
 	}
 	return true, cur, nil
 }
@@ -353,7 +352,7 @@ func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *Recover
 				continue
 			}
 			if err := c.ledgers.knows(t.legs()); err != nil {
-				fail(fmt.Errorf("transaction %s: %w: left to a recoverer that has it", t.ID.Hex(), err))
+				fail(errorf("transaction %s: %w: left to a recoverer that has it", t.ID.Hex(), err))
 				continue
 			}
 			start := time.Now()
@@ -362,7 +361,7 @@ func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *Recover
 			switch {
 			case err != nil:
 				outcome = OutcomeError
-				fail(fmt.Errorf("transaction %s: expiring: %w", t.ID.Hex(), err))
+				fail(errorf("transaction %s: expiring: %w", t.ID.Hex(), err))
 			case !moved:
 				outcome = OutcomeNotMoved // captured or voided first
 				rep.Skipped++
@@ -398,12 +397,12 @@ func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail 
 		for _, t := range recs {
 			legs := t.legs()
 			if err := c.ledgers.knows(legs); err != nil {
-				fail(fmt.Errorf("transaction %s: %w: left to a recoverer that has it", t.ID.Hex(), err))
+				fail(errorf("transaction %s: %w: left to a recoverer that has it", t.ID.Hex(), err))
 				continue
 			}
 			accts, err := c.inspect(ctx, t, legs)
 			if err != nil {
-				fail(fmt.Errorf("transaction %s: %w", t.ID.Hex(), err))
+				fail(errorf("transaction %s: %w", t.ID.Hex(), err))
 				continue
 			}
 			on := 0
@@ -421,7 +420,7 @@ func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail 
 					return err
 				})
 				if err != nil {
-					fail(fmt.Errorf("transaction %s: %w", t.ID.Hex(), err))
+					fail(errorf("transaction %s: %w", t.ID.Hex(), err))
 				}
 			case 0:
 				start := time.Now()
@@ -434,7 +433,7 @@ func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail 
 				outcome := outcomeOf(moved, err)
 				switch {
 				case err != nil:
-					fail(fmt.Errorf("transaction %s: voiding a held copy: %w", t.ID.Hex(), err))
+					fail(errorf("transaction %s: voiding a held copy: %w", t.ID.Hex(), err))
 				case !moved:
 					rep.Skipped++ // captured or voided first: not a copy after all, or decided
 				default:
@@ -442,7 +441,7 @@ func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail 
 				}
 				r.report(ctx, t.ID, StateHeld, RecoveryRollBack, start, outcome, StepVoid, err)
 			default:
-				fail(fmt.Errorf("transaction %s: held, but only %d of its %d legs are on their accounts; left as it is", t.ID.Hex(), on, len(legs)))
+				fail(errorf("transaction %s: held, but only %d of its %d legs are on their accounts; left as it is", t.ID.Hex(), on, len(legs)))
 			}
 		}
 	})

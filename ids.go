@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
-	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -39,36 +38,36 @@ import (
 // library decides as the server does.
 func validateAccountID(which string, id any) error {
 	if id == nil {
-		return fmt.Errorf("%w: %s id is nil", ErrInvalidAccountID, which)
+		return errorf("%w: %s id is nil", ErrInvalidAccountID, which)
 	}
 	if unordered(reflect.ValueOf(id), 0) {
 		// A Go map marshals in random key order, and {a, b} and {b, a}
 		// are two documents to the server: one account id would name
 		// either, call by call.
-		return fmt.Errorf("%w: %s id holds a map of more than one key (%T), whose field order is random; use bson.D", ErrInvalidAccountID, which, id)
+		return errorf("%w: %s id holds a map of more than one key (%T), whose field order is random; use bson.D", ErrInvalidAccountID, which, id)
 	}
 	v, err := schema.MarshalID(id)
 	if err != nil {
-		return fmt.Errorf("%w: %s id %v (%T) cannot be an _id: %v", ErrInvalidAccountID, which, id, id, err)
+		return errorf("%w: %s id %v (%T) cannot be an _id: %v", ErrInvalidAccountID, which, id, id, err)
 	}
 	t, data := v.Type, v.Value
 	switch t {
 	case bson.TypeArray, bson.TypeNull:
-		return fmt.Errorf("%w: %s id of BSON type %s cannot be an _id", ErrInvalidAccountID, which, t)
+		return errorf("%w: %s id of BSON type %s cannot be an _id", ErrInvalidAccountID, which, t)
 	case bson.TypeString:
 		if s, ok := v.StringValueOK(); ok && s == "" {
-			return fmt.Errorf("%w: %s id is the empty string", ErrInvalidAccountID, which)
+			return errorf("%w: %s id is the empty string", ErrInvalidAccountID, which)
 		}
 	case bson.TypeEmbeddedDocument:
 		// {_id: {$gt: ""}} in a filter is a query, not an id: it would match
 		// other accounts. Keys with dots or nothing in them are refused by
 		// some servers, so they are refused here, before anything is written.
 		if err := checkKeys(bson.Raw(data)); err != nil {
-			return fmt.Errorf("%w: %s id: %v", ErrInvalidAccountID, which, err)
+			return errorf("%w: %s id: %v", ErrInvalidAccountID, which, err)
 		}
 	}
 	if err := checkIDValue(v); err != nil {
-		return fmt.Errorf("%w: %s id: %v", ErrInvalidAccountID, which, err)
+		return errorf("%w: %s id: %v", ErrInvalidAccountID, which, err)
 	}
 	return nil
 }
@@ -117,14 +116,14 @@ func checkIDValue(v bson.RawValue) error {
 	switch v.Type {
 	case bson.TypeDecimal128, bson.TypeSymbol, bson.TypeRegex, bson.TypeJavaScript, bson.TypeCodeWithScope,
 		bson.TypeDBPointer, bson.TypeUndefined, bson.TypeMinKey, bson.TypeMaxKey:
-		return fmt.Errorf("BSON type %s is not supported in an account id", v.Type)
+		return errorf("BSON type %s is not supported in an account id", v.Type)
 	case bson.TypeDouble:
 		if math.IsNaN(v.Double()) {
-			return fmt.Errorf("NaN is not an account id")
+			return errorf("NaN is not an account id")
 		}
 	case bson.TypeString:
 		if s, ok := v.StringValueOK(); !ok || !utf8.ValidString(s) {
-			return fmt.Errorf("a string that is not valid UTF-8")
+			return errorf("a string that is not valid UTF-8")
 		}
 	case bson.TypeEmbeddedDocument, bson.TypeArray:
 		elems, err := bson.Raw(v.Value).Elements()
@@ -133,7 +132,7 @@ func checkIDValue(v bson.RawValue) error {
 		}
 		for _, e := range elems {
 			if !utf8.ValidString(e.Key()) {
-				return fmt.Errorf("a field name that is not valid UTF-8")
+				return errorf("a field name that is not valid UTF-8")
 			}
 			if err := checkIDValue(e.Value()); err != nil {
 				return err
@@ -153,7 +152,7 @@ func checkKeys(doc bson.Raw) error {
 	for _, e := range elems {
 		switch k := e.Key(); {
 		case k == "", strings.HasPrefix(k, "$"), strings.Contains(k, "."):
-			return fmt.Errorf("field name %q", k)
+			return errorf("field name %q", k)
 		}
 		if v := e.Value(); v.Type == bson.TypeEmbeddedDocument {
 			if err := checkKeys(v.Document()); err != nil {

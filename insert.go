@@ -7,7 +7,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 // settles it either way (a transaction that never arrived is canceled for
 // good), or repeats the call with its key.
 func insertUnknown(r *record, err error) error {
-	return fmt.Errorf("twopc: transfer %s: the insert's outcome is unknown; Cancel it, or repeat the transfer with its key: %w", r.ID.Hex(), err)
+	return errorf("twopc: transfer %s: the insert's outcome is unknown; Cancel it, or repeat the transfer with its key: %w", r.ID.Hex(), err)
 }
 
 // insertFailed answers transfer t, whose insert failed with err: not made,
@@ -28,7 +27,7 @@ func insertUnknown(r *record, err error) error {
 // else of unknown outcome (insertUnknown).
 func insertFailed(t *transfer, err error) {
 	if errors.Is(err, errNotSent) {
-		t.answer(nil, fmt.Errorf("twopc: transfer not made, %w", err))
+		t.answer(nil, errorf("twopc: transfer not made, %w", err))
 		return
 	}
 	t.answer(t.rec.txn(), insertUnknown(t.rec, err))
@@ -243,7 +242,7 @@ func (g *txnLog) insertOne(ctx context.Context, r *record) (*record, error) {
 		if prior == nil && errors.Is(err, ErrTxnNotFound) {
 			// Taken, then not found: removed since (WithHistory), or not
 			// yet visible at majority. Not ErrTxnNotFound: it may exist.
-			err = fmt.Errorf("the _id was taken by a document that is not found now (removed by WithHistory, or not yet majority-committed): %v", err)
+			err = errorf("the _id was taken by a document that is not found now (removed by WithHistory, or not yet majority-committed): %v", err)
 		}
 		if prior == nil {
 			g.transition(ctx, r.ID, inserted, start, 1, false, err)
@@ -319,7 +318,7 @@ func (k *keyCalls) enter(ctx context.Context, keys []string) (release func(), er
 		select {
 		case <-busy:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+			return nil, errorf("%w: %w", errNotSent, ctx.Err())
 		}
 	}
 }

@@ -43,10 +43,10 @@ func (l *Ledger) Name() string { return l.name }
 // two write nothing.
 func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64) error {
 	if err := validateAccountID("account", id); err != nil {
-		return fmt.Errorf("twopc: open account: %w", err)
+		return errorf("twopc: open account: %w", err)
 	}
 	if balance < 0 {
-		return fmt.Errorf("twopc: open account %v: %w: %d", id, ErrNegativeBalance, balance)
+		return errorf("twopc: open account %v: %w: %d", id, ErrNegativeBalance, balance)
 	}
 	_, err := l.accounts.InsertOne(ctx, bson.D{
 		{Key: "_id", Value: id},
@@ -62,11 +62,11 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64) error {
 			return nil
 		}
 		if uerr == nil {
-			return fmt.Errorf("twopc: open account %v: %w", id, ErrAccountExists)
+			return errorf("twopc: open account %v: %w", id, ErrAccountExists)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("twopc: open account %v: %w", id, err)
+		return errorf("twopc: open account %v: %w", id, err)
 	}
 	return nil
 }
@@ -95,20 +95,20 @@ type Account struct {
 // ErrInvalidAccountID for an id that cannot be an account's.
 func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
 	if err := validateAccountID("account", id); err != nil {
-		return nil, fmt.Errorf("twopc: account: %w", err)
+		return nil, errorf("twopc: account: %w", err)
 	}
 	var a account
 	err := l.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
 		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}})).Decode(&a)
 	if errors.Is(err, mongo.ErrNoDocuments) || (err == nil && a.Tombstone) {
-		return nil, fmt.Errorf("%w: %v", ErrAccountNotFound, id)
+		return nil, errorf("%w: %v", ErrAccountNotFound, id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("twopc: account %v: %w", id, err)
+		return nil, errorf("twopc: account %v: %w", id, err)
 	}
 	b, ok := a.balance()
 	if !ok {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidAccount, id)
+		return nil, errorf("%w: %v", ErrInvalidAccount, id)
 	}
 	var txns []bson.ObjectID
 	for _, m := range a.pending() {

@@ -6,7 +6,6 @@ package twopc
 
 import (
 	"context"
-	"fmt"
 	"sync"
 )
 
@@ -19,7 +18,7 @@ type ledgers map[string]*Ledger
 func (ls ledgers) get(name string) (*Ledger, error) {
 	l, ok := ls[name]
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownLedger, name)
+		return nil, errorf("%w: %q", ErrUnknownLedger, name)
 	}
 	return l, nil
 }
@@ -116,7 +115,7 @@ func (ls ledgers) eachFailed(ctx context.Context, recs []*record, write func(*Le
 	var firstErr error
 	for i, r := range recs {
 		if err := ls.knows(r.legs()); err != nil {
-			failed[i] = fmt.Errorf("transaction %s: %w", r.ID.Hex(), err)
+			failed[i] = errorf("transaction %s: %w", r.ID.Hex(), err)
 			firstErr = cmpErr(firstErr, failed[i])
 		}
 	}
@@ -128,7 +127,7 @@ func (ls ledgers) eachFailed(ctx context.Context, recs []*record, write func(*Le
 		for i := range f {
 			why := err
 			if why == nil {
-				why = fmt.Errorf("transaction %s: a write to its leg on ledger %q may not have been applied", recs[i].ID.Hex(), l.name)
+				why = errorf("transaction %s: a write to its leg on ledger %q may not have been applied", recs[i].ID.Hex(), l.name)
 			}
 			failed[i] = cmpErr(failed[i], why)
 		}

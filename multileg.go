@@ -41,7 +41,7 @@ func (c *Coordinator) legsTxn(legs []Leg) (Txn, error) {
 	}
 	for i, l := range legs {
 		if _, err := c.ledgers.get(l.Ledger); err != nil {
-			return Txn{}, fmt.Errorf("%w: leg %d: %w", ErrInvalidTransfer, i, err)
+			return Txn{}, errorf("%w: leg %d: %w", ErrInvalidTransfer, i, err)
 		}
 	}
 	return Txn{Legs: append([]Leg(nil), legs...), Value: credited}, nil
@@ -58,21 +58,21 @@ func legKey(ledger string, id any) string {
 // returns the total credited.
 func validateLegs(legs []Leg) (int64, error) {
 	if len(legs) < 2 || len(legs) > MaxLegs {
-		return 0, fmt.Errorf("%w: %d legs; want 2 to %d", ErrInvalidTransfer, len(legs), MaxLegs)
+		return 0, errorf("%w: %d legs; want 2 to %d", ErrInvalidTransfer, len(legs), MaxLegs)
 	}
 	seen := map[string]int{}
 	var debits, credits int64
 	for i, l := range legs {
 		if err := validateAccountID(fmt.Sprintf("leg %d", i), l.Account); err != nil {
-			return 0, fmt.Errorf("%w: %w", ErrInvalidTransfer, err)
+			return 0, errorf("%w: %w", ErrInvalidTransfer, err)
 		}
 		switch {
 		case l.Amount == 0:
-			return 0, fmt.Errorf("%w: leg %d has an amount of zero", ErrInvalidTransfer, i)
+			return 0, errorf("%w: leg %d has an amount of zero", ErrInvalidTransfer, i)
 		case l.Amount == math.MinInt64:
-			return 0, fmt.Errorf("%w: leg %d has an amount of MinInt64", ErrInvalidTransfer, i)
+			return 0, errorf("%w: leg %d has an amount of MinInt64", ErrInvalidTransfer, i)
 		case l.Amount < 0 && debits < math.MinInt64-l.Amount, l.Amount > 0 && credits > math.MaxInt64-l.Amount:
-			return 0, fmt.Errorf("%w: the amounts overflow int64 at leg %d", ErrInvalidTransfer, i)
+			return 0, errorf("%w: the amounts overflow int64 at leg %d", ErrInvalidTransfer, i)
 		case l.Amount < 0:
 			debits += l.Amount
 		default:
@@ -80,12 +80,12 @@ func validateLegs(legs []Leg) (int64, error) {
 		}
 		key := legKey(l.Ledger, l.Account)
 		if j, ok := seen[key]; ok {
-			return 0, fmt.Errorf("%w: legs %d and %d are the same account %v", ErrInvalidTransfer, j, i, l.Account)
+			return 0, errorf("%w: legs %d and %d are the same account %v", ErrInvalidTransfer, j, i, l.Account)
 		}
 		seen[key] = i
 	}
 	if debits+credits != 0 {
-		return 0, fmt.Errorf("%w: the amounts sum to %d, not zero", ErrInvalidTransfer, debits+credits)
+		return 0, errorf("%w: the amounts sum to %d, not zero", ErrInvalidTransfer, debits+credits)
 	}
 	return credits, nil
 }

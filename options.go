@@ -91,7 +91,7 @@ func defaultConfig() config {
 func WithApplication(name string) Option {
 	return func(c *config) error {
 		if name == "" {
-			return fmt.Errorf("WithApplication: empty name")
+			return errorf("WithApplication: empty name")
 		}
 		c.application = name
 		return nil
@@ -108,7 +108,7 @@ func WithApplication(name string) Option {
 func WithStaleAfter(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("WithStaleAfter: %v is not positive", d)
+			return errorf("WithStaleAfter: %v is not positive", d)
 		}
 		c.staleAfter = d
 		return nil
@@ -128,7 +128,7 @@ func WithStaleAfter(d time.Duration) Option {
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("WithFenceRetention: %v is not positive", d)
+			return errorf("WithFenceRetention: %v is not positive", d)
 		}
 		c.fenceRetention = d
 		return nil
@@ -156,7 +156,7 @@ func WithStepHook(h func(ctx context.Context, step Step, t *Txn) error) Option {
 func WithCollections(accounts, transactions string) Option {
 	return func(c *config) error {
 		if accounts == "" || transactions == "" || accounts == transactions {
-			return fmt.Errorf("WithCollections(%q, %q): want two distinct names", accounts, transactions)
+			return errorf("WithCollections(%q, %q): want two distinct names", accounts, transactions)
 		}
 		c.accounts, c.transactions = accounts, transactions
 		return nil
@@ -174,11 +174,11 @@ func WithCollections(accounts, transactions string) Option {
 func WithLedger(name string, accounts *mongo.Collection) Option {
 	return func(c *config) error {
 		if name == "" || accounts == nil {
-			return fmt.Errorf("WithLedger(%q): want a name and a collection", name)
+			return errorf("WithLedger(%q): want a name and a collection", name)
 		}
 		for _, l := range c.ledgers {
 			if l.name == name {
-				return fmt.Errorf("WithLedger(%q): given twice", name)
+				return errorf("WithLedger(%q): given twice", name)
 			}
 		}
 		c.ledgers = append(c.ledgers, ledgerSpec{name: name, accounts: accounts})
@@ -254,7 +254,7 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 func WithHistory(keep time.Duration, archive *mongo.Collection) Option {
 	return func(c *config) error {
 		if keep <= 0 {
-			return fmt.Errorf("WithHistory(%v): want a positive time to keep", keep)
+			return errorf("WithHistory(%v): want a positive time to keep", keep)
 		}
 		c.history = history{keep: keep, archive: archive}
 		return nil
@@ -291,7 +291,7 @@ func WithSyncSettle() Option {
 func WithRetries(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
-			return fmt.Errorf("WithRetries: %d < 1", n)
+			return errorf("WithRetries: %d < 1", n)
 		}
 		c.retries = n
 		return nil
@@ -307,7 +307,7 @@ func WithRetries(n int) Option {
 func WithWriteBatch(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
-			return fmt.Errorf("WithWriteBatch: %d < 1", n)
+			return errorf("WithWriteBatch: %d < 1", n)
 		}
 		c.writeBatch = n
 		return nil
@@ -321,7 +321,7 @@ func WithWriteBatch(n int) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return fmt.Errorf("WithLogger: nil logger")
+			return errorf("WithLogger: nil logger")
 		}
 		c.logger = l
 		return nil

@@ -3,7 +3,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -93,7 +92,7 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 	c := r.c
 	now, err := c.log.serverNow(ctx)
 	if err != nil {
-		return rep, fmt.Errorf("twopc: recover: %w", err)
+		return rep, errorf("twopc: recover: %w", err)
 	}
 	var firstErr error
 	fail := func(err error) {
@@ -131,7 +130,7 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 				continue // its owner's StaleAfter is longer than ours
 			}
 			if err := r.recover(ctx, t, &rep); err != nil {
-				fail(fmt.Errorf("transaction %s: %w", t.ID.Hex(), err))
+				fail(errorf("transaction %s: %w", t.ID.Hex(), err))
 			}
 		}
 	})
@@ -164,7 +163,7 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 		firstErr = cmpErr(firstErr, err)
 	}
 	if firstErr != nil {
-		return rep, fmt.Errorf("twopc: recover: %w", firstErr)
+		return rep, errorf("twopc: recover: %w", firstErr)
 	}
 	return rep, nil
 }
@@ -196,7 +195,7 @@ func (r *Recoverer) each(ctx context.Context, filter bson.D, bad func(error), fn
 	for cur.Next(ctx) {
 		var t record
 		if err := cur.Decode(&t); err != nil {
-			bad(fmt.Errorf("%w: %v: %v", ErrMalformedTxn, cur.Current.Lookup("_id"), err))
+			bad(errorf("%w: %v: %v", ErrMalformedTxn, cur.Current.Lookup("_id"), err))
 			continue
 		}
 		if err := t.check(); err != nil {
@@ -222,7 +221,7 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 	// is left to a recoverer that has it, before any claim: taking it
 	// over would only hold it from that recoverer for a whole lease.
 	if err := c.ledgers.knows(t.legs()); err != nil {
-		return fmt.Errorf("%w: left to a recoverer that has it", err)
+		return errorf("%w: left to a recoverer that has it", err)
 	}
 	sent := c.now()
 	start := time.Now()
@@ -332,7 +331,7 @@ func (r *Recoverer) report(ctx context.Context, id bson.ObjectID, found State, a
 
 // errStalePending is why recovery rolls back a stale pending transaction
 // none of whose legs was applied.
-var errStalePending = fmt.Errorf("%w: no leg was applied before its owner went stale", ErrCanceled)
+var errStalePending = errorf("%w: no leg was applied before its owner went stale", ErrCanceled)
 
 // begun reports whether a leg of pending transaction r was applied (or
 // closed by someone else, which only a transaction past its legs can

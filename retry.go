@@ -3,7 +3,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -87,7 +86,7 @@ func (c *config) retrySent(ctx context.Context, op func(context.Context) error) 
 		return err
 	})
 	if err != nil && !sent {
-		return fmt.Errorf("%w: %w", errNotSent, err)
+		return errorf("%w: %w", errNotSent, err)
 	}
 	return err
 }

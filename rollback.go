@@ -3,7 +3,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -61,7 +60,7 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 	}
 	c := k.c
 	if id.IsZero() {
-		return nil, fmt.Errorf("twopc: cancel: %w: the zero id", ErrTxnNotFound)
+		return nil, errorf("twopc: cancel: %w: the zero id", ErrTxnNotFound)
 	}
 	for attempt := 0; attempt < 3; attempt++ {
 		r, archived, err := c.log.lookup(ctx, id)
@@ -74,7 +73,7 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 				continue // the transaction arrived meanwhile: cancel it
 			}
 			if err != nil {
-				return nil, fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
+				return nil, errorf("twopc: cancel %s: %w", id.Hex(), err)
 			}
 			// The transaction may have arrived after the lookup, finished
 			// and been archived and removed before the placeholder landed:
@@ -84,14 +83,14 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 			}
 			return p.txn(), nil
 		case err != nil:
-			return r.txn(), fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
+			return r.txn(), errorf("twopc: cancel %s: %w", id.Hex(), err)
 		}
 		if r.foreign() {
-			return r.txn(), fmt.Errorf("twopc: cancel %s: %w: it has no transaction time; this library did not write it", id.Hex(), ErrMalformedTxn)
+			return r.txn(), errorf("twopc: cancel %s: %w: it has no transaction time; this library did not write it", id.Hex(), ErrMalformedTxn)
 		}
 		switch r.State {
 		case StateApplied, StateDone:
-			return r.txn(), fmt.Errorf("twopc: cancel %s: %w: it is %s; use Reverse", id.Hex(), ErrNotCancelable, r.State)
+			return r.txn(), errorf("twopc: cancel %s: %w: it is %s; use Reverse", id.Hex(), ErrNotCancelable, r.State)
 		case StateHeld:
 			return c.Void(ctx, id) // a hold made: cancel is its void
 		case StateCanceled:
@@ -99,17 +98,17 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 		case StateCanceling:
 			cur, err := c.rollback(ctx, r)
 			if err != nil {
-				return cur.txn(), fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
+				return cur.txn(), errorf("twopc: cancel %s: %w", id.Hex(), err)
 			}
 			return cur.txn(), nil
 		}
 		if r.Application != c.application {
 			stale, err := c.log.stale(ctx, r)
 			if err != nil {
-				return r.txn(), fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
+				return r.txn(), errorf("twopc: cancel %s: %w", id.Hex(), err)
 			}
 			if !stale {
-				return r.txn(), fmt.Errorf("twopc: cancel %s: %w: %s, owned by %q and not stale", id.Hex(), ErrInProgress, r.State, r.Application)
+				return r.txn(), errorf("twopc: cancel %s: %w: %s, owned by %q and not stale", id.Hex(), ErrInProgress, r.State, r.Application)
 			}
 		}
 		cur, moved, err := c.log.advance(ctx, r, move{
@@ -119,18 +118,18 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 			set: bson.D{{Key: fieldReason, Value: reasonCanceled}},
 		})
 		if err != nil {
-			return cur.txn(), fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
+			return cur.txn(), errorf("twopc: cancel %s: %w", id.Hex(), err)
 		}
 		if !moved {
 			continue // it moved under us: look again
 		}
 		cur, err = c.rollback(ctx, cur)
 		if err != nil {
-			return cur.txn(), fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
+			return cur.txn(), errorf("twopc: cancel %s: %w", id.Hex(), err)
 		}
 		return cur.txn(), nil
 	}
-	return nil, fmt.Errorf("twopc: cancel %s: %w: it kept moving", id.Hex(), ErrInProgress)
+	return nil, errorf("twopc: cancel %s: %w: it kept moving", id.Hex(), ErrInProgress)
 }
 
 // cancelArchived is Cancel's answer for transaction id, which the archive
@@ -140,11 +139,11 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 func cancelArchived(id bson.ObjectID, r *record, err error) (*Txn, error) {
 	switch {
 	case err != nil:
-		return r.txn(), fmt.Errorf("twopc: cancel %s: %w", id.Hex(), err)
+		return r.txn(), errorf("twopc: cancel %s: %w", id.Hex(), err)
 	case r.State == StateCanceled:
 		return r.txn(), nil
 	default:
-		return r.txn(), fmt.Errorf("twopc: cancel %s: %w: it is %s (archived); use Reverse", id.Hex(), ErrNotCancelable, r.State)
+		return r.txn(), errorf("twopc: cancel %s: %w: it is %s (archived); use Reverse", id.Hex(), ErrNotCancelable, r.State)
 	}
 }
 

@@ -2,7 +2,6 @@ package twopc
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,7 +90,7 @@ func (s *stage[I]) join(ctx context.Context, items ...I) error {
 		if !w.taken {
 			s.remove(w) // never written
 			s.mu.Unlock()
-			return fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+			return errorf("%w: %w", errNotSent, ctx.Err())
 		}
 		s.mu.Unlock()
 		select {
@@ -102,7 +101,7 @@ func (s *stage[I]) join(ctx context.Context, items ...I) error {
 	}
 	if !w.written {
 		// Its context had ended when the write was made: left out of it.
-		return fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+		return errorf("%w: %w", errNotSent, ctx.Err())
 	}
 	return nil
 }

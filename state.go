@@ -3,7 +3,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/twopc/twopc/internal/schema"
@@ -158,31 +157,31 @@ func (r *record) foreign() bool { return r.Created.IsZero() }
 // check refuses a document the protocol could not have written.
 func (r *record) check() error {
 	if !r.State.Valid() {
-		return fmt.Errorf("%w: transaction %s is %q", ErrUnknownState, r.ID.Hex(), r.State)
+		return errorf("%w: transaction %s is %q", ErrUnknownState, r.ID.Hex(), r.State)
 	}
 	if r.Placeholder {
 		if r.State != StateCanceled {
-			return fmt.Errorf("%w: placeholder %s is %s", ErrMalformedTxn, r.ID.Hex(), r.State)
+			return errorf("%w: placeholder %s is %s", ErrMalformedTxn, r.ID.Hex(), r.State)
 		}
 		return nil
 	}
 	if len(r.Legs) > 0 {
 		credited, err := validateLegs(r.Legs)
 		if err == nil && (r.Source != nil || r.Destination != nil || r.Value != credited) {
-			err = fmt.Errorf("legs %v with source %v, destination %v, value %d", r.Legs, r.Source, r.Destination, r.Value)
+			err = errorf("legs %v with source %v, destination %v, value %d", r.Legs, r.Source, r.Destination, r.Value)
 		}
 		if err != nil {
-			return fmt.Errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
+			return errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
 		}
 	} else if err := validateTransfer(r.Source, r.Destination, r.Value); err != nil {
-		return fmt.Errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
+		return errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
 	}
 	if r.Captured != 0 && (!r.Hold || r.Captured < 0 || r.Captured > r.Value || (r.Captured < r.Value && len(r.AllLegs()) > 2)) {
-		return fmt.Errorf("%w: transaction %s: captured %d of a %s of %d legs and value %d",
+		return errorf("%w: transaction %s: captured %d of a %s of %d legs and value %d",
 			ErrMalformedTxn, r.ID.Hex(), r.Captured, map[bool]string{true: "hold", false: "transfer"}[r.Hold], len(r.AllLegs()), r.Value)
 	}
 	if !r.foreign() && schema.Marker(r.ID, 0) != r.ID {
-		return fmt.Errorf("%w: transaction %s: not an id this library makes (its last byte is not zero)", ErrMalformedTxn, r.ID.Hex())
+		return errorf("%w: transaction %s: not an id this library makes (its last byte is not zero)", ErrMalformedTxn, r.ID.Hex())
 	}
 	return nil
 }
@@ -270,7 +269,7 @@ func (g *txnLog) advance(ctx context.Context, r *record, m move) (*record, bool,
 // hook for the first attempt (hooked); retries call it again.
 func (g *txnLog) advanceHooked(ctx context.Context, r *record, m move, hooked bool) (*record, bool, error) {
 	if !canMove(m.from, m.to) {
-		return r, false, fmt.Errorf("twopc: no move from %s to %s", m.from, m.to)
+		return r, false, errorf("twopc: no move from %s to %s", m.from, m.to)
 	}
 	holder := m.claim
 	if !m.newClaim.IsZero() {
@@ -322,7 +321,7 @@ func (g *txnLog) read(ctx context.Context, id bson.ObjectID) (*record, error) {
 		return g.txns.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&r)
 	})
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, fmt.Errorf("%w: %s", ErrTxnNotFound, id.Hex())
+		return nil, errorf("%w: %s", ErrTxnNotFound, id.Hex())
 	}
 	if err != nil {
 		return nil, err

@@ -64,6 +64,16 @@ type Leg struct {
 	Amount  int64  `bson:"amount"`
 }
 
+// String returns the leg as "account +amount" (a credit) or "account
+// -amount" (a debit), the account prefixed with "ledger/" if the leg's
+// ledger is not the default one.
+func (l Leg) String() string {
+	if l.Ledger != "" {
+		return fmt.Sprintf("%s/%v %+d", l.Ledger, l.Account, l.Amount)
+	}
+	return fmt.Sprintf("%v %+d", l.Account, l.Amount)
+}
+
 // AllLegs returns the transfer's legs: Legs for a transfer made with
 // TransferLegs, or the debit of Source and the credit of Destination.
 func (t *Txn) AllLegs() []Leg {
@@ -113,14 +123,14 @@ func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 // refuse gets ErrInvalidTransfer.
 func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
 	if err := validateKey(key); err != nil {
-		return nil, fmt.Errorf("twopc: get by key: %w", err)
+		return nil, errorf("twopc: get by key: %w", err)
 	}
 	r, _, err := c.log.lookup(ctx, keyID(key))
 	if r == nil {
 		return nil, err
 	}
 	if err == nil && r.Key != key && !r.Placeholder {
-		return nil, fmt.Errorf("%w: key %q (its _id holds a transaction of key %q)", ErrTxnNotFound, key, r.Key)
+		return nil, errorf("%w: key %q (its _id holds a transaction of key %q)", ErrTxnNotFound, key, r.Key)
 	}
 	return r.txn(), err
 }
@@ -186,16 +196,16 @@ func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (
 // validateTransfer checks Transfer's input before anything is written.
 func validateTransfer(source, destination any, value int64) error {
 	if value <= 0 {
-		return fmt.Errorf("%w: value %d is not positive", ErrInvalidTransfer, value)
+		return errorf("%w: value %d is not positive", ErrInvalidTransfer, value)
 	}
 	if err := validateAccountID("source", source); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidTransfer, err)
+		return errorf("%w: %w", ErrInvalidTransfer, err)
 	}
 	if err := validateAccountID("destination", destination); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidTransfer, err)
+		return errorf("%w: %w", ErrInvalidTransfer, err)
 	}
 	if schema.SameID(source, destination) {
-		return fmt.Errorf("%w: source and destination are the same account %v", ErrInvalidTransfer, source)
+		return errorf("%w: source and destination are the same account %v", ErrInvalidTransfer, source)
 	}
 	return nil
 }
@@ -217,7 +227,7 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 		return nil, err
 	}
 	if r.Placeholder || !r.State.Committed() {
-		return r.txn(), fmt.Errorf("twopc: reverse %s: it is %s, not applied or done; cancel it instead", id.Hex(), r.State)
+		return r.txn(), errorf("twopc: reverse %s: it is %s, not applied or done; cancel it instead", id.Hex(), r.State)
 	}
 	if tc.keyed {
 		return c.reverse(ctx, r, opts)
@@ -231,13 +241,13 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 		switch {
 		case errors.Is(err, ErrTxnNotFound):
 		case err != nil:
-			return nil, fmt.Errorf("twopc: reverse %s: %w", id.Hex(), err)
+			return nil, errorf("twopc: reverse %s: %w", id.Hex(), err)
 		case prior.State == StateCanceled:
 			continue // that attempt failed: the next key is a new attempt
 		}
 		return c.reverse(ctx, r, append([]TransferOption{WithKey(key)}, opts...))
 	}
-	return nil, fmt.Errorf("twopc: reverse %s: %d attempts were canceled", id.Hex(), maxReverseAttempts)
+	return nil, errorf("twopc: reverse %s: %d attempts were canceled", id.Hex(), maxReverseAttempts)
 }
 
 // reverse makes the transfer that undoes committed transfer r: what it
@@ -298,11 +308,11 @@ const MaxKeyLen = 512
 func validateKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: an empty idempotency key", ErrInvalidTransfer)
+		return errorf("%w: an empty idempotency key", ErrInvalidTransfer)
 	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: an idempotency key of %d bytes, more than MaxKeyLen (%d)", ErrInvalidTransfer, len(key), MaxKeyLen)
+		return errorf("%w: an idempotency key of %d bytes, more than MaxKeyLen (%d)", ErrInvalidTransfer, len(key), MaxKeyLen)
 	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: idempotency key %q is not valid UTF-8", ErrInvalidTransfer, key)
+		return errorf("%w: idempotency key %q is not valid UTF-8", ErrInvalidTransfer, key)
 	}
 	return nil
 }

@@ -330,3 +330,20 @@ func TestUnitUnsent(t *testing.T) {
 	assert.ErrorIs(t, err, errNotSent)
 	assert.ErrorIs(t, err, context.Canceled)
 }
+
+// Errors carry the package's prefix once, whatever they wrap, and still
+// match what they wrap; a Leg prints readably.
+func TestUnitErrorPrefixAndLegString(t *testing.T) {
+	err := errorf("twopc: transfer %s: %w", "X", ErrInsufficientFunds)
+	assert.Equal(t, "twopc: transfer X: insufficient funds", err.Error())
+	assert.ErrorIs(t, err, ErrInsufficientFunds)
+	err = errorf("twopc: cancel: %w", errorf("%w: leg %d: %w", ErrInvalidTransfer, 1, ErrUnknownLedger))
+	assert.Equal(t, "twopc: cancel: invalid transfer: leg 1: unknown ledger", err.Error())
+	assert.ErrorIs(t, err, ErrInvalidTransfer)
+	assert.ErrorIs(t, err, ErrUnknownLedger)
+	assert.Equal(t, "no prefix: x", errorf("no prefix: %s", "x").Error())
+
+	assert.Equal(t, "A -10", Leg{Account: "A", Amount: -10}.String())
+	assert.Equal(t, "eu/7 +10", Leg{Ledger: "eu", Account: 7, Amount: 10}.String())
+	assert.Equal(t, "[A -10 B +10]", fmt.Sprint((&Txn{Source: "A", Destination: "B", Value: 10}).AllLegs()))
+}

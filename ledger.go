@@ -99,7 +99,11 @@ type Account struct {
 	PendingTransactions []bson.ObjectID
 }
 
-// Account reads account id.
+// Account reads account id. It returns ErrAccountNotFound if the ledger
+// has no account of that id (a document a rollback left for an id with no
+// account counts as none), ErrInvalidAccount if its balance is not an
+// integer, and ErrInvalidTransfer for an id the library refuses (see
+// Transfer).
 func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
 	if err := validateAccountID("account", id); err != nil {
 		return nil, err

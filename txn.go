@@ -202,12 +202,19 @@ func validateTransfer(source, destination any, value int64) error {
 }
 
 // Reverse undoes a committed transfer the way the tutorial says to: a new
-// transfer of the same value from its destination back to its source. Its
-// idempotency key is derived from id ("reverse:<id>", then
-// "reverse:<id>:2", ...), so reversing twice moves the money back once: a
-// reversal that committed or is in progress is returned, and one that was
-// canceled (say the destination lacked the funds then) is followed by a new
-// attempt under the next key. A key given in opts is used as it is.
+// transfer that moves back what it moved (see Txn.SettledLegs): for a
+// Transfer, the same value from its destination back to its source; for
+// TransferLegs, every leg with its sign turned; for a hold captured in
+// part, the captured amount. Its idempotency key is derived from id
+// ("reverse:<id>", then "reverse:<id>:2", ...), so reversing twice moves
+// the money back once: a reversal that committed or is in progress is
+// returned, and one that was canceled (say the destination lacked the
+// funds then) is followed by a new attempt under the next key. A key given
+// in opts is used as it is. The reversal is a transfer of its own, with
+// Transfer's errors (ErrInsufficientFunds if the destination cannot cover
+// it now, ...). An id that names no transaction gives ErrTxnNotFound; a
+// transaction not applied or done gives an error saying so (cancel it
+// instead: see Canceler.Cancel), and nothing is written.
 func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (*Txn, error) {
 	tc, err := transferOptions(opts)
 	if err != nil {

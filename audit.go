@@ -25,10 +25,6 @@ import (
 //     lease plus the grace (ViolationStale);
 //   - an account holds a pending credit or a held debit only while a leg
 //     is in flight on it (ViolationHeldWithoutMarker);
-//   - every hold in StateHeld has its legs' markers on its accounts, and
-//     each account holds in pendingDebit (Account.Held) and pendingCredit
-//     at least what the holds held on it reserve
-//     (ViolationHoldNotOnAccount);
 //   - every account's marker arrays are within their bounds
 //     (ViolationMarkerBound), and every account and transaction has the
 //     shape the protocol writes (ViolationMalformed);

@@ -36,9 +36,7 @@ func (l *Ledger) Name() string { return l.name }
 // shape the protocol expects: {_id, balance (int64), pendingTransactions: []}.
 // If a rollback left fences under this id while the account did not exist
 // (a tombstone), the account takes them over, so that no stalled leg of a
-// canceled transaction can apply to it. An id that already has an account
-// gets the server's duplicate key error (see mongo.IsDuplicateKeyError),
-// and the account is left as it is.
+// canceled transaction can apply to it.
 func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64) error {
 	if err := validateAccountID("account", id); err != nil {
 		return err
@@ -99,11 +97,7 @@ type Account struct {
 	PendingTransactions []bson.ObjectID
 }
 
-// Account reads account id. It returns ErrAccountNotFound if the ledger
-// has no account of that id (a document a rollback left for an id with no
-// account counts as none), ErrInvalidAccount if its balance is not an
-// integer, and ErrInvalidTransfer for an id the library refuses (see
-// Transfer).
+// Account reads account id.
 func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
 	if err := validateAccountID("account", id); err != nil {
 		return nil, err

@@ -290,10 +290,9 @@ type transferConfig struct {
 
 // WithKey sets an idempotency key: a Transfer (or TransferLegs, Hold,
 // HoldLegs) repeated with the same key returns the first transaction, in
-// whatever state it reached, and never moves money twice; concurrent calls
-// with one key are never written together, and exactly one of them owns
-// the transaction, as if they had come one after the other (a call that
-// finds the owner still running gets ErrInProgress). Keys are unique
+// whatever state it reached, and never moves money twice; of concurrent
+// calls with one key, exactly one owns the transaction, as if they had come
+// one after the other. Keys are unique
 // across the transactions collection: a key used by a different
 // transaction gets ErrKeyConflict, so give each transfer its own. Keyed
 // transactions are kept for good, even under WithHistory. A key is valid

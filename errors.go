@@ -15,9 +15,8 @@ var (
 	// request of it that repeats an earlier one's key. Nothing is written.
 	ErrInvalidTransfer = errors.New("twopc: invalid transfer")
 
-	// ErrInsufficientFunds reports that a debit would have taken its
-	// account's balance below zero (see WithAllowNegative). The transaction
-	// ends canceled; no balance changes.
+	// ErrInsufficientFunds reports that the debit would have taken the source
+	// balance below zero. The transaction ends canceled; no balance changes.
 	ErrInsufficientFunds = errors.New("twopc: insufficient funds")
 
 	// ErrAccountNotFound reports that an account a leg names does not exist

@@ -123,9 +123,8 @@ func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 // more than one key (its field order is random: give a document id as
 // bson.D); a document id with an empty, dotted or $-prefixed key; and a key
 // WithKey refuses. Ids may be strings, ObjectIDs, integers, documents: any
-// value that can be an _id, but for those.
-// Accounts collections with a non-simple default collation are not
-// supported.
+// value that can be an _id, but for those. Accounts collections with a
+// non-simple default collation are not supported.
 //
 // Transfer inserts the transaction claimed by this coordinator and pending,
 // applies both legs, and moves it to applied, the commit point: three round
@@ -292,12 +291,11 @@ type transferConfig struct {
 // HoldLegs) repeated with the same key returns the first transaction, in
 // whatever state it reached, and never moves money twice; of concurrent
 // calls with one key, exactly one owns the transaction, as if they had come
-// one after the other. Keys are unique
-// across the transactions collection: a key used by a different
-// transaction gets ErrKeyConflict, so give each transfer its own. Keyed
-// transactions are kept for good, even under WithHistory. A key is valid
-// UTF-8, not empty, and at most MaxKeyLen bytes; any other gets
-// ErrInvalidTransfer, and nothing is written.
+// one after the other. Keys are unique across the transactions collection:
+// a key used by a different transaction gets ErrKeyConflict, so give each
+// transfer its own. Keyed transactions are kept for good, even under
+// WithHistory. A key is valid UTF-8, not empty, and at most MaxKeyLen
+// bytes; any other gets ErrInvalidTransfer, and nothing is written.
 func WithKey(key string) TransferOption {
 	return func(t *transferConfig) { t.key, t.keyed = key, true }
 }

@@ -36,8 +36,7 @@ func NewCanceler(c *Coordinator) *Canceler { return &Canceler{c: c} }
 // canceling transaction finishes its rollback; of a canceled one returns
 // it. Applied and done transactions are past the commit point: Cancel
 // returns ErrNotCancelable naming the state, and Coordinator.Reverse is the
-// way to undo them. A transaction WithHistory's archive holds is answered
-// from the archive, and nothing is written.
+// way to undo them.
 //
 // Cancel of an id that names no transaction writes a canceled placeholder
 // under that id and returns it: a Transfer whose insert is still on its

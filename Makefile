@@ -33,8 +33,9 @@ soak:
 demo:
 	cd examples && $(GO) run ./cmd/demo
 
-# banks runs seed 004's transfer between two banks, each its own dev server
-# (started in-process), printing each step; one bank stops mid-transfer.
+# banks runs two-phase commit's classic two-banks example: a transfer
+# between two banks, each its own dev server (started in-process), printing
+# each step; one bank stops mid-transfer.
 # It ends with the twopc command lines for the two banks; ARGS=-serve keeps
 # both up until interrupted, to run them.
 banks:

@@ -25,7 +25,7 @@ const (
 	// bounded by the transfers in flight on the account.
 	DefaultPendingBound = 1_000
 	// DefaultFencedBound is the most fences one account may hold: about
-	// 170 kB of markers, twice the 9,000 that doc.go's Limits gives for
+	// 170 kB of markers, twice the 9,000 that WithFenceRetention gives for
 	// 100 transfers a second at the default retention and interval.
 	DefaultFencedBound = 10_000
 )
@@ -126,7 +126,7 @@ type AuditReport struct {
 	Fences    int          `json:"fences"`
 	Totals    []TotalCheck `json:"totals,omitempty"`
 	// Violations lists every broken invariant, at most
-	// maxReportedViolations of them; Dropped counts the rest.
+	// 1,000 of them; Dropped counts the rest.
 	Violations []Violation `json:"violations"`
 	Dropped    int         `json:"dropped,omitempty"`
 }

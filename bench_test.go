@@ -368,7 +368,8 @@ func (l ledgerImpl) transfer(ctx context.Context, src, dst string, value int64) 
 func (l ledgerImpl) finish(ctx context.Context) error { return l.c.Settle(ctx) }
 
 // BenchmarkTransferAcrossDeployments runs the same transfers within one
-// deployment and across two, seed 004's banks: two dev servers of the
+// deployment and across two, the two banks of two-phase commit's classic
+// example: two dev servers of the
 // benchmark's own (whatever the harness's backend), the log and the
 // default ledger at the first, ledger "beijing" at the second. Each leg
 // command of a cross-deployment transfer goes to its own deployment at the

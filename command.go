@@ -34,7 +34,7 @@ var (
 // returned as it is, for the driver to encode. Either way the server
 // receives the same statement, unless the client sets BSONOptions that
 // change the default encoding (IntMinSize): the library's statements keep
-// the default (see "Data model" in the package documentation).
+// the default (see "Data model" in PROTOCOL.md, and NewCoordinator).
 func encoded(d bson.D) any {
 	if d == nil { // the driver refuses a nil document
 		return d

@@ -1,7 +1,8 @@
 package twopc
 
-// The Coordinator: the public face of the coordinator side (seed 004's
-// coordinator, which keeps the log and decides), its construction, indexes,
+// The Coordinator: the public face of the coordinator side (in two-phase
+// commit's classic two-banks example, the coordinator, which keeps the log
+// and decides), its construction, indexes,
 // the accounts and ledgers it was given, lookups, and Settle and Close.
 
 import (
@@ -20,9 +21,12 @@ import (
 
 // Coordinator drives transfers between account documents through the
 // two-phase commit protocol: it inserts each transaction claimed and
-// pending, applies both legs, moves it to applied (the commit point), and
-// settles it to done. It is safe for concurrent use. Close it to let
-// background settling finish.
+// pending, applies its legs, moves it to applied (the commit point), and
+// settles it to done. It is safe for concurrent use: concurrent calls share
+// each step's write (their inserts, their legs on each ledger, their
+// commits and their settling), each transfer keeping its own guards, so
+// batching moves exactly what the transfers alone would have. Close it to
+// let background settling finish.
 type Coordinator struct {
 	config
 	db      *mongo.Database
@@ -42,7 +46,26 @@ type Coordinator struct {
 // collections of db. Whatever db's (or its client's) defaults, every read
 // the library decides by uses majority read concern, every write majority
 // write concern (WithWriteConcern changes that), and both go to the
-// primary: a step the library reports done survives a failover.
+// primary: a step the library reports done survives a failover, and a
+// write that fails with a write-concern error is reported as an error,
+// never as success (the transaction's state then tells, and recovery
+// finishes it).
+//
+// The statements a transfer sends, and the transaction documents its
+// writes return, are encoded and decoded by the driver's default BSON
+// rules, whatever BSONOptions the client sets: an int64 stays an int64
+// under IntMinSize, and the times in those documents are UTC even under
+// UseLocalTimeZone. A value the default rules do not fix (an account id of
+// a type of the caller's) goes through the client's registry and options,
+// as do the library's other reads and writes.
+//
+// The server must give single-document atomicity, hello's localTime
+// (MongoDB 4.4.2 and later) and majority read concern (a MongoDB 4.4
+// deployment with enableMajorityReadConcern: false is not supported:
+// recovery, Cancel and Get then fail). Every per-document operation
+// filters by _id, so a sharded cluster with hashed _id shard keys works
+// unchanged. FerretDB alone loses updates; the repository's dev server
+// puts it behind a front that serializes requests.
 func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	if db == nil {
 		return nil, errors.New("twopc: NewCoordinator: nil database")

@@ -9,9 +9,14 @@ import (
 // Errors returned by the library. Match them with errors.Is: the library
 // wraps them with the transaction, account or state they concern.
 var (
-	// ErrInvalidTransfer reports bad input to Transfer: a value that is not
-	// positive, a source equal to the destination, or an account id that is
-	// nil or cannot be a document _id. Nothing is written.
+	// ErrInvalidTransfer reports bad input, refused before anything is
+	// written: to Transfer, a value that is not positive, a source equal to
+	// the destination as the server sees ids, or an account id the library
+	// refuses (see Transfer); to TransferLegs and HoldLegs, legs that break
+	// its rules; an idempotency key that is empty, not valid UTF-8 or longer
+	// than MaxKeyLen; WithExpiry on a transfer that is not a hold; a Capture
+	// amount a hold cannot take; a TransferBatch of more than MaxBatch, or a
+	// request of it that repeats an earlier one's key. Nothing is written.
 	ErrInvalidTransfer = errors.New("twopc: invalid transfer")
 
 	// ErrInvalidAccountID reports an account id that is nil or cannot be
@@ -32,32 +37,49 @@ var (
 	// balance below zero. The transaction ends canceled; no balance changes.
 	ErrInsufficientFunds = errors.New("twopc: insufficient funds")
 
-	// ErrAccountNotFound reports that the source or destination account does
-	// not exist. The transaction ends canceled; no balance changes.
+	// ErrAccountNotFound reports that an account a leg names does not exist
+	// in its ledger. The transaction ends canceled; no balance changes.
+	// Coordinator.Account and Ledger.Account return it too.
 	ErrAccountNotFound = errors.New("twopc: account not found")
 
-	// ErrBalanceOverflow reports that a leg would take a balance past the
-	// range of int64. The transaction ends canceled; no balance changes.
+	// ErrBalanceOverflow reports that a leg would take a balance out of the
+	// range of int64, once every leg in flight on the account settled or
+	// was undone: a credit applies only if balance+value is at most
+	// MaxInt64 with nothing else in flight on the account, or, with legs
+	// in flight, if the balance and the held debits (Account.Held) are each
+	// at most MaxInt64/4 and the pending credits (Account.PendingCredit)
+	// plus value at most MaxInt64/2; a debit allowed below zero (see
+	// WithAllowNegative) may not take the balance below MinInt64. So a
+	// committed transfer always settles, and a balance above MaxInt64/4
+	// takes a credit only while nothing else is in flight on it. The
+	// transaction ends canceled; no balance changes.
 	ErrBalanceOverflow = errors.New("twopc: balance would overflow int64")
 
 	// ErrInvalidAccount reports an account document whose balance is missing
-	// or not an integer. The transaction ends canceled; no balance changes.
+	// or not an int32 or int64 (a float, a string), or whose
+	// fencedTransactions is not an array. The transaction ends canceled; no
+	// balance changes. Coordinator.Account and Ledger.Account return it for
+	// a balance that is not an integer.
 	ErrInvalidAccount = errors.New("twopc: account balance is missing or not an integer")
 
-	// ErrTooLate reports a leg refused by an account's fence line: the
-	// account has already closed the legs of every transaction created at
-	// or before a time at or after this one's (see the package
-	// documentation). It is what a leg write delivered after its
-	// transaction finished meets; a new transfer meets it only if the
-	// clock of the host that created it is behind the others' by more than
-	// the fence retention. The transaction ends canceled; no balance
-	// changes.
+	// ErrTooLate reports a leg refused by an account's fence line. Each
+	// transaction carries its creation time (Txn.Created, by the clock of
+	// the host that created it), and each account a fence line: once a
+	// finished transaction's fences are removed from an account, its line
+	// moves up to that transaction's time, and the account refuses every
+	// leg of a transaction created at or before it. It is what a leg write
+	// delivered after its transaction finished meets; a new transfer meets
+	// it only if the clock of the host that created it is behind the
+	// others' by more than the fence retention (see WithFenceRetention).
+	// The transaction ends canceled; no balance changes.
 	ErrTooLate = errors.New("twopc: transaction older than the account's fence line")
 
 	// ErrCanceled reports that the transaction was canceled before it
-	// reached its commit point: by a Canceler, or by recovery, which rolls
-	// back a stale transaction none of whose legs was applied (reason
-	// "stale_pending"). Its applied legs are (or will be) undone.
+	// reached its commit point: by a Canceler (reason "canceled"), or by
+	// recovery, which rolls back a stale pending transaction none of whose
+	// legs was applied, or a stale pending hold (reason "stale_pending"),
+	// and cancels a stale initial one (reason "stale_initial"). Its applied
+	// legs are (or will be) undone.
 	ErrCanceled = errors.New("twopc: transaction canceled")
 
 	// ErrInProgress reports that the transaction's outcome is not decided by
@@ -69,25 +91,34 @@ var (
 	ErrInProgress = errors.New("twopc: transaction in progress elsewhere")
 
 	// ErrNotCancelable reports a Cancel of a transaction past its commit
-	// point (applied or done). Undo it with Coordinator.Reverse.
+	// point (applied or done, in the log or in WithHistory's archive). Undo
+	// it with Coordinator.Reverse.
 	ErrNotCancelable = errors.New("twopc: transaction is past its commit point")
 
 	// ErrTxnNotFound reports a transaction id that names no transaction.
 	ErrTxnNotFound = errors.New("twopc: transaction not found")
 
-	// ErrKeyConflict reports a Transfer whose idempotency key was already used
-	// by a transfer with a different source, destination or value.
+	// ErrKeyConflict reports a call whose idempotency key (WithKey) was
+	// already used by a different transaction: other legs (accounts,
+	// ledgers or amounts; for Transfer, another source, destination or
+	// value), a hold where this is a transfer or the other way round, or a
+	// hold with another expiry. Keys are unique across the transactions
+	// collection, whichever call made them: give each transfer its own. The
+	// returned Txn is the one that holds the key; nothing is written.
 	ErrKeyConflict = errors.New("twopc: idempotency key used for a different transfer")
 
 	// ErrUnknownState reports a transaction document whose state is not one
-	// of the six the protocol knows (edited by hand, or by another program).
-	// The library leaves it alone.
+	// of the seven the protocol knows (see State; edited by hand, or by
+	// another program): from Get, Cancel, Reverse and a call repeating its
+	// key. The library leaves it alone, recovery included.
 	ErrUnknownState = errors.New("twopc: transaction in unknown state")
 
 	// ErrMalformedTxn reports a transaction document the protocol could not
 	// have written: a value that is not positive, ids that are not valid or
-	// equal, fields of the wrong type. The library leaves it alone: it is
-	// not rolled forward, back or canceled, and recovery counts it failed.
+	// equal, fields of the wrong type; and, from Cancel, a document without
+	// a transaction time (the tutorial's protocol, another program). The
+	// library leaves it alone: it is not rolled forward, back or canceled,
+	// and recovery counts it failed.
 	ErrMalformedTxn = errors.New("twopc: malformed transaction document")
 
 	// ErrUnknownLedger reports a ledger name the coordinator was not given
@@ -96,7 +127,9 @@ var (
 	// that ledger, and counted failed).
 	ErrUnknownLedger = errors.New("twopc: unknown ledger")
 
-	// ErrClosed reports a call on a Coordinator after Close.
+	// ErrClosed reports a call that would start or decide a transfer
+	// (Transfer, TransferLegs, TransferBatch, Hold, HoldLegs, Capture,
+	// Void, Reverse) on a Coordinator after Close.
 	ErrClosed = errors.New("twopc: coordinator closed")
 )
 

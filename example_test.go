@@ -64,6 +64,55 @@ func Example() {
 	// now done A: 900 B: 1100
 }
 
+// Transfer, and how a caller tells its outcomes apart with errors.Is: the
+// money moved, or the transfer was refused and nothing moved, or the call
+// could not tell (then repeating it with the same key is safe).
+func ExampleCoordinator_Transfer() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_transfer")
+	defer cleanup()
+	c, err := twopc.NewCoordinator(db, twopc.WithApplication("payments-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if err := c.EnsureIndexes(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_ = c.OpenAccount(ctx, "alice", 1000)
+	_ = c.OpenAccount(ctx, "bob", 0)
+
+	for i, value := range []int64{600, 600} {
+		key := fmt.Sprintf("order-%d", i+1) // one key per transfer
+		txn, err := c.Transfer(ctx, "alice", "bob", value, twopc.WithKey(key))
+		switch {
+		case err == nil:
+			fmt.Println(key, "moved", txn.Value, "and is", txn.State)
+		case errors.Is(err, twopc.ErrInsufficientFunds):
+			fmt.Println(key, "refused, nothing moved:", txn.State)
+		case errors.Is(err, twopc.ErrInvalidTransfer):
+			fmt.Println(key, "bad input, nothing written:", err)
+		default:
+			// The outcome is not known to this call (the database, the
+			// context): repeat it with the same key, or read txn.ID later.
+			log.Fatal(err)
+		}
+	}
+
+	// A committed transfer settles in the background; until then bob's
+	// credit is in his PendingCredit, not yet in his Balance.
+	if err := c.Settle(ctx); err != nil {
+		log.Fatal(err)
+	}
+	a, _ := c.Balance(ctx, "alice")
+	b, _ := c.Balance(ctx, "bob")
+	fmt.Println("alice:", a, "bob:", b)
+	// Output:
+	// order-1 moved 600 and is applied
+	// order-2 refused, nothing moved: canceled
+	// alice: 400 bob: 600
+}
+
 // A transfer the source cannot cover ends canceled, and nothing moves.
 func ExampleCoordinator_Transfer_insufficientFunds() {
 	ctx := context.Background()

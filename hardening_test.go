@@ -20,8 +20,8 @@ import (
 )
 
 // These tests replay, one each, the sequences of the second adversarial
-// review (issue 10: safety with no timing assumption and no per-process
-// policy); each failed before its fix.
+// review (of safety with no timing assumption and no per-process policy);
+// each failed before its fix.
 
 // 1. Ids the server takes for one document are one account: a
 // self-transfer between int32(1) and int64(1) nested in a document created

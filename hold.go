@@ -1,9 +1,9 @@
 package twopc
 
 // Holds: a transfer whose legs apply and then wait, held, for the caller's
-// decision (Capture or Void) or for its expiry. Seed 004's uncertainty
-// period, the moment between the two phases, made durable and handed to
-// the caller.
+// decision (Capture or Void) or for its expiry. Two-phase commit's
+// uncertainty period, the moment between the two phases, made durable and
+// handed to the caller (PROTOCOL.md, "Holds").
 
 import (
 	"context"
@@ -43,17 +43,32 @@ var (
 // the audit's DefaultPendingBound (1,000) is above it.
 const MaxHolds = 500
 
-// Hold reserves value on source for destination: the source's available
-// balance drops at once, the destination sees nothing until Capture. It
-// validates and refuses as Transfer does (ErrInvalidTransfer with nothing
-// written, ErrInsufficientFunds, ErrAccountNotFound, ErrTooManyHolds, keys
-// with WithKey, ledgers), and returns once the hold is durable, in
-// StateHeld.
+// Hold reserves value on source for destination, and returns once the
+// hold is durable, in StateHeld. While it is held, Account shows:
+//
+//   - for the source, Balance already lower by value, and value in Held
+//     (its pendingDebit): the money is reserved and cannot be spent;
+//   - for the destination, Balance unchanged, and value in PendingCredit:
+//     on its way in, not spendable, and gone again if the hold is voided;
+//   - for both, the hold's id in PendingTransactions.
+//
+// Capture moves the captured amount into the destination's Balance (the
+// rest back into the source's) when it settles, and clears Held and
+// PendingCredit of the hold; Void and expiry return value to the source's
+// Balance and clear them too.
+//
+// Hold validates and refuses as Transfer does: ErrInvalidTransfer with
+// nothing written; ErrInsufficientFunds, ErrAccountNotFound,
+// ErrBalanceOverflow, ErrInvalidAccount, ErrTooLate, and ErrTooManyHolds
+// for an account already carrying MaxHolds legs in flight, each with the
+// hold rolled back and nothing moved; keys as with WithKey (a repeat with
+// another expiry is ErrKeyConflict).
 //
 // A held transfer is decided: no Recoverer rolls it back for being old,
 // and a crash of the process that made it changes nothing. It ends only by
-// Capture (done), Void (canceled) or, with WithExpiry, its expiry
-// (canceled, by a Recoverer pass or a Capture that finds it expired). A
+// Capture (done), Void (canceled; Canceler.Cancel of a held hold is its
+// Void) or, with WithExpiry, its expiry (canceled, by a Recoverer pass or
+// a Capture or Void that finds it expired). A
 // Hold whose process dies before the hold is held is rolled back by
 // recovery, as any unfinished transfer that nobody was told of, even if
 // its legs applied (a stale pending hold is never rolled forward).
@@ -82,15 +97,19 @@ func (c *Coordinator) HoldLegs(ctx context.Context, legs []Leg, opts ...Transfer
 }
 
 // WithExpiry sets a hold's expiry: a hold not captured within d of
-// becoming held is voided by a Recoverer pass (or by a Capture that finds
-// it expired), and Capture after that returns ErrHoldExpired. The expiry
-// is recorded in the hold (ExpiryMs) and judged by the server's clock
-// against the time the server recorded when the hold became held
-// (lastModified), never by the clock of the process that asks: time
-// decides only which of capture and expiry happens, never whether money
-// moves twice. d is rounded down to the millisecond and must be at least
-// one; WithExpiry on a Transfer, or with a smaller d, gets
-// ErrInvalidTransfer.
+// becoming held is voided, as expired, by the next Recoverer pass (or by a
+// Capture or Void that finds it expired), and Capture after that returns
+// ErrHoldExpired. Until one of those voids it, an expired hold stays held,
+// and a Capture whose write lands first still captures. The expiry is
+// recorded in the hold (Txn.ExpiryMs) and runs from Txn.HeldAt, the time
+// the hold became held, by the server's clock (set only by the write that
+// made it held, so a late duplicate of the hold's insert cannot push it
+// back); it is judged by the server's clock too, never by the clock of the
+// process that asks: time decides only which of capture and expiry
+// happens, never whether money moves twice. d is rounded down to the
+// millisecond and must be at least one; WithExpiry on a Transfer or
+// TransferLegs, or with a smaller d, gets ErrInvalidTransfer. Without it,
+// a hold stays held until Capture or Void.
 func WithExpiry(d time.Duration) TransferOption {
 	return func(t *transferConfig) { t.expiry, t.expirySet = d, true }
 }

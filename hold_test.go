@@ -594,11 +594,11 @@ func TestHoldExpiryNotMovedByALateInsert(t *testing.T) {
 	require.ErrorIs(t, err, twopc.ErrHoldExpired, "expired two hours after it was held, whatever arrived since")
 }
 
-// TestHoldsAcrossDeployments: holds between seed 004's two banks, each its
-// own dev server. The bank of Beijing restarts while two holds are held;
-// they stay held, one is captured in part and the other voided once it is
-// back, and a third, captured while Beijing is down, settles when it
-// returns.
+// TestHoldsAcrossDeployments: holds between the two banks of two-phase
+// commit's classic example, each its own dev server. The bank of Beijing
+// restarts while two holds are held; they stay held, one is captured in
+// part and the other voided once it is back, and a third, captured while
+// Beijing is down, settles when it returns.
 func TestHoldsAcrossDeployments(t *testing.T) {
 	ctx := testCtx(t)
 	bk := newBanks(t, twopc.WithSyncSettle())

@@ -12,16 +12,17 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Ledger is the participant side of two-phase commit (seed 004's
-// participants, which hold the accounts, beside the coordinator, which
-// keeps the log): one named accounts collection, in the coordinator's
-// database, another database, or another deployment (see WithLedger), and
-// the guarded writes that apply, inspect, settle, fence, undo and unfence
-// legs there. It never reads or moves a transaction's state: the
-// Coordinator decides, from its log, and tells each ledger what to do with
-// its legs. Every write is guarded by the leg's own marker (and, for
-// applying, the account's fence line), so that whoever sends it, however
-// often and however late, it takes effect at most once.
+// Ledger is the participant side of two-phase commit (in its classic
+// two-banks example, the banks, which hold the accounts, beside the
+// coordinator, which keeps the log): one named accounts collection, in
+// the coordinator's database, another database, or another deployment
+// (see WithLedger), and the guarded writes that apply, inspect, settle,
+// fence, undo and unfence legs there. It never reads or moves a
+// transaction's state: the Coordinator decides, from its log, and tells
+// each ledger what to do with its legs. Every write is guarded by the
+// leg's own marker (and, for applying, the account's fence line), so that
+// whoever sends it, however often and however late, it takes effect at
+// most once.
 type Ledger struct {
 	*config
 	name     string
@@ -72,18 +73,34 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64) error {
 }
 
 // Account is an account document as the protocol sees it.
+//
+// A debit leaves Balance as soon as its leg applies (the funds are held,
+// in Held), but a credit reaches Balance only when its transfer settles,
+// after the commit point; until then it is in PendingCredit. So money that
+// might still be rolled back cannot be spent, and undoing a credit never
+// takes a balance below zero. There is no isolation: between a transfer's
+// apply and its settle (with background settling, for milliseconds after
+// Transfer returns) a reader sees the debit gone from the source's Balance
+// and the credit only in the destination's PendingCredit, and it sees a
+// rolled back debit until it is undone. WithSyncSettle makes Transfer
+// return with the credit in Balance. A hold keeps its amounts in Held and
+// PendingCredit until it is captured and settled, voided or expired (see
+// Coordinator.Hold).
 type Account struct {
 	ID any
 	// Balance is the available balance: it includes the debits of pending
-	// transfers (the funds are held) and only the credits that are settled.
+	// transfers and holds (the funds are held) and only the credits that
+	// are settled.
 	Balance int64
 	// PendingCredit is the sum of the credits applied to the account and
-	// not yet settled: money on its way in, spendable once settled.
+	// not yet settled: money on its way in, spendable once settled. A
+	// hold's credit stays here while it is held.
 	PendingCredit int64
 	// Held is the sum of the debits applied to the account and not yet
 	// settled, already out of Balance: the amounts its holds reserve
-	// (until captured, voided or expired; see Coordinator.Hold), and for a
-	// moment those of transfers on their way out.
+	// (until captured and settled, voided or expired; see
+	// Coordinator.Hold), and for a moment those of transfers on their way
+	// out. It is the account document's pendingDebit.
 	Held int64
 	// PendingTransactions lists the transactions with a leg applied to the
 	// account and not yet settled (each leg marker read as its

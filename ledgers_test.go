@@ -21,7 +21,8 @@ import (
 	"github.com/twopc/twopc/internal/mongotest"
 )
 
-// banks is seed 004's setting: two banks, each its own deployment (a dev
+// banks is the setting of two-phase commit's classic two-banks example
+// (as in X/Open DTP's XA model): two banks, each its own deployment (a dev
 // server of its own), and a coordinator whose log is at the first. Ledger
 // "shanghai" is the first deployment's accounts, "beijing" the second's.
 type banks struct {
@@ -231,9 +232,9 @@ func crossLegs(value int64) []twopc.Leg {
 	return []twopc.Leg{{Ledger: "shanghai", Account: "A", Amount: -value}, {Ledger: "beijing", Account: "B", Amount: value}}
 }
 
-// Seed 004's transfer: from an account at the bank of Shanghai to one at
-// the bank of Beijing, each bank its own deployment, the decision in the
-// coordinator's log.
+// The two-banks example's transfer: from an account at the bank of
+// Shanghai to one at the bank of Beijing, each bank its own deployment, the
+// decision in the coordinator's log.
 func TestLedgersAcrossDeployments(t *testing.T) {
 	ctx := testCtx(t)
 	bk := newBanks(t, twopc.WithSyncSettle())

@@ -23,8 +23,9 @@ const MaxLegs = 32
 // It returns ErrInvalidTransfer, and writes nothing, for fewer than two or
 // more than MaxLegs legs, an amount of zero or MinInt64, amounts that do
 // not sum to zero (or whose debits or credits overflow int64), the same
-// account in two legs (as the server sees ids: see Transfer), and any id
-// Transfer refuses.
+// account in two legs (as the server sees ids: see Transfer), any id
+// Transfer refuses, and a ledger the coordinator was not given (the error
+// also matches ErrUnknownLedger).
 func (c *Coordinator) TransferLegs(ctx context.Context, legs []Leg, opts ...TransferOption) (*Txn, error) {
 	t, err := c.legsTxn(legs)
 	if err != nil {

@@ -56,7 +56,8 @@ const (
 // cannot change the protocol's outcome: the events are copies, and a func
 // that panics is recovered, logged ("twopc: observer panicked", at error
 // level, with the panic and its stack) and the protocol goes on. Either
-// func may be nil.
+// func may be nil. The repository's examples/observe has Prometheus and
+// OpenTelemetry observers.
 type Observer struct {
 	// Transition is called for every write that moves, or tries to move,
 	// a transaction's state: the insert that creates it pending, every
@@ -186,9 +187,10 @@ const (
 	// RecoverySettle: settle an applied transaction to done (in batches:
 	// each transaction of a batch gets the batch's duration).
 	RecoverySettle RecoveryAction = "settle"
-	// RecoveryRollBack: roll a taken pending transaction none of whose
-	// legs was applied (presumed abort), or a canceling one, back to
-	// canceled.
+	// RecoveryRollBack: roll back to canceled a taken pending transaction
+	// none of whose legs was applied (presumed abort), a taken pending
+	// hold (even with every leg applied), one a roll forward found a leg
+	// of that cannot apply, or a canceling one.
 	RecoveryRollBack RecoveryAction = "roll_back"
 	// RecoveryCancelInitial: take a stale initial transaction to canceled.
 	RecoveryCancelInitial RecoveryAction = "cancel_initial"

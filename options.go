@@ -99,11 +99,20 @@ func WithApplication(name string) Option {
 }
 
 // WithStaleAfter sets the lastModified age after which another application
-// may take over a transaction (default one minute). The owner renews its
-// claim before a leg write once an eighth of it has passed, and a leg write
-// must finish within half of it after the claim, so keep it far above the
-// latency of a write under load (ten times at least): too short, and
-// transfers time out and are left to recovery. Settled legs stay fenced for
+// may take over a transaction (default one minute). It is recorded in every
+// transaction this coordinator claims, and a takeover waits for the longest
+// recorded, so a process configured shorter cannot take a transaction its
+// owner still holds by its own rule. The owner renews its claim before a
+// leg write once an eighth of it has passed, and a leg write must finish
+// within half of it after the claim, so keep it far above the latency of a
+// write under load (ten times at least): too short, and transfers time out
+// and are left to recovery. Staleness is judged by the server's clock
+// (hello's localTime against lastModified, which the server writes): keep
+// StaleAfter well above the clock skew between the members of a replica
+// set, which matters across a failover, and between the mongos routers of a
+// sharded cluster, which answer hello there; else a live owner may be taken
+// over (its transfer then finishes by the recoverer's hand, or rolls back;
+// money is safe either way). Settled legs stay fenced for
 // max(StaleAfter, WithFenceRetention).
 func WithStaleAfter(d time.Duration) Option {
 	return func(c *config) error {
@@ -120,11 +129,20 @@ func WithStaleAfter(d time.Duration) Option {
 // account's fence line past it (default: StaleAfter; never less). It is
 // recorded in every transaction this coordinator claims or finishes, and
 // fences stay for the longest recorded. Safety does not depend on it: a
-// leg write delivered after the fence is gone meets the fence line. It
-// bounds the clock skew between hosts that create transfers on the same
-// accounts (a transfer created by a clock further behind may meet
-// ErrTooLate), and, with the recovery interval, the size of busy accounts
-// (see Limits in the package documentation).
+// leg write delivered after the fence is gone meets the fence line.
+//
+// It bounds the clock skew between hosts that create transfers on the same
+// accounts: keep their clocks within it of each other, or the slow one's
+// transfers may meet ErrTooLate on busy accounts (a host whose clock is
+// ahead only makes the accounts it touches keep its fences longer). With
+// the recovery interval it bounds the size of busy accounts: each fence is
+// a marker of about 17 bytes, and with a Recoverer running every interval
+// I, retention R and f transfers a second on an account, the account holds
+// about f×(R+I) fences: at the defaults (R one minute, I 30 seconds), 100
+// transfers a second keep it under 9,000, about 160 kB, far under
+// MongoDB's 16 MB document limit. Without a Recoverer they grow with every
+// transfer. A fence also stays while an older transaction on the same
+// account is unfinished.
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -167,10 +185,29 @@ func WithCollections(accounts, transactions string) Option {
 // may move money in, in its own database, another database, or another
 // deployment (a collection of another *mongo.Client). Legs name it (see
 // Leg); the coordinator's transactions collection stays the one log of
-// every transfer, wherever its legs are. Reads from it are made at
-// majority read concern, as the coordinator's own; give it a client with
-// majority write concern on a replica set. The default ledger, named "",
-// is the accounts collection of the coordinator's database.
+// every transfer, wherever its legs are. Its reads and writes are made as
+// the coordinator's own, whatever the collection's client sets: reads at
+// majority read concern, writes at majority write concern (or
+// WithWriteConcern's), both on the primary. The default ledger, named "",
+// is the accounts collection of the coordinator's database. The same id in
+// two ledgers is two accounts.
+//
+// A transfer's legs go to every ledger at once, one command per ledger, so
+// a transfer across deployments reaches its commit point in three round
+// trips of latency, as on one. When a ledger's deployment cannot be
+// reached, nothing is lost and nothing waits on a clock for its safety.
+// Before the commit point, a transfer whose leg cannot be sent fails with
+// the driver's error and is left pending, the legs it applied elsewhere
+// held; once the deployment returns, a Recoverer rolls it forward, or
+// back if no leg applied or one cannot apply. After the
+// commit point, the ledgers that can be reached settle at once; the
+// unreachable one keeps its legs held (a debit out of the balance, a
+// credit in PendingCredit, not yet spendable) until it returns and a
+// recovery pass settles them. If the coordinator's own deployment (the
+// log) is unreachable, every transfer in flight stays where it is, its
+// legs held, until it returns. Such a leg is blocked for as long as the
+// log or its own deployment is unreachable, plus a recovery interval; the
+// library cannot bound that.
 func WithLedger(name string, accounts *mongo.Collection) Option {
 	return func(c *config) error {
 		if name == "" || accounts == nil {
@@ -210,6 +247,11 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 // removed and keep has passed since it was last modified (by the server's
 // clock), a Recoverer's pass moves it to archive, or removes it if archive
 // is nil. Without WithHistory transactions are kept for good.
+//
+// With a Recoverer running every interval I, fence retention R, keep K and
+// f transfers a second, the collection then holds the unfinished
+// transactions plus about f×(R+K+I) final ones, plus every keyed
+// transaction and placeholder, which are kept for good.
 //
 // What it keeps: keyed transactions (WithKey, and the reversals Reverse
 // makes under derived keys) are never removed, so a key is honoured for
@@ -273,11 +315,13 @@ func WithAllowNegative() Option {
 	}
 }
 
-// WithSyncSettle makes Transfer settle the transaction (pull it from the
-// accounts, then done) before it returns, at two more round trips. By
-// default the coordinator settles committed transfers in the background, in
-// batches, so that a transfer costs three round trips; Close and Settle wait
-// for it.
+// WithSyncSettle makes Transfer (and TransferLegs, TransferBatch, Reverse
+// and Capture) settle the transaction (pull it from the accounts, then
+// done) before it returns, at two more round trips, so that it returns
+// with the credit in the destination's Balance. By default the coordinator
+// settles committed transfers in the background, in batches, so that a
+// transfer costs three round trips and its credit reaches the balance
+// moments after it returns; Close and Settle wait for it.
 func WithSyncSettle() Option {
 	return func(c *config) error {
 		c.syncSettle = true
@@ -316,8 +360,9 @@ func WithWriteBatch(n int) Option {
 
 // WithLogger sets the logger for background work: settling and recovery
 // (default: discard), and for an Observer's panics. Every line about a
-// transaction carries its id (txn), the step when there is one, and the
-// application (see Observing in the package documentation).
+// transaction carries the attributes txn (its _id in hex), step (when the
+// line is about one) and application; a recovery pass's line carries
+// application and the pass's report (see Recoverer.Run).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {

@@ -11,32 +11,63 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Recoverer finishes transactions whose owner stopped: it settles every
-// applied transaction, and finds those in pending, canceling or initial
-// whose lastModified is older than StaleAfter, takes each over with a
-// guarded write, and drives it to done or canceled. It also removes fences whose retention has passed. Any number of
-// recoverers, of any applications, may run at once: a takeover is
-// conditional on the claim and lastModified the recoverer read, so exactly
-// one wins each transaction.
+// Recoverer finishes what processes that stopped left behind, judged by
+// the server's clock. A transaction is stale once its lastModified is
+// older than its lease: the longest StaleAfter recorded in it by the
+// processes that claimed it, or the Recoverer's coordinator's own, if
+// longer. Each pass (RecoverOnce; Run makes one every interval):
 //
-// The recovery rules:
-//   - pending rolls forward, applying only the legs not yet applied, unless
-//     a leg cannot apply (overdraft, missing account, overflow, bad
-//     balance); then it rolls back to canceled.
-//   - applied is past the commit point: settle it to done, whatever its
-//     age and owner. Settling is guarded and idempotent, so racing the
-//     owner's own background settling is harmless, and a committed
-//     transfer is settled no later than the next pass.
-//   - canceling finishes its rollback to canceled.
-//   - initial never had a leg applied: it goes to canceled (the
-//     coordinator inserts transactions pending, so only a document of this
-//     library edited by hand is met here).
+//   - settles every applied transaction to done, whatever its age and
+//     owner: it is past its commit point, and will happen. Settling is
+//     guarded and idempotent, so racing the owner's own background
+//     settling is harmless, and a committed transfer is settled no later
+//     than the next pass.
+//   - takes over each stale pending transaction with a guarded write and
+//     reads its accounts. If none of its legs was applied, it rolls it back
+//     to canceled: presumed abort, for nobody was told it would happen, and
+//     its insert may have arrived after its caller gave up on it (reason
+//     "stale_pending"; a later Transfer with its key gets ErrCanceled). If
+//     a leg of it was applied, it rolls it forward: it applies the legs not
+//     yet applied, commits it and settles it to done; if one of them cannot
+//     apply (overdraft, missing account, overflow, bad balance, a fence
+//     line past it), it rolls it back to canceled instead. A stale pending
+//     hold is always rolled back, even when every leg applied: held is its
+//     decision, and nobody was told of one.
+//   - finishes the rollback of each stale canceling transaction, to
+//     canceled.
+//   - cancels each stale initial transaction (the coordinator inserts
+//     transactions already pending, so only a document of this library
+//     edited by hand is met here).
+//   - voids each held hold past its expiry (see WithExpiry) as expired, and
+//     rolls it back to canceled. A held hold is never rolled back for being
+//     old: only its expiry, Capture or Void end it.
+//   - removes, from every account a final (done or canceled) transaction
+//     touched, the fences it left, once its fence retention has passed
+//     (see WithFenceRetention), moving the accounts' fence lines past it.
+//     Without a Recoverer, fences pile up on busy accounts.
+//   - with WithHistory, moves each final transaction whose fences are
+//     removed and whose time to keep has passed to the archive collection,
+//     or removes it (keyed transactions and Cancel's placeholders are kept
+//     for good; see WithHistory).
+//
+// A transaction with a leg on a ledger the Recoverer's coordinator was not
+// given (see WithLedger) is left for a recoverer that has it, and counted
+// failed; so is one the protocol could not have written (ErrMalformedTxn).
+// With a ledger's deployment unreachable, nothing waits on a clock: a
+// stale pending transaction with a leg there is decided only once every
+// ledger it touches can be read (it stays pending, its applied legs held,
+// until then); a canceling one is rolled back on the ledgers that can be
+// reached and stays canceling until the rest return; an applied one
+// settles where it can and stays applied until the rest return. Any number of recoverers, of any applications, may run at once: a
+// takeover is conditional on the claim and lastModified the recoverer
+// read, so exactly one wins each transaction.
 //
 // Documents the library did not write (no transaction time: the
 // tutorial's protocol, another program, a version before transaction
 // times) are left alone. Upgrading from such a version: let its
 // recoverers finish every transaction first (none left initial, pending,
-// applied or canceling), stop every process of it, then start this one.
+// applied or canceling), stop every process of it (its fence removal
+// deleted tombstones, which now hold fence lines), then start this one.
 type Recoverer struct {
 	c        *Coordinator
 	interval time.Duration
@@ -77,11 +108,13 @@ func (rep RecoveryReport) Finished() int {
 	return rep.RolledForward + rep.Settled + rep.RolledBack + rep.Canceled + rep.Expired
 }
 
-// RecoverOnce makes one recovery pass over every transaction stale at its
-// start: it settles the applied ones, finishes the stale ones, and removes
-// the fences whose retention has passed. It returns the report and the
-// first error it met; a transaction it failed on stays as it was for the
-// next pass, and does not stop the pass. A document that is not a
+// RecoverOnce makes one recovery pass (see Recoverer), judging
+// staleness and expiry by the server's clock at its start: it settles the
+// applied transactions, finishes the stale ones, voids the holds past
+// their expiry, removes the fences whose retention has passed, and, with
+// WithHistory, archives or removes what is due. It returns the report and
+// the first error it met; a transaction it failed on stays as it was for
+// the next pass, and does not stop the pass. A document that is not a
 // transaction the protocol wrote (see ErrMalformedTxn) is counted as
 // failed and left alone.
 func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
@@ -359,8 +392,10 @@ func isLegReason(err error) bool {
 
 // Run makes a recovery pass at once and then every interval (WithInterval,
 // default 30s), until ctx ends; then it returns ctx's error. It logs each
-// pass that did something, and each error, to the recoverer's logger; an
-// error does not stop it.
+// pass that did something, and each error, to the recoverer's logger (a
+// pass's line carries the application and the pass's report, and each
+// transaction it took on and failed has a line of its own); an error does
+// not stop it.
 func (r *Recoverer) Run(ctx context.Context) error {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()

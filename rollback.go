@@ -11,8 +11,8 @@ import (
 
 // Canceler cancels transactions that have not reached their commit point:
 // initial or pending goes to canceling, the legs that were applied are
-// undone, then canceled. It shares its coordinator's application name,
-// options and step hook.
+// fenced and undone, then canceled; a held hold is voided. It shares its
+// coordinator's application name, options and step hook.
 type Canceler struct {
 	c *Coordinator
 }
@@ -24,16 +24,18 @@ func NewCanceler(c *Coordinator) *Canceler { return &Canceler{c: c} }
 //
 // A transaction that is initial or pending is claimed for this application
 // and moved to canceling by one guarded write, if its owner is this
-// application or its lastModified is older than StaleAfter by the server's
-// clock; a fresh transaction of another application gives ErrInProgress.
-// The owner, if it is still running, then finds its claim gone and can
-// neither move the state nor apply a leg: the rollback fences both accounts
-// before undoing.
+// application or it is stale: its lastModified older, by the server's
+// clock, than its lease (the longest StaleAfter recorded in it, or this
+// coordinator's, if longer). A fresh transaction of another application
+// gives ErrInProgress. The owner, if it is still running, then finds its
+// claim gone and can neither move the state nor apply a leg: the rollback
+// fences every account before undoing.
 //
-// Cancel of a canceling transaction finishes its rollback; of a canceled
-// one returns it. Applied and done transactions are past the commit point:
-// Cancel returns ErrNotCancelable naming the state, and Coordinator.Reverse
-// is the way to undo them.
+// Cancel of a held hold voids it (see Coordinator.Void). Cancel of a
+// canceling transaction finishes its rollback; of a canceled one returns
+// it. Applied and done transactions are past the commit point: Cancel
+// returns ErrNotCancelable naming the state, and Coordinator.Reverse is the
+// way to undo them.
 //
 // Cancel of an id that names no transaction writes a canceled placeholder
 // under that id and returns it: a Transfer whose insert is still on its

@@ -29,7 +29,7 @@ func (s *accountStatements) monitor() *event.CommandMonitor {
 	}}
 }
 
-// TestSettleOneStatementPerAccount (issue 21): the legs a settle batch has
+// TestSettleOneStatementPerAccount: the legs a settle batch has
 // on one account close in one statement: ten transfers into one account,
 // committed and left applied, settle in 11 account statements (ten
 // sources, one for the hot account), not 20; the money is right.
@@ -70,7 +70,7 @@ func TestSettleOneStatementPerAccount(t *testing.T) {
 	assert.EqualValues(t, 70, b.balance("hot"))
 }
 
-// TestSettleMergedFallsBackLegByLeg (issue 21): when one of an account's
+// TestSettleMergedFallsBackLegByLeg: when one of an account's
 // legs in a settle batch was closed by another settler first, the
 // account's one statement matches nothing, and its legs are closed one by
 // one: each exactly once.

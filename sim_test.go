@@ -115,7 +115,8 @@ func TestSimulation(t *testing.T) {
 }
 
 // TestSimulationAcrossDeployments is TestSimulation across two
-// deployments, seed 004's banks: accounts in both, transfers between them
+// deployments, the two banks of two-phase commit's classic example:
+// accounts in both, transfers between them
 // two- and three-legged, crashes, stalls, cancels racing owners and
 // recoverers throughout, and the bank of Beijing's deployment stopped
 // (SIGTERM) halfway through and started again on the same data once three
@@ -278,7 +279,8 @@ func (b *simBank) finish(allowNegative bool, stats *simStats) (recovered, done, 
 	return rep.Finished(), done, canceled
 }
 
-// simBanks is the simulation across two deployments, seed 004's banks:
+// simBanks is the simulation across two deployments, the two banks of
+// two-phase commit's classic example:
 // accounts alternate between the two ledgers, the log is at the first
 // deployment, and the second is stopped (SIGTERM) halfway through and
 // started again on the same data once three calls have failed.

@@ -23,11 +23,12 @@ import (
 //	         ▼
 //	     canceled
 //
-// pending means legs may be applied; applied is the commit point (both legs
-// applied, the transfer will end done whatever fails); done means both
-// accounts are settled. canceling means the legs are being undone; canceled
+// pending means legs may be applied; applied is the commit point (every
+// leg applied, the transfer will end done whatever fails); done means every
+// account is settled. canceling means the legs are being undone; canceled
 // means none remains. The coordinator inserts transactions already pending
-// and claimed; initial is only met in documents written by other programs.
+// and claimed; initial is only met in documents written or edited by other
+// programs.
 // held is a hold's (see Coordinator.Hold): every leg applied and the
 // decision handed to the caller; Capture moves it to applied, Void or its
 // expiry to canceling, whichever writes first.

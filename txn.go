@@ -31,8 +31,9 @@ type Txn struct {
 	Reason       string        `bson:"reason,omitempty"`
 	// Created is the transaction time: when the coordinator that wrote the
 	// transaction created it, by that coordinator's clock, to the
-	// millisecond. It never changes. Accounts' fence lines (see the
-	// package documentation) are compared with it.
+	// millisecond. It never changes. Accounts' fence lines are compared
+	// with it: an account refuses every leg of a transaction created at or
+	// before its line (see ErrTooLate).
 	Created time.Time `bson:"created,omitempty"`
 	// Legs are the legs of a transfer made with TransferLegs (Source and
 	// Destination are then nil, and Value is the total credited); a
@@ -101,11 +102,15 @@ func (t *Txn) SettledLegs() []Leg {
 	return legs
 }
 
-// Get returns transaction id as it now stands: as the archive holds it, if
-// WithHistory's archive does (the archive keeps a transaction's first
-// record), else as the transactions collection does. A transaction moving
-// to the archive while Get reads is found: the archive is read again after
-// a miss. ErrTxnNotFound if neither holds it.
+// Get returns transaction id as it now stands: as WithHistory's archive
+// holds it, if the archive holds it (the archive keeps a transaction's
+// first record; see WithHistory), else as the transactions collection
+// does. A transaction moving to the archive while Get reads is found: the
+// archive is read again after a miss. An id that names no transaction
+// gives ErrTxnNotFound; so does one WithHistory removed without an
+// archive. A document whose state is not one of the seven gives
+// ErrUnknownState, one the protocol could not have written
+// ErrMalformedTxn, with the Txn as read.
 func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 	r, _, err := c.log.lookup(ctx, id)
 	if r == nil {
@@ -135,23 +140,49 @@ func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
 	return r.txn(), err
 }
 
-// Transfer moves value (in minor units) from source to destination. It
-// validates its input first: a value that is not positive, equal accounts,
-// or an id that cannot be an _id returns ErrInvalidTransfer and writes
-// nothing.
+// Transfer moves value (in minor units) from source to destination, two
+// accounts of the coordinator's default ledger.
+//
+// It validates its input first, and returns ErrInvalidTransfer, writing
+// nothing, for a value that is not positive; a source equal to the
+// destination as the server sees ids (numbers compare by value at any
+// depth: int32(1), int64(1) and 1.0 are one account, and so are
+// {n: int32(1)} and {n: int64(1)}); a nil id; an id that cannot be an _id
+// (an array, null, a Go value with no BSON form such as a channel or a
+// func); an id holding, at any depth, a value whose equality the library
+// cannot decide as every server does (Decimal128, Symbol, a regular
+// expression, JavaScript, DBPointer, undefined, MinKey, MaxKey, NaN); an
+// empty string; a string or document that is not valid UTF-8; a Go map of
+// more than one key (its field order is random: give a document id as
+// bson.D); a document id with an empty, dotted or $-prefixed key; and a key
+// WithKey refuses. Ids may be strings, ObjectIDs, integers, documents: any
+// value that can be an _id, but for those. Accounts collections with a
+// non-simple default collation are not supported. An invalid id also
+// wraps ErrInvalidAccountID.
 //
 // Transfer inserts the transaction claimed by this coordinator and pending,
 // applies both legs, and moves it to applied, the commit point: three round
 // trips. It returns the transaction with State applied, or done under
 // WithSyncSettle; settling (pulling the id from both accounts, then done)
 // follows in the background, and a Recoverer finishes it if this process
-// dies first.
+// dies first. Until the transfer settles, the debit is out of the source's
+// Balance (in its Account.Held) and the credit is in the destination's
+// Account.PendingCredit, not yet in its Balance (see Account).
+// Concurrent calls of one Coordinator share their writes; nothing is
+// atomic across transfers, and a call whose ctx ends while a shared write
+// is in flight returns at once, its transfer's outcome then being what
+// its state says, as after a lost reply.
 //
 // If a leg cannot apply, the transaction is rolled back and ends canceled,
-// and Transfer returns ErrInsufficientFunds, ErrAccountNotFound,
-// ErrBalanceOverflow or ErrInvalidAccount. If a Canceler canceled it first,
-// ErrCanceled; if another application took it over while this call
-// stalled, ErrInProgress.
+// nothing moved, and Transfer returns ErrInsufficientFunds,
+// ErrAccountNotFound, ErrBalanceOverflow, ErrInvalidAccount or ErrTooLate
+// (an account's fence line is past the transaction's time). If a
+// Canceler canceled it first, ErrCanceled; if another application took it
+// over while this call stalled, or a call of another Coordinator with the
+// same key is still running, ErrInProgress (a call of this one with the
+// same key is waited for). A key an earlier,
+// different transaction holds gives ErrKeyConflict; a call after Close,
+// ErrClosed.
 //
 // If nothing can have reached the server (the context ended before the
 // insert was sent, or while the call waited to be grouped with others'
@@ -163,12 +194,14 @@ func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
 // Any other error (the database, the context, a step hook) leaves the
 // transaction where it stood, for a Recoverer: the returned Txn, when not
 // nil, says where. An error with a Txn whose State is Committed means the
-// money moved. Cancel(txn.ID) settles the question for good (see
-// Canceler.Cancel). With WithKey, Transfer can be repeated safely after
-// any error: it returns the first attempt's transaction in whatever state
-// it reached. A first attempt abandoned before any leg applied is rolled
-// back by recovery once stale (ErrCanceled, reason "stale_pending"): the
-// money did not move, and a new transfer needs a new key.
+// money moved. If the insert's outcome is unknown (its reply was lost),
+// the error gives the transaction's id: Cancel(id) settles the question
+// for good (see Canceler.Cancel). With WithKey, Transfer can be repeated
+// safely after any error: it returns the first attempt's transaction in
+// whatever state it reached. A first attempt abandoned before any leg
+// applied is rolled back by recovery once stale (ErrCanceled, reason
+// "stale_pending"): the money did not move, and a new transfer needs a new
+// key.
 func (c *Coordinator) Transfer(ctx context.Context, source, destination any, value int64, opts ...TransferOption) (*Txn, error) {
 	if err := validateTransfer(source, destination, value); err != nil {
 		return nil, err
@@ -211,12 +244,19 @@ func validateTransfer(source, destination any, value int64) error {
 }
 
 // Reverse undoes a committed transfer the way the tutorial says to: a new
-// transfer of the same value from its destination back to its source. Its
-// idempotency key is derived from id ("reverse:<id>", then
-// "reverse:<id>:2", ...), so reversing twice moves the money back once: a
-// reversal that committed or is in progress is returned, and one that was
-// canceled (say the destination lacked the funds then) is followed by a new
-// attempt under the next key. A key given in opts is used as it is.
+// transfer that moves back what it moved (see Txn.SettledLegs): for a
+// Transfer, the same value from its destination back to its source; for
+// TransferLegs, every leg with its sign turned; for a hold captured in
+// part, the captured amount. Its idempotency key is derived from id
+// ("reverse:<id>", then "reverse:<id>:2", ...), so reversing twice moves
+// the money back once: a reversal that committed or is in progress is
+// returned, and one that was canceled (say the destination lacked the
+// funds then) is followed by a new attempt under the next key. A key given
+// in opts is used as it is. The reversal is a transfer of its own, with
+// Transfer's errors (ErrInsufficientFunds if the destination cannot cover
+// it now, ...). An id that names no transaction gives ErrTxnNotFound; a
+// transaction not applied or done gives an error saying so (cancel it
+// instead: see Canceler.Cancel), and nothing is written.
 func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (*Txn, error) {
 	tc, err := transferOptions(opts)
 	if err != nil {
@@ -290,13 +330,18 @@ type transferConfig struct {
 	expirySet bool // WithExpiry was given
 }
 
-// WithKey sets an idempotency key: a Transfer repeated with the same key
-// returns the first transaction, in whatever state it reached, and never
-// moves money twice. A call made while a call of the same Coordinator
-// with the same key is still running waits for that call to end, and
-// returns the transaction it left. Keys are unique across the transactions collection.
-// A key is valid UTF-8, not empty, and at most MaxKeyLen bytes; any other
-// gets ErrInvalidTransfer, and nothing is written.
+// WithKey sets an idempotency key: a Transfer (or TransferLegs, Hold,
+// HoldLegs) repeated with the same key returns the first transaction, in
+// whatever state it reached, and never moves money twice; of concurrent
+// calls with one key, exactly one owns the transaction, as if they had come
+// one after the other, and a call made while a call of the same
+// Coordinator with the same key is still running waits for that call to
+// end and returns the transaction it left. Keys are unique across the
+// transactions collection: a key used by a different transaction gets
+// ErrKeyConflict, so give each transfer its own. Keyed transactions are
+// kept for good, even under WithHistory. A key is valid UTF-8, not empty,
+// and at most MaxKeyLen bytes; any other gets ErrInvalidTransfer, and
+// nothing is written.
 func WithKey(key string) TransferOption {
 	return func(t *transferConfig) { t.key, t.keyed = key, true }
 }

@@ -86,7 +86,8 @@ func (b *twoBanks) backdate(id bson.ObjectID) {
 	require.EqualValues(b.t, 1, res.MatchedCount)
 }
 
-// TestTwoBanks operates seed 004's two banks, each its own deployment,
+// TestTwoBanks operates the two banks of two-phase commit's classic
+// example, each its own deployment,
 // with the tool alone: show, recover, cancel, reverse and audit reach the
 // ledger at Beijing through --ledger NAME=URI, and recover without it
 // leaves Beijing's transfers alone.

@@ -1,9 +1,10 @@
-// Command banks runs seed 004's two-phase commit between two banks, each
-// its own deployment: a transfer from an account at the bank of Shanghai to
-// one at the bank of Beijing, with the coordinator's log at Shanghai. It
-// prints every protocol step and each bank's balances, then stops the bank
-// of Beijing in the middle of a transfer, starts it again on the same data,
-// and lets a Recoverer finish the transfer from the log.
+// Command banks runs the classic two-banks example of two-phase commit (as
+// in X/Open DTP's XA model), each bank its own deployment: a transfer from
+// an account at the bank of Shanghai to one at the bank of Beijing, with
+// the coordinator's log at Shanghai. It prints every protocol step and each
+// bank's balances, then stops the bank of Beijing in the middle of a
+// transfer, starts it again on the same data, and lets a Recoverer finish
+// the transfer from the log.
 //
 // It starts two dev servers (FerretDB behind a serializing front)
 // in-process, each on a free port with its data in a temporary directory,

@@ -14,8 +14,8 @@
 // simulator's does. With -rate 0 the load is closed instead: -transfers
 // transfers, each worker starting the next as soon as its last returns.
 //
-// The full-size scenario of the seed (MongoDB 3.0, WiredTiger: runtime
-// 46.6 s, mean 8,655 ms, p99 29,972 ms) is
+// The full-size scenario, as the simulator ran it (MongoDB 3.0,
+// WiredTiger: runtime 46.6 s, mean 8,655 ms, p99 29,972 ms), is
 //
 //	go run ./cmd/bench -processes 4 -workers 200 -rate 1000 -iterations 25 -accounts 10000 -balance 100000 -value 100
 //

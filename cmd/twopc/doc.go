@@ -28,6 +28,10 @@
 //	doctor   check that the server gives the single-document atomicity twopc needs
 //
 // Flags may be written -flag or --flag, before or after the arguments.
+// A usage error (an unknown command or flag, a bad argument) prints one
+// line on stderr saying what is wrong, and where to read more ("Run
+// 'twopc help COMMAND' for its usage."), not the whole help; twopc help
+// COMMAND, or twopc COMMAND -h, prints a command's help and flags.
 //
 // # Connecting
 //

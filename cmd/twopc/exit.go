@@ -70,19 +70,34 @@ func exitCode(err error) int {
 	return exitServer
 }
 
-// exit prints err, if it has not been, and returns its exit status.
+// exit prints err, if it has not been, and returns its exit status. The
+// message goes to stderr, on one line, naming the command; a usage error
+// adds where to read more.
 func (cl *cli) exit(err error) int {
 	code := exitCode(err)
 	var e *exitError
-	if err != nil && (!errors.As(err, &e) || e.err != nil) {
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "twopc") {
-			msg = "twopc: " + msg
-		}
-		fmt.Fprintln(cl.stderr, msg)
-		if code == exitUsage {
+	if err == nil || (errors.As(err, &e) && e.err == nil) {
+		return code // nothing wrong, or printed already
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "twopc") {
+		msg = cl.prefix() + msg
+	}
+	fmt.Fprintln(cl.stderr, msg)
+	if code == exitUsage {
+		if cl.cmd != "" {
+			fmt.Fprintf(cl.stderr, "Run 'twopc help %s' for its usage.\n", cl.cmd)
+		} else {
 			fmt.Fprintln(cl.stderr, "Run 'twopc help' for usage.")
 		}
 	}
 	return code
+}
+
+// prefix begins a message about the command being run.
+func (cl *cli) prefix() string {
+	if cl.cmd == "" {
+		return "twopc: "
+	}
+	return "twopc " + cl.cmd + ": "
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 	"time"
@@ -243,20 +244,21 @@ func ledgerName(name string) string {
 	return name
 }
 
-// flagSet returns the flag set of cmd. It prints parse errors to stderr;
-// parse prints the help.
+// flagSet returns the flag set of cmd. The flag package prints nothing:
+// parse reports a bad flag as a usage error of one line.
 func (cl *cli) flagSet(cmd *command) *flag.FlagSet {
 	fs := flag.NewFlagSet("twopc "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(cl.stderr)
-	fs.Usage = func() {} // parse prints the help, where it belongs
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {} // -h prints the help, in parse
+	cl.fs = fs
 	return fs
 }
 
 // parse parses args for cmd, flags and positional arguments in any order
 // (after "--", everything is positional), and returns the positional
 // ones, of which there must be between least and most. -h prints the help on
-// stdout and ends the command with status 0; a usage error prints the
-// help on stderr and ends it with status 2.
+// stdout and ends the command with status 0; a usage error ends it with
+// status 2, its one line and where to read more on stderr (see cli.exit).
 func (cl *cli) parse(cmd *command, fs *flag.FlagSet, args []string, least, most int) ([]string, error) {
 	var rest []string
 	for i, a := range args {
@@ -272,9 +274,7 @@ func (cl *cli) parse(cmd *command, fs *flag.FlagSet, args []string, least, most 
 				cl.commandHelp(cl.stdout, cmd, fs)
 				return nil, &exitError{code: exitOK}
 			}
-			fmt.Fprintln(cl.stderr)
-			cl.commandHelp(cl.stderr, cmd, fs)
-			return nil, &exitError{code: exitUsage}
+			return nil, usageErrorf("%v", err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -292,10 +292,8 @@ func (cl *cli) parse(cmd *command, fs *flag.FlagSet, args []string, least, most 
 	return positional, nil
 }
 
-// usage prints a usage error and cmd's help on stderr, and returns the
-// error that ends the command with status 2.
+// usage is a usage error of cmd: exit status 2. cli.exit prints it on one
+// line, with where to read more (twopc help COMMAND), not the whole help.
 func (cl *cli) usage(cmd *command, fs *flag.FlagSet, format string, a ...any) error {
-	fmt.Fprintf(cl.stderr, "twopc %s: %s\n\n", cmd.name, fmt.Sprintf(format, a...))
-	cl.commandHelp(cl.stderr, cmd, fs)
-	return &exitError{code: exitUsage}
+	return usageErrorf(format, a...)
 }

@@ -35,8 +35,11 @@ func lookup(name string) *command {
 // dispatch runs the subcommand args name.
 func (cl *cli) dispatch(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		cl.help(cl.stderr)
-		return &exitError{code: exitUsage}
+		names := make([]string, len(commands))
+		for i, c := range commands {
+			names[i] = c.name
+		}
+		return usageErrorf("no command: give one of %s", strings.Join(names, ", "))
 	}
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
@@ -54,13 +57,12 @@ func (cl *cli) dispatch(ctx context.Context, args []string) error {
 	if cmd == nil {
 		return cl.unknown(args[0])
 	}
+	cl.cmd, cl.args = cmd.name, args[1:]
 	return cmd.run(ctx, cl, cmd, args[1:])
 }
 
 func (cl *cli) unknown(name string) error {
-	fmt.Fprintf(cl.stderr, "twopc: unknown command %q\n\n", name)
-	cl.help(cl.stderr)
-	return &exitError{code: exitUsage}
+	return usageErrorf("unknown command %q", name)
 }
 
 // help prints the tool's help.

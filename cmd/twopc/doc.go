@@ -188,10 +188,20 @@
 // # Output
 //
 // Results go to stdout, for people by default, and as one JSON document
-// with --json (recover --watch --json: one per line). Documents from the
-// database appear in relaxed Extended JSON ({"$oid": ...}, {"$date":
-// ...}, numbers as numbers). Errors, and progress of long passes, go to
-// stderr.
+// with --json (recover --watch --json: one per line). The JSON is plain,
+// for jq and any other reader: documents from the database keep their
+// fields in stored order, with ObjectIDs as their 24 hexadecimal digits
+// (which show, cancel and the others take back), dates as RFC 3339
+// strings in UTC ("2024-11-22T10:04:05.123Z"), and numbers as numbers;
+// binary data is base64, and a double that is not finite, a regular
+// expression (/pattern/options) and the other rare types are strings.
+// Errors, and progress of long passes, go to stderr; under --json, a
+// failure also prints one JSON object on stdout, {"error": "...",
+// "exitStatus": N}, unless the command printed its report already (audit
+// and recover report what failed in it), and the exit status is the same:
+//
+//	twopc list --state unfinished --json | jq -r '.transactions[]._id'
+//	twopc show 6740c1a2e4b0a1b2c3d4e500 --json | jq -r '.error // .transaction.state'
 //
 // # Exit status
 //

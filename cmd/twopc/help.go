@@ -98,7 +98,9 @@ Every command takes:
                           audit; repeatable)
   -application NAME       the name the tool claims transactions under
                           (default twopc-cli; in list, a filter)
-  -json                   one JSON document on stdout, for scripts
+  -json                   one JSON document on stdout, for scripts: ids as
+                          hex strings, times as RFC 3339; a failure prints
+                          {"error": ..., "exitStatus": N}
   -connect-timeout D      how long to wait for the server (default 10s)
 Flags may be written -flag or --flag, before or after the arguments.
 

@@ -40,7 +40,7 @@ Examples:
   twopc list --state pending --older-than 5m
   twopc list --state held --older-than 24h
   twopc list --account alice --limit 10
-  twopc list --state unfinished --application payments-1 --json | jq '.transactions[]._id'`,
+  twopc list --state unfinished --application payments-1 --json | jq -r '.transactions[]._id'`,
 	run: runList,
 }
 
@@ -194,7 +194,7 @@ func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 			break
 		}
 		rep.txns = append(rep.txns, t)
-		rep.Transactions = append(rep.Transactions, extJSON(t.raw))
+		rep.Transactions = append(rep.Transactions, plainJSON(t.raw))
 	}
 	if err := cur.Err(); err != nil {
 		return fmt.Errorf("list transactions: %w", err)

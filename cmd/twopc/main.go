@@ -34,4 +34,7 @@ type cli struct {
 	cmd  string
 	args []string
 	fs   *flag.FlagSet
+	// wroteJSON says a JSON document went to stdout: a failure after it
+	// adds no error document.
+	wroteJSON bool
 }

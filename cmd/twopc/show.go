@@ -106,9 +106,9 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 	if t == nil {
 		return nil, fmt.Errorf("%w: %s", twopc.ErrTxnNotFound, id.Hex())
 	}
-	rep := &showReport{ServerTime: now, Transaction: extJSON(t.raw), Legs: []legReport{}, txn: t}
+	rep := &showReport{ServerTime: now, Transaction: plainJSON(t.raw), Legs: []legReport{}, txn: t}
 	for i, l := range t.legs {
-		lr := legReport{Index: i, Ledger: l.ledger, AccountID: extJSONValue(l.account), Amount: l.amount,
+		lr := legReport{Index: i, Ledger: l.ledger, AccountID: plainValue(l.account), Amount: l.amount,
 			Marker: schema.Marker(id, i).Hex(), Account: json.RawMessage("null"), id: l.account}
 		coll, ok := cn.ledger(l.ledger)
 		if !ok {
@@ -128,7 +128,7 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 			return nil, fmt.Errorf("read account %s of ledger %s: %w", human(l.account), ledgerName(l.ledger), err)
 		default:
 			lr.acct = raw
-			lr.Account = extJSON(raw)
+			lr.Account = plainJSON(raw)
 			lr.Leg = legState(raw, schema.Marker(id, i), t.created)
 		}
 		rep.Legs = append(rep.Legs, lr)

@@ -49,7 +49,7 @@ func TestStatusListShow(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	r.decode(t, &l)
 	require.Equal(t, 1, l.Count)
-	require.Equal(t, pending.Hex(), l.Transactions[0].ID.Hex)
+	require.Equal(t, pending.Hex(), l.Transactions[0].ID)
 	require.Equal(t, "pending", l.Transactions[0].State)
 
 	r = f.run("list", "--state", "pending")
@@ -77,7 +77,7 @@ func TestStatusListShow(t *testing.T) {
 		r.decode(t, &l)
 		var got []bson.ObjectID
 		for _, x := range l.Transactions {
-			id, err := bson.ObjectIDFromHex(x.ID.Hex)
+			id, err := bson.ObjectIDFromHex(x.ID)
 			require.NoError(t, err)
 			got = append(got, id)
 		}
@@ -88,14 +88,14 @@ func TestStatusListShow(t *testing.T) {
 	r.decode(t, &l)
 	require.Equal(t, 1, l.Count)
 	require.True(t, l.Truncated)
-	require.Equal(t, settled.Hex(), l.Transactions[0].ID.Hex)
+	require.Equal(t, settled.Hex(), l.Transactions[0].ID)
 
 	f.backdate(pending, 2*time.Hour)
 	r = f.run("list", "--older-than", "1h", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	r.decode(t, &l)
 	require.Equal(t, 1, l.Count)
-	require.Equal(t, pending.Hex(), l.Transactions[0].ID.Hex)
+	require.Equal(t, pending.Hex(), l.Transactions[0].ID)
 
 	// show: the pending transfer's legs are applied, not settled.
 	r = f.run("show", pending.Hex())
@@ -126,7 +126,7 @@ func TestStatusListShow(t *testing.T) {
 		} `json:"legs"`
 	}
 	r.decode(t, &sh)
-	require.Equal(t, pending.Hex(), sh.Transaction.ID.Hex)
+	require.Equal(t, pending.Hex(), sh.Transaction.ID)
 	require.Len(t, sh.Legs, 2)
 	require.Equal(t, "alice", sh.Legs[0].Account.ID)
 	require.EqualValues(t, 850, sh.Legs[0].Account.Balance)

@@ -84,7 +84,11 @@
 // recoverer in that list means none is running. Holds (state held) are
 // counted apart, with the one held longest (by heldAt): a hold waits for
 // its capture or void as long as its caller likes, and is never taken over
-// for being old (its expiry, if it has one, is judged apart).
+// for being old (its expiry, if it has one, is judged apart). On a
+// database with no transactions collection of the name --transactions
+// gives, status says so, naming the collections the database has, and
+// exits 1: the database or collection named is not the log (or no
+// transfer was ever made there), and counting would say "none".
 //
 // # List
 //

@@ -149,3 +149,28 @@ func TestStatusListShow(t *testing.T) {
 	require.Equal(t, exitFailed, r.code, r.stderr)
 	require.Contains(t, r.stderr, "transaction not found")
 }
+
+// TestStatusNoTransactions: status on a database with no transactions
+// collection says so, and exits 1, rather than counting zeros.
+func TestStatusNoTransactions(t *testing.T) {
+	f := newFixture(t) // its transactions collection exists (EnsureIndexes)
+	empty := "empty_" + f.db.Name()
+	r := runTool(f.ctx, "status", "--uri", f.uri, "--db", empty)
+	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, `database `+empty+` has no collection "transactions"`)
+	require.Empty(t, r.stdout)
+
+	// A database with accounts and no transactions collection of that
+	// name: the collections it has are named.
+	r = f.run("status", "--transactions", "txns", "--json")
+	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
+	var e struct {
+		Error string `json:"error"`
+	}
+	r.decode(t, &e)
+	require.Contains(t, e.Error, `has no collection "txns"`)
+	require.Contains(t, e.Error, "transactions")
+
+	r = f.run("status")
+	require.Equal(t, exitOK, r.code, r.stderr)
+}

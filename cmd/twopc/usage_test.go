@@ -99,11 +99,12 @@ func TestDatabase(t *testing.T) {
 	r.decode(t, &rep)
 	require.Equal(t, f.db.Name(), rep.Database)
 
-	// --db wins over the path.
+	// --db wins over the path: that database has no transactions.
 	r = runTool(ctx, "status", "--json", "--db", "other_"+f.db.Name())
-	require.Equal(t, exitOK, r.code, r.stderr)
-	r.decode(t, &rep)
-	require.Equal(t, "other_"+f.db.Name(), rep.Database)
+	require.Equal(t, exitFailed, r.code, r.stderr)
+	var e jsonError
+	r.decode(t, &e)
+	require.Contains(t, e.Error, "database other_"+f.db.Name()+" has no collection")
 }
 
 // TestCannotConnect checks the exit status of a server that does not

@@ -100,7 +100,10 @@
 // reads as one; a document id as Extended JSON), --ledger NAME (a leg in
 // that ledger; "default" or "" for the default ledger; with --account,
 // that account in that ledger), --older-than DURATION (untouched for
-// longer, by the server's clock), --application NAME.
+// longer, by the server's clock), --application NAME. With --archive
+// COLLECTION it reads the archive that twopc.WithHistory moves final
+// transactions to, as well as the log, and says where it found each
+// (foundIn: log or archive); see Archived transactions.
 //
 // # Show
 //
@@ -111,7 +114,25 @@
 // shows of the leg: applied (its marker is in pendingTransactions),
 // closed (settled or undone: fenced, or behind the fence line), or not
 // applied. A leg's marker is the transaction's id with its last byte set
-// to the leg's index.
+// to the leg's index. It says where it found the transaction: in the log,
+// or, with --archive COLLECTION, in the archive.
+//
+// # Archived transactions
+//
+// twopc.WithHistory(keep, archive) moves each final transaction, once its
+// time to keep has passed, out of the log into an archive collection, and
+// records the archive's name in the transaction's archive field. show and
+// list read it when given --archive COLLECTION (a collection of the log's
+// database); without it they read the log alone, and show of an archived
+// id says it is not in the log and to give --archive. The library moves a
+// transaction by inserting it into the archive, then deleting it from the
+// log, so show reads the archive, then the log, then the archive again,
+// and list reads the log, then the archive: a transaction that moves
+// while they read is found. A transaction's late duplicate writes can
+// bring a copy of it back into the log after it was archived; when both
+// hold an id, the archive's record, the first, is the transaction: show
+// shows it and names the copy (logCopy), and list lists it once, from the
+// archive, if the archive's record matches the filters (alsoInLog: true).
 //
 // # Recover
 //

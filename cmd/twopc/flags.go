@@ -20,6 +20,7 @@ type globals struct {
 	accounts     string
 	transactions string
 	application  string
+	archive      string // --archive, for show and list; "" if not given
 	ledgers      ledgerList
 	ledgerErr    error // the first --ledger value that could not be read
 	json         bool
@@ -39,6 +40,9 @@ const (
 	// withApplication: --application, the tool's own application name.
 	// list has a filter of that name instead.
 	withApplication
+	// withArchive: --archive, the archive show and list read besides the
+	// log. recover has its own, the archive it moves transactions to.
+	withArchive
 )
 
 // register adds the global flags to fs, and those of with.
@@ -52,6 +56,9 @@ func (g *globals) register(fs *flag.FlagSet, with int) {
 	fs.DurationVar(&g.timeout, "connect-timeout", 10*time.Second, "how long to wait for the server")
 	if with&withApplication != 0 {
 		fs.StringVar(&g.application, "application", defaultApplication, "the application `name` the tool claims transactions under")
+	}
+	if with&withArchive != 0 {
+		fs.StringVar(&g.archive, "archive", "", "the archive `collection` of the log's database that transactions are moved to (twopc.WithHistory), read as well as the log")
 	}
 	if with&withLedgers != 0 {
 		fs.Var(ledgerFlags{g}, "ledger", "a ledger `NAME=COLLECTION` of the same database, or NAME=mongodb://HOST:PORT/DB.COLLECTION anywhere, "+
@@ -68,6 +75,8 @@ func (g *globals) check() error {
 		return usageErrorf("--accounts and --transactions may not be empty")
 	case g.accounts == g.transactions:
 		return usageErrorf("--accounts and --transactions are both %q", g.accounts)
+	case g.archive == g.transactions:
+		return usageErrorf("--archive and --transactions are both %q: the archive is another collection", g.archive)
 	case g.application == "":
 		return usageErrorf("--application may not be empty")
 	case g.timeout <= 0:

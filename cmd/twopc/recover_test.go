@@ -112,4 +112,7 @@ func TestRecoverArchive(t *testing.T) {
 	require.EqualValues(t, 1, n)
 	r := f.run("show", txn.ID.Hex())
 	require.Equal(t, exitFailed, r.code, "archived: not in the log any more")
+	r = f.run("show", txn.ID.Hex(), "--archive", "archive")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "found in the archive")
 }

@@ -149,7 +149,9 @@
 // also the tool's own StaleAfter while it drives one it took over.
 // --watch makes a pass every --interval (default 30s) until SIGINT or
 // SIGTERM, printing each pass's report (with --json, one JSON document
-// per line), and exits 0 when stopped. Progress goes to stderr every two
+// per line), and exits 0 when stopped. The report lists each transaction
+// the pass took over (or voided for its expiry), in the state it found
+// it, with the application that made it (see Who made a transaction). Progress goes to stderr every two
 // seconds of a long pass; --quiet silences it.
 //
 // # Cancel and reverse
@@ -179,6 +181,22 @@
 // status 1) naming what happened; repeating the winning command succeeds.
 // Both wait for the hold to settle or roll back before they exit. cancel
 // of a hold that is held voids it.
+//
+// # Who made a transaction
+//
+// A transaction's application field names the application that holds its
+// claim: the coordinator that made it, until another process claims it.
+// The library writes the claimer's name there when the tool takes a
+// transaction over (recover), cancels it, captures or voids a hold (and
+// when a recoverer voids an expired hold), and keeps no other record of
+// the maker; settling and reverse leave it. So after the tool finishes a
+// transaction, show, list and status name the tool (twopc-cli, or
+// --application) as its application. The commands that claim print the
+// application the transaction named before they did, beside their own:
+// cancel, capture and void as "made by payments-1, captured by
+// twopc-cli" (--json: madeBy and finishedBy), recover for each
+// transaction it took over (transactions[].madeBy). The tool never
+// rewrites the stored claim to put the maker back.
 //
 // # Audit
 //

@@ -146,7 +146,11 @@
 // once untouched for longer than the lease recorded in it (the longest
 // StaleAfter of the processes that claimed it), so each is judged by its
 // owners' settings, never sooner than --min-lease (default 10s), which is
-// also the tool's own StaleAfter while it drives one it took over.
+// also the tool's own StaleAfter while it drives one it took over. A pass
+// that leaves a transaction for that floor alone (untouched for longer
+// than its recorded lease, not for longer than --min-lease) says so, for
+// each one, with how long it has been untouched and its lease (--json:
+// minLeaseSkipped); a later pass takes it over.
 // --watch makes a pass every --interval (default 30s) until SIGINT or
 // SIGTERM, printing each pass's report (with --json, one JSON document
 // per line), and exits 0 when stopped. The report lists each transaction

@@ -19,6 +19,7 @@
 //	status   transactions by state, the oldest unfinished one, which applications are active
 //	list     transactions, filtered, least recently touched first
 //	show     one transaction, every field, and the account of each of its legs
+//	account  one account: balance, held and pending amounts, and its markers
 //	recover  finish stale transactions: one recovery pass, or a pass every --interval
 //	cancel   roll back a transaction that has not reached its commit point
 //	reverse  undo a committed transfer with a transfer back
@@ -49,7 +50,7 @@
 //	--json                     one JSON document on stdout, for scripts
 //	--connect-timeout D        how long to wait for the server (default 10s)
 //
-// and show, recover, cancel, reverse, capture, void and audit take
+// and show, account, recover, cancel, reverse, capture, void and audit take
 // --ledger, repeatable:
 // a ledger (see twopc.WithLedger) and where its accounts are, either
 //
@@ -116,6 +117,28 @@
 // applied. A leg's marker is the transaction's id with its last byte set
 // to the leg's index. It says where it found the transaction: in the log,
 // or, with --archive COLLECTION, in the archive.
+//
+// # Account
+//
+// twopc account ID prints account ID as the library reads it
+// (Ledger.Account): its balance (available: debits in flight are out of
+// it, credits in flight not yet in), held (its pendingDebit: debits
+// applied and not settled; and of that, heldByHolds, what the holds held
+// on it reserve), and pendingCredit (credits applied and not settled).
+// Then its markers: each leg in flight on it (a marker in
+// pendingTransactions: the transaction, the leg's index, and from the log
+// the transaction's state, application and the leg's amount; a marker
+// whose transaction the log does not hold is said so), and its fences
+// (fencedTransactions) and fence line (fencedBefore). A tombstone is
+// shown as one. ID is matched as list --account matches it, and every
+// document that matches is shown. The account is read in the default
+// ledger and in every ledger given with --ledger NAME=COLLECTION or
+// NAME=URI, each found shown with its ledger; --ledger NAME alone (as
+// list takes it; "default" for the default ledger) reads only the ledgers
+// so named, whose collections must be given. Exit status 1 if no ledger
+// read holds it. With --json: {"accounts": [{"ledger", "id", "balance",
+// "held", "heldByHolds", "pendingCredit", "pendingLegs": [...],
+// "fencedTransactions": [...], "fencedBefore", "tombstone"}]}.
 //
 // # Archived transactions
 //
@@ -269,6 +292,7 @@
 //	twopc status
 //	twopc list --state unfinished --older-than 5m
 //	twopc show 6740c1a2e4b0a1b2c3d4e500
+//	twopc account alice
 //	twopc recover --watch --interval 30s
 //	twopc cancel 6740c1a2e4b0a1b2c3d4e500
 //	twopc audit --total default=100000 --json | jq .ok

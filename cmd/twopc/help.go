@@ -19,7 +19,7 @@ type command struct {
 
 // commands lists the subcommands, in the order help shows them.
 var commands = []*command{
-	statusCommand, listCommand, showCommand, recoverCommand,
+	statusCommand, listCommand, showCommand, accountCommand, recoverCommand,
 	cancelCommand, reverseCommand, captureCommand, voidCommand, auditCommand, doctorCommand,
 }
 
@@ -94,8 +94,8 @@ Every command takes:
   -ledger NAME=URI        or anywhere: the connection string's path is the
                           namespace (mongodb://HOST:PORT/DB.COLLECTION), DB
                           also its auth database unless ?authSource= is given
-                          (show, recover, cancel, reverse, capture, void,
-                          audit; repeatable)
+                          (show, account, recover, cancel, reverse, capture,
+                          void, audit; repeatable)
   -archive COLLECTION     the archive twopc.WithHistory moves transactions
                           to: show and list read it as well as the log;
                           recover moves those recorded for it there

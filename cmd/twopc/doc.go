@@ -278,7 +278,8 @@
 //	0  done; for audit and doctor, nothing wrong found
 //	1  a check failed (audit found a violation, doctor found the server
 //	   unfit), or the operation was refused: past its commit point, owned by
-//	   a live process, no such transaction, a reversal that cannot apply
+//	   a live process, no such transaction or account, a reversal that
+//	   cannot apply, no transactions collection (status)
 //	2  usage error: an unknown command or flag, a bad argument, no database
 //	   named, a ledger needed and not given
 //	3  cannot connect, the server failed a command, or interrupted

@@ -111,7 +111,8 @@ Exit status:
   0  done; for audit and doctor, nothing wrong found
   1  a check failed (audit found a violation, doctor found the server
      unfit), or the operation was refused (past its commit point, owned by
-     a live process, no such transaction)
+     a live process, no such transaction or account, no transactions
+     collection)
   2  usage error: the command line is wrong
   3  cannot connect, the server failed a command, or interrupted
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -9,7 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 var auditCommand = &command{
@@ -84,11 +88,40 @@ func (l *totalList) Set(s string) error {
 	return nil
 }
 
-// auditReport is the audit's report, and whether it found nothing.
+// auditReport is the audit's report, and whether it found nothing. Its
+// violations are the library's, with account ids as plain JSON.
 type auditReport struct {
 	OK       bool   `json:"ok"`
 	Database string `json:"database"`
 	*twopc.AuditReport
+	Violations []violation `json:"violations"`
+}
+
+// violation is a twopc.Violation whose account id is plain JSON (the
+// library may give it as a bson.RawValue, which encoding/json would
+// print as its bytes).
+type violation struct {
+	twopc.Violation
+	Account json.RawMessage `json:"account,omitempty"`
+}
+
+func violations(vs []twopc.Violation) []violation {
+	out := make([]violation, len(vs))
+	for i, v := range vs {
+		out[i].Violation = v
+		switch id := v.Account.(type) {
+		case nil:
+		case bson.RawValue:
+			out[i].Account = plainValue(id)
+		default:
+			if rv, err := schema.MarshalID(id); err == nil {
+				out[i].Account = plainValue(rv)
+			} else {
+				out[i].Account, _ = json.Marshal(fmt.Sprint(id))
+			}
+		}
+	}
+	return out
 }
 
 func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
@@ -143,7 +176,7 @@ func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	out := auditReport{OK: rep.OK(), Database: cn.db.Name(), AuditReport: rep}
+	out := auditReport{OK: rep.OK(), Database: cn.db.Name(), AuditReport: rep, Violations: violations(rep.Violations)}
 	if g.json {
 		if err := cl.printJSON(out); err != nil {
 			return err

@@ -23,7 +23,10 @@ process), judged by the lease recorded in it, never less than
 cancels as the owner may, at once: money is safe either way (a live
 owner finds its claim gone and can move nothing; the rollback fences
 every account before it undoes a leg), but the transfer its owner is
-driving is then refused.
+driving is then refused. The cancel's claim writes the tool's
+application name into the transaction's application field, in place of
+its maker's: cancel prints both ("made by payments-1, canceled by
+twopc-cli"; --json: madeBy and finishedBy).
 
 An id that names no transaction is refused unless --placeholder is
 given: then Cancel writes a canceled placeholder under the id, so that a
@@ -38,13 +41,35 @@ Examples:
 	run: runCancel,
 }
 
-// outcomeReport is what cancel and reverse did.
+// outcomeReport is what cancel, reverse, capture and void did.
 type outcomeReport struct {
-	ID          string   `json:"id"`
-	Before      string   `json:"before"` // the state the transaction was in; "" if there was none
-	State       string   `json:"state"`
+	ID     string `json:"id"`
+	Before string `json:"before"` // the state the transaction was in; "" if there was none
+	State  string `json:"state"`
+	// MadeBy is the application the transaction named before the command
+	// (the one that made it, unless a takeover replaced it earlier), and
+	// FinishedBy the one it names after: the library writes the name of
+	// whoever claims a transaction (a cancel, capture or void claims it)
+	// into its application field, so the document no longer names its
+	// maker. Empty for reverse, which changes no claim of the transaction.
+	MadeBy      string   `json:"madeBy,omitempty"`
+	FinishedBy  string   `json:"finishedBy,omitempty"`
 	Transaction jsonDoc  `json:"transaction"`
 	Reversal    *jsonDoc `json:"reversal,omitempty"` // reverse: the transfer back
+}
+
+// madeBy says, in words, which application made a transaction (before)
+// and which one finished it (after), by doing what.
+func madeBy(before, after *txnDoc, did string) string {
+	return fmt.Sprintf("made by %s, %s by %s", appName(before.application), did, appName(after.application))
+}
+
+// appName is an application name as output shows it.
+func appName(s string) string {
+	if s == "" {
+		return "(no application)"
+	}
+	return s
 }
 
 func runCancel(ctx context.Context, cl *cli, cmd *command, args []string) error {
@@ -85,10 +110,10 @@ func runCancel(ctx context.Context, cl *cli, cmd *command, args []string) error 
 	}
 	rep := outcomeReport{ID: id.Hex()}
 	if before != nil {
-		rep.Before = before.state
+		rep.Before, rep.MadeBy = before.state, before.application
 	}
 	if after != nil {
-		rep.State = after.state
+		rep.State, rep.FinishedBy = after.state, after.application
 		rep.Transaction = jsonDoc{after}
 	}
 	if cerr != nil {
@@ -106,7 +131,8 @@ func runCancel(ctx context.Context, cl *cli, cmd *command, args []string) error 
 	case before.state == "canceled":
 		fmt.Fprintf(cl.stdout, "Transaction %s was already canceled.\n", id.Hex())
 	default:
-		fmt.Fprintf(cl.stdout, "Transaction %s was %s; it is %s: its applied legs are undone.\n", id.Hex(), before.state, rep.State)
+		fmt.Fprintf(cl.stdout, "Transaction %s was %s; it is %s: its applied legs are undone (%s).\n",
+			id.Hex(), before.state, rep.State, madeBy(before, after, "canceled"))
 	}
 	return nil
 }

@@ -88,14 +88,14 @@ func TestReverse(t *testing.T) {
 		} `json:"reversal"`
 	}
 	r.decode(t, &out)
-	require.Equal(t, id.Hex(), out.Transaction.ID.Hex)
+	require.Equal(t, id.Hex(), out.Transaction.ID)
 	require.Equal(t, "done", out.Reversal.State)
 	require.Equal(t, "bob", out.Reversal.Source)
 	require.Equal(t, "alice", out.Reversal.Destination)
 	require.EqualValues(t, 100, out.Reversal.Value)
 	require.EqualValues(t, 1000, f.balance("alice"))
 	require.EqualValues(t, 0, f.balance("bob"))
-	reversal := out.Reversal.ID.Hex
+	reversal := out.Reversal.ID
 
 	// Reversing again moves nothing: the same reversal.
 	r = f.run("reverse", id.Hex())

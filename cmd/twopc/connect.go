@@ -27,6 +27,8 @@ type conn struct {
 	client *mongo.Client
 	db     *mongo.Database
 	txns   *mongo.Collection // the log, read at majority from the primary
+	// archive is the archive --archive names, read likewise; nil if none.
+	archive *mongo.Collection
 	// others are the clients of the ledgers given in other deployments,
 	// one per connection string; ledgers their accounts collections by
 	// ledger name, read at majority from the primary.
@@ -127,6 +129,9 @@ func (g *globals) connect(ctx context.Context, cl *cli) (*conn, error) {
 	cn.client = client
 	cn.db = client.Database(name)
 	cn.txns = cn.db.Collection(g.transactions, majority)
+	if g.archive != "" {
+		cn.archive = cn.db.Collection(g.archive, majority)
+	}
 	cn.ledgers[""] = cn.db.Collection(g.accounts, majority)
 	byURI := map[string]*mongo.Client{}
 	for _, l := range g.ledgers {

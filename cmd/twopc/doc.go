@@ -19,6 +19,7 @@
 //	status   transactions by state, the oldest unfinished one, which applications are active
 //	list     transactions, filtered, least recently touched first
 //	show     one transaction, every field, and the account of each of its legs
+//	account  one account: balance, held and pending amounts, and its markers
 //	recover  finish stale transactions: one recovery pass, or a pass every --interval
 //	cancel   roll back a transaction that has not reached its commit point
 //	reverse  undo a committed transfer with a transfer back
@@ -28,6 +29,10 @@
 //	doctor   check that the server gives the single-document atomicity twopc needs
 //
 // Flags may be written -flag or --flag, before or after the arguments.
+// A usage error (an unknown command or flag, a bad argument) prints one
+// line on stderr saying what is wrong, and where to read more ("Run
+// 'twopc help COMMAND' for its usage."), not the whole help; twopc help
+// COMMAND, or twopc COMMAND -h, prints a command's help and flags.
 //
 // # Connecting
 //
@@ -45,7 +50,7 @@
 //	--json                     one JSON document on stdout, for scripts
 //	--connect-timeout D        how long to wait for the server (default 10s)
 //
-// and show, recover, cancel, reverse, capture, void and audit take
+// and show, account, recover, cancel, reverse, capture, void and audit take
 // --ledger, repeatable:
 // a ledger (see twopc.WithLedger) and where its accounts are, either
 //
@@ -80,7 +85,11 @@
 // recoverer in that list means none is running. Holds (state held) are
 // counted apart, with the one held longest (by heldAt): a hold waits for
 // its capture or void as long as its caller likes, and is never taken over
-// for being old (its expiry, if it has one, is judged apart).
+// for being old (its expiry, if it has one, is judged apart). On a
+// database with no transactions collection of the name --transactions
+// gives, status says so, naming the collections the database has, and
+// exits 1: the database or collection named is not the log (or no
+// transfer was ever made there), and counting would say "none".
 //
 // # List
 //
@@ -92,7 +101,10 @@
 // reads as one; a document id as Extended JSON), --ledger NAME (a leg in
 // that ledger; "default" or "" for the default ledger; with --account,
 // that account in that ledger), --older-than DURATION (untouched for
-// longer, by the server's clock), --application NAME.
+// longer, by the server's clock), --application NAME. With --archive
+// COLLECTION it reads the archive that twopc.WithHistory moves final
+// transactions to, as well as the log, and says where it found each
+// (foundIn: log or archive); see Archived transactions.
 //
 // # Show
 //
@@ -103,7 +115,47 @@
 // shows of the leg: applied (its marker is in pendingTransactions),
 // closed (settled or undone: fenced, or behind the fence line), or not
 // applied. A leg's marker is the transaction's id with its last byte set
-// to the leg's index.
+// to the leg's index. It says where it found the transaction: in the log,
+// or, with --archive COLLECTION, in the archive.
+//
+// # Account
+//
+// twopc account ID prints account ID as the library reads it
+// (Ledger.Account): its balance (available: debits in flight are out of
+// it, credits in flight not yet in), held (its pendingDebit: debits
+// applied and not settled; and of that, heldByHolds, what the holds held
+// on it reserve), and pendingCredit (credits applied and not settled).
+// Then its markers: each leg in flight on it (a marker in
+// pendingTransactions: the transaction, the leg's index, and from the log
+// the transaction's state, application and the leg's amount; a marker
+// whose transaction the log does not hold is said so), and its fences
+// (fencedTransactions) and fence line (fencedBefore). A tombstone is
+// shown as one. ID is matched as list --account matches it, and every
+// document that matches is shown. The account is read in the default
+// ledger and in every ledger given with --ledger NAME=COLLECTION or
+// NAME=URI, each found shown with its ledger; --ledger NAME alone (as
+// list takes it; "default" for the default ledger) reads only the ledgers
+// so named, whose collections must be given. Exit status 1 if no ledger
+// read holds it. With --json: {"accounts": [{"ledger", "id", "balance",
+// "held", "heldByHolds", "pendingCredit", "pendingLegs": [...],
+// "fencedTransactions": [...], "fencedBefore", "tombstone"}]}.
+//
+// # Archived transactions
+//
+// twopc.WithHistory(keep, archive) moves each final transaction, once its
+// time to keep has passed, out of the log into an archive collection, and
+// records the archive's name in the transaction's archive field. show and
+// list read it when given --archive COLLECTION (a collection of the log's
+// database); without it they read the log alone, and show of an archived
+// id says it is not in the log and to give --archive. The library moves a
+// transaction by inserting it into the archive, then deleting it from the
+// log, so show reads the archive, then the log, then the archive again,
+// and list reads the log, then the archive: a transaction that moves
+// while they read is found. A transaction's late duplicate writes can
+// bring a copy of it back into the log after it was archived; when both
+// hold an id, the archive's record, the first, is the transaction: show
+// shows it and names the copy (logCopy), and list lists it once, from the
+// archive, if the archive's record matches the filters (alsoInLog: true).
 //
 // # Recover
 //
@@ -117,10 +169,16 @@
 // once untouched for longer than the lease recorded in it (the longest
 // StaleAfter of the processes that claimed it), so each is judged by its
 // owners' settings, never sooner than --min-lease (default 10s), which is
-// also the tool's own StaleAfter while it drives one it took over.
+// also the tool's own StaleAfter while it drives one it took over. A pass
+// that leaves a transaction for that floor alone (untouched for longer
+// than its recorded lease, not for longer than --min-lease) says so, for
+// each one, with how long it has been untouched and its lease (--json:
+// minLeaseSkipped); a later pass takes it over.
 // --watch makes a pass every --interval (default 30s) until SIGINT or
 // SIGTERM, printing each pass's report (with --json, one JSON document
-// per line), and exits 0 when stopped. Progress goes to stderr every two
+// per line), and exits 0 when stopped. The report lists each transaction
+// the pass took over (or voided for its expiry), in the state it found
+// it, with the application that made it (see Who made a transaction). Progress goes to stderr every two
 // seconds of a long pass; --quiet silences it.
 //
 // # Cancel and reverse
@@ -150,6 +208,22 @@
 // status 1) naming what happened; repeating the winning command succeeds.
 // Both wait for the hold to settle or roll back before they exit. cancel
 // of a hold that is held voids it.
+//
+// # Who made a transaction
+//
+// A transaction's application field names the application that holds its
+// claim: the coordinator that made it, until another process claims it.
+// The library writes the claimer's name there when the tool takes a
+// transaction over (recover), cancels it, captures or voids a hold (and
+// when a recoverer voids an expired hold), and keeps no other record of
+// the maker; settling and reverse leave it. So after the tool finishes a
+// transaction, show, list and status name the tool (twopc-cli, or
+// --application) as its application. The commands that claim print the
+// application the transaction named before they did, beside their own:
+// cancel, capture and void as "made by payments-1, captured by
+// twopc-cli" (--json: madeBy and finishedBy), recover for each
+// transaction it took over (transactions[].madeBy). The tool never
+// rewrites the stored claim to put the maker back.
 //
 // # Audit
 //
@@ -184,17 +258,28 @@
 // # Output
 //
 // Results go to stdout, for people by default, and as one JSON document
-// with --json (recover --watch --json: one per line). Documents from the
-// database appear in relaxed Extended JSON ({"$oid": ...}, {"$date":
-// ...}, numbers as numbers). Errors, and progress of long passes, go to
-// stderr.
+// with --json (recover --watch --json: one per line). The JSON is plain,
+// for jq and any other reader: documents from the database keep their
+// fields in stored order, with ObjectIDs as their 24 hexadecimal digits
+// (which show, cancel and the others take back), dates as RFC 3339
+// strings in UTC ("2024-11-22T10:04:05.123Z"), and numbers as numbers;
+// binary data is base64, and a double that is not finite, a regular
+// expression (/pattern/options) and the other rare types are strings.
+// Errors, and progress of long passes, go to stderr; under --json, a
+// failure also prints one JSON object on stdout, {"error": "...",
+// "exitStatus": N}, unless the command printed its report already (audit
+// and recover report what failed in it), and the exit status is the same:
+//
+//	twopc list --state unfinished --json | jq -r '.transactions[]._id'
+//	twopc show 6740c1a2e4b0a1b2c3d4e500 --json | jq -r '.error // .transaction.state'
 //
 // # Exit status
 //
 //	0  done; for audit and doctor, nothing wrong found
 //	1  a check failed (audit found a violation, doctor found the server
 //	   unfit), or the operation was refused: past its commit point, owned by
-//	   a live process, no such transaction, a reversal that cannot apply
+//	   a live process, no such transaction or account, a reversal that
+//	   cannot apply, no transactions collection (status)
 //	2  usage error: an unknown command or flag, a bad argument, no database
 //	   named, a ledger needed and not given
 //	3  cannot connect, the server failed a command, or interrupted
@@ -208,6 +293,7 @@
 //	twopc status
 //	twopc list --state unfinished --older-than 5m
 //	twopc show 6740c1a2e4b0a1b2c3d4e500
+//	twopc account alice
 //	twopc recover --watch --interval 30s
 //	twopc cancel 6740c1a2e4b0a1b2c3d4e500
 //	twopc audit --total default=100000 --json | jq .ok

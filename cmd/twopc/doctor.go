@@ -43,7 +43,7 @@ ferretdbVersion). Exit status 1 if anything needed is missing.
 
 Examples:
   twopc doctor --uri mongodb://127.0.0.1:27017 --db bank
-  twopc doctor --json | jq .atomicity`,
+  twopc doctor --json | jq -c '.checks[] | {name, ok, detail}'`,
 	run: runDoctor,
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/twopc/twopc"
@@ -70,19 +71,79 @@ func exitCode(err error) int {
 	return exitServer
 }
 
-// exit prints err, if it has not been, and returns its exit status.
+// exit prints err, if it has not been, and returns its exit status. The
+// message goes to stderr, on one line, naming the command; a usage error
+// adds where to read more. Under --json, a failure also writes a JSON
+// error object on stdout, {"error": ..., "exitStatus": N}, unless the
+// command wrote its JSON document already (audit's report, recover's
+// with its error).
 func (cl *cli) exit(err error) int {
 	code := exitCode(err)
-	var e *exitError
-	if err != nil && (!errors.As(err, &e) || e.err != nil) {
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "twopc") {
-			msg = "twopc: " + msg
+	if code != exitOK && cl.jsonOutput() && !cl.wroteJSON {
+		msg := "exit status " + strconv.Itoa(code)
+		var e *exitError
+		if !errors.As(err, &e) || e.err != nil {
+			msg = cl.message(err)
 		}
-		fmt.Fprintln(cl.stderr, msg)
-		if code == exitUsage {
+		_ = cl.printJSON(jsonError{Error: msg, ExitStatus: code})
+	}
+	var e *exitError
+	if err == nil || (errors.As(err, &e) && e.err == nil) {
+		return code // nothing wrong, or printed already
+	}
+	msg := cl.message(err)
+	fmt.Fprintln(cl.stderr, msg)
+	if code == exitUsage {
+		if cl.cmd != "" {
+			fmt.Fprintf(cl.stderr, "Run 'twopc help %s' for its usage.\n", cl.cmd)
+		} else {
 			fmt.Fprintln(cl.stderr, "Run 'twopc help' for usage.")
 		}
 	}
 	return code
+}
+
+// message is err as the tool says it: naming the command, unless the
+// library's "twopc: " begins it already.
+func (cl *cli) message(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.HasPrefix(msg, "twopc"):
+		return msg
+	case cl.cmd == "":
+		return "twopc: " + msg
+	}
+	return "twopc " + cl.cmd + ": " + msg
+}
+
+// jsonError is what a failure under --json writes on stdout.
+type jsonError struct {
+	Error      string `json:"error"`
+	ExitStatus int    `json:"exitStatus"`
+}
+
+// jsonOutput reports whether the command's output is JSON: its --json
+// flag is set, or, for a command line that failed to parse before it, is
+// given.
+func (cl *cli) jsonOutput() bool {
+	if cl.fs != nil {
+		if f := cl.fs.Lookup("json"); f != nil && f.Value.String() == "true" {
+			return true
+		}
+	}
+	for _, a := range cl.args {
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			continue
+		}
+		if !hasValue {
+			return true
+		}
+		b, err := strconv.ParseBool(value)
+		return err == nil && b
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ type globals struct {
 	accounts     string
 	transactions string
 	application  string
+	archive      string // --archive, for show and list; "" if not given
 	ledgers      ledgerList
 	ledgerErr    error // the first --ledger value that could not be read
 	json         bool
@@ -38,6 +40,9 @@ const (
 	// withApplication: --application, the tool's own application name.
 	// list has a filter of that name instead.
 	withApplication
+	// withArchive: --archive, the archive show and list read besides the
+	// log. recover has its own, the archive it moves transactions to.
+	withArchive
 )
 
 // register adds the global flags to fs, and those of with.
@@ -51,6 +56,9 @@ func (g *globals) register(fs *flag.FlagSet, with int) {
 	fs.DurationVar(&g.timeout, "connect-timeout", 10*time.Second, "how long to wait for the server")
 	if with&withApplication != 0 {
 		fs.StringVar(&g.application, "application", defaultApplication, "the application `name` the tool claims transactions under")
+	}
+	if with&withArchive != 0 {
+		fs.StringVar(&g.archive, "archive", "", "the archive `collection` of the log's database that transactions are moved to (twopc.WithHistory), read as well as the log")
 	}
 	if with&withLedgers != 0 {
 		fs.Var(ledgerFlags{g}, "ledger", "a ledger `NAME=COLLECTION` of the same database, or NAME=mongodb://HOST:PORT/DB.COLLECTION anywhere, "+
@@ -67,6 +75,8 @@ func (g *globals) check() error {
 		return usageErrorf("--accounts and --transactions may not be empty")
 	case g.accounts == g.transactions:
 		return usageErrorf("--accounts and --transactions are both %q", g.accounts)
+	case g.archive == g.transactions:
+		return usageErrorf("--archive and --transactions are both %q: the archive is another collection", g.archive)
 	case g.application == "":
 		return usageErrorf("--application may not be empty")
 	case g.timeout <= 0:
@@ -243,20 +253,21 @@ func ledgerName(name string) string {
 	return name
 }
 
-// flagSet returns the flag set of cmd. It prints parse errors to stderr;
-// parse prints the help.
+// flagSet returns the flag set of cmd. The flag package prints nothing:
+// parse reports a bad flag as a usage error of one line.
 func (cl *cli) flagSet(cmd *command) *flag.FlagSet {
 	fs := flag.NewFlagSet("twopc "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(cl.stderr)
-	fs.Usage = func() {} // parse prints the help, where it belongs
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {} // -h prints the help, in parse
+	cl.fs = fs
 	return fs
 }
 
 // parse parses args for cmd, flags and positional arguments in any order
 // (after "--", everything is positional), and returns the positional
 // ones, of which there must be between least and most. -h prints the help on
-// stdout and ends the command with status 0; a usage error prints the
-// help on stderr and ends it with status 2.
+// stdout and ends the command with status 0; a usage error ends it with
+// status 2, its one line and where to read more on stderr (see cli.exit).
 func (cl *cli) parse(cmd *command, fs *flag.FlagSet, args []string, least, most int) ([]string, error) {
 	var rest []string
 	for i, a := range args {
@@ -272,9 +283,7 @@ func (cl *cli) parse(cmd *command, fs *flag.FlagSet, args []string, least, most 
 				cl.commandHelp(cl.stdout, cmd, fs)
 				return nil, &exitError{code: exitOK}
 			}
-			fmt.Fprintln(cl.stderr)
-			cl.commandHelp(cl.stderr, cmd, fs)
-			return nil, &exitError{code: exitUsage}
+			return nil, usageErrorf("%v", err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -292,10 +301,8 @@ func (cl *cli) parse(cmd *command, fs *flag.FlagSet, args []string, least, most 
 	return positional, nil
 }
 
-// usage prints a usage error and cmd's help on stderr, and returns the
-// error that ends the command with status 2.
+// usage is a usage error of cmd: exit status 2. cli.exit prints it on one
+// line, with where to read more (twopc help COMMAND), not the whole help.
 func (cl *cli) usage(cmd *command, fs *flag.FlagSet, format string, a ...any) error {
-	fmt.Fprintf(cl.stderr, "twopc %s: %s\n\n", cmd.name, fmt.Sprintf(format, a...))
-	cl.commandHelp(cl.stderr, cmd, fs)
-	return &exitError{code: exitUsage}
+	return usageErrorf(format, a...)
 }

@@ -19,7 +19,7 @@ type command struct {
 
 // commands lists the subcommands, in the order help shows them.
 var commands = []*command{
-	statusCommand, listCommand, showCommand, recoverCommand,
+	statusCommand, listCommand, showCommand, accountCommand, recoverCommand,
 	cancelCommand, reverseCommand, captureCommand, voidCommand, auditCommand, doctorCommand,
 }
 
@@ -35,8 +35,11 @@ func lookup(name string) *command {
 // dispatch runs the subcommand args name.
 func (cl *cli) dispatch(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		cl.help(cl.stderr)
-		return &exitError{code: exitUsage}
+		names := make([]string, len(commands))
+		for i, c := range commands {
+			names[i] = c.name
+		}
+		return usageErrorf("no command: give one of %s", strings.Join(names, ", "))
 	}
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
@@ -54,13 +57,12 @@ func (cl *cli) dispatch(ctx context.Context, args []string) error {
 	if cmd == nil {
 		return cl.unknown(args[0])
 	}
+	cl.cmd, cl.args = cmd.name, args[1:]
 	return cmd.run(ctx, cl, cmd, args[1:])
 }
 
 func (cl *cli) unknown(name string) error {
-	fmt.Fprintf(cl.stderr, "twopc: unknown command %q\n\n", name)
-	cl.help(cl.stderr)
-	return &exitError{code: exitUsage}
+	return usageErrorf("unknown command %q", name)
 }
 
 // help prints the tool's help.
@@ -92,11 +94,16 @@ Every command takes:
   -ledger NAME=URI        or anywhere: the connection string's path is the
                           namespace (mongodb://HOST:PORT/DB.COLLECTION), DB
                           also its auth database unless ?authSource= is given
-                          (show, recover, cancel, reverse, capture, void,
-                          audit; repeatable)
+                          (show, account, recover, cancel, reverse, capture,
+                          void, audit; repeatable)
+  -archive COLLECTION     the archive twopc.WithHistory moves transactions
+                          to: show and list read it as well as the log;
+                          recover moves those recorded for it there
   -application NAME       the name the tool claims transactions under
                           (default twopc-cli; in list, a filter)
-  -json                   one JSON document on stdout, for scripts
+  -json                   one JSON document on stdout, for scripts: ids as
+                          hex strings, times as RFC 3339; a failure prints
+                          {"error": ..., "exitStatus": N}
   -connect-timeout D      how long to wait for the server (default 10s)
 Flags may be written -flag or --flag, before or after the arguments.
 
@@ -104,7 +111,8 @@ Exit status:
   0  done; for audit and doctor, nothing wrong found
   1  a check failed (audit found a violation, doctor found the server
      unfit), or the operation was refused (past its commit point, owned by
-     a live process, no such transaction)
+     a live process, no such transaction or account, no transactions
+     collection)
   2  usage error: the command line is wrong
   3  cannot connect, the server failed a command, or interrupted
 

@@ -30,6 +30,12 @@ transaction that is not a hold. (A negative AMOUNT reads as a flag: it
 is a usage error, exit status 2, unless it follows "--".) Capture again for the same amount
 succeeds and prints the transaction: safe to repeat after a lost reply.
 
+The capture claims the hold under the tool's application name, which the
+library writes into the transaction's application field in place of the
+name of the application that made the hold; capture (and void) print
+both: "made by payments-1, captured by twopc-cli" (--json: madeBy and
+finishedBy).
+
 Examples:
   twopc capture 6740c1a2e4b0a1b2c3d4e500 2500
   twopc capture --ledger beijing=mongodb://127.0.0.1:27018/bank.accounts 6740c1a2e4b0a1b2c3d4e500 2500 --json`,
@@ -47,7 +53,9 @@ ends canceled with reason "voided".
 
 Void refuses (exit status 1) a hold that was captured or expired, and a
 transaction that is not a hold. Void again succeeds, finishing the
-rollback if a first void stopped before it ended.
+rollback if a first void stopped before it ended. As capture does, it
+prints the application that made the hold and the one that voided it,
+whose name the transaction's application field now holds.
 
 Examples:
   twopc void 6740c1a2e4b0a1b2c3d4e500
@@ -74,8 +82,9 @@ func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error
 	return resolveHold(ctx, cl, &g, id, func(c *twopc.Coordinator) error {
 		_, err := c.Capture(ctx, id, amount)
 		return err
-	}, func(t *txnDoc) string {
-		return fmt.Sprintf("Hold %s (%s) is captured for %d; it is %s.", id.Hex(), legSummary(t), amount, t.state)
+	}, func(before, after *txnDoc) string {
+		return fmt.Sprintf("Hold %s (%s) is captured for %d; it is %s (%s).",
+			id.Hex(), legSummary(after), amount, after.state, madeBy(before, after, "captured"))
 	})
 }
 
@@ -94,16 +103,19 @@ func runVoid(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	return resolveHold(ctx, cl, &g, id, func(c *twopc.Coordinator) error {
 		_, err := c.Void(ctx, id)
 		return err
-	}, func(t *txnDoc) string {
-		return fmt.Sprintf("Hold %s (%s) is voided; it is %s: nothing moved.", id.Hex(), legSummary(t), t.state)
+	}, func(before, after *txnDoc) string {
+		return fmt.Sprintf("Hold %s (%s) is voided; it is %s: nothing moved (%s).",
+			id.Hex(), legSummary(after), after.state, madeBy(before, after, "voided"))
 	})
 }
 
 // resolveHold connects, checks that hold id's ledgers are given, runs
 // resolve (a capture or a void) on a coordinator with every ledger, waits
 // for its settling, and prints the transaction as it ends (done says so
-// in words).
-func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, resolve func(*twopc.Coordinator) error, done func(*txnDoc) string) error {
+// in words, given it before and after), with the application that made it
+// and the one that resolved it: the library writes the resolver's name in
+// the document's application field, in place of the maker's.
+func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, resolve func(*twopc.Coordinator) error, done func(before, after *txnDoc) string) error {
 	cn, err := g.connect(ctx, cl)
 	if err != nil {
 		return err
@@ -143,8 +155,9 @@ func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, res
 		return fmt.Errorf("hold %s was resolved, but reading it found nothing", id.Hex())
 	}
 	if g.json {
-		return cl.printJSON(outcomeReport{ID: id.Hex(), Before: before.state, State: after.state, Transaction: jsonDoc{after}})
+		return cl.printJSON(outcomeReport{ID: id.Hex(), Before: before.state, State: after.state,
+			MadeBy: before.application, FinishedBy: after.application, Transaction: jsonDoc{after}})
 	}
-	fmt.Fprintln(cl.stdout, done(after))
+	fmt.Fprintln(cl.stdout, done(before, after))
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +97,5 @@ func TestHolds(t *testing.T) {
 	id := f.done("alice", "bob", 1)
 	r = f.run("void", id.Hex())
 	require.Equal(t, exitFailed, r.code, r.stderr)
-	require.Contains(t, r.stderr, twopc.ErrNotHold.Error())
+	require.Contains(t, r.stderr, strings.TrimPrefix(twopc.ErrNotHold.Error(), "twopc: "))
 }

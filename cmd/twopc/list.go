@@ -11,7 +11,6 @@ import (
 
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 var listCommand = &command{
@@ -29,18 +28,26 @@ ObjectID if it is 24 hexadecimal digits; a document id is given as
 Extended JSON ('{"region": "eu", "n": 7}'). --ledger NAME keeps the
 transactions with a leg in that ledger ("" or "default": the default
 ledger, where source and destination are), and with --account, that
-account in that ledger. List reads only the transactions collection, so
-here --ledger takes a name, not NAME=COLLECTION. --older-than keeps those
+account in that ledger. List reads only transactions, so here --ledger
+takes a name, not NAME=COLLECTION. --older-than keeps those
 untouched for longer than the duration, by the server's clock.
 --application keeps those whose application field (the process that
 created or last took over the transaction) is NAME; list has no
 application name of its own.
 
+With --archive COLLECTION, list reads the archive twopc.WithHistory moves
+final transactions to as well as the log (the log first: one archived in
+between is then found in the archive), and says where it found each:
+log or archive. An id both hold is the archive's record, its first: the
+log's is a copy the transaction's late duplicate writes brought back,
+and is not listed for itself (--json: "alsoInLog": true).
+
 Examples:
   twopc list --state pending --older-than 5m
   twopc list --state held --older-than 24h
   twopc list --account alice --limit 10
-  twopc list --state unfinished --application payments-1 --json | jq '.transactions[]._id'`,
+  twopc list --account alice --archive transactions_archive
+  twopc list --state unfinished --application payments-1 --json | jq -r '.transactions[]._id'`,
 	run: runList,
 }
 
@@ -88,17 +95,21 @@ func (o *optionalString) Set(s string) error {
 }
 
 type listReport struct {
-	ServerTime   time.Time         `json:"serverTime"`
-	Count        int               `json:"count"`
-	Truncated    bool              `json:"truncated"` // more matched than --limit
+	ServerTime time.Time `json:"serverTime"`
+	Count      int       `json:"count"`
+	Truncated  bool      `json:"truncated"` // more matched than --limit
+	// Transactions are the documents, each with "foundIn" ("log" or
+	// "archive") added first, and "alsoInLog": true for one found in the
+	// archive of which the log holds a copy.
 	Transactions []json.RawMessage `json:"transactions"`
-	txns         []txnDoc
+	txns         []*found
+	archive      bool // --archive was given
 }
 
 func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	fs := cl.flagSet(cmd)
 	var g globals
-	g.register(fs, 0)
+	g.register(fs, withArchive)
 	var st stateList
 	var ledger optionalString
 	fs.Var(&st, "state", "only transactions in `STATE` (repeatable, or comma-separated)")
@@ -174,19 +185,17 @@ func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 		}
 		return false
 	}
-	opts := options.Find().SetSort(bson.D{{Key: schema.LastModified, Value: 1}, {Key: "_id", Value: 1}})
+	limitEach := int64(0)
 	if *limit > 0 && !ledger.set {
-		opts.SetLimit(int64(*limit) + 1)
+		limitEach = int64(*limit)
 	}
-	cur, err := cn.txns.Find(ctx, filter, opts)
+	all, more, err := cn.findTxns(ctx, filter, limitEach)
 	if err != nil {
-		return fmt.Errorf("list transactions: %w", err)
+		return err
 	}
-	defer cur.Close(ctx)
-	rep := &listReport{ServerTime: now, Transactions: []json.RawMessage{}}
-	for cur.Next(ctx) {
-		t := parseTxn(append(bson.Raw(nil), cur.Current...))
-		if !keep(&t) {
+	rep := &listReport{ServerTime: now, Transactions: []json.RawMessage{}, Truncated: more, archive: cn.archive != nil}
+	for _, t := range all {
+		if !keep(&t.txnDoc) {
 			continue
 		}
 		if *limit > 0 && len(rep.txns) == *limit {
@@ -194,10 +203,7 @@ func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 			break
 		}
 		rep.txns = append(rep.txns, t)
-		rep.Transactions = append(rep.Transactions, extJSON(t.raw))
-	}
-	if err := cur.Err(); err != nil {
-		return fmt.Errorf("list transactions: %w", err)
+		rep.Transactions = append(rep.Transactions, withFoundIn(t))
 	}
 	rep.Count = len(rep.txns)
 	if g.json {
@@ -244,9 +250,19 @@ func (r *listReport) print(w io.Writer, limit int) {
 		return
 	}
 	tw := table(w)
-	fmt.Fprintln(tw, "ID\tSTATE\tUNTOUCHED FOR\tAPPLICATION\tLEGS\tREASON")
-	for i := range r.txns {
-		t := &r.txns[i]
+	where := ""
+	if r.archive {
+		where = "FOUND IN\t"
+	}
+	fmt.Fprintf(tw, "ID\t%sSTATE\tUNTOUCHED FOR\tAPPLICATION\tLEGS\tREASON\n", where)
+	for _, f := range r.txns {
+		t := &f.txnDoc
+		if r.archive {
+			where = f.where + "\t"
+			if f.logCopy != nil {
+				where = f.where + " (a copy in the log)\t"
+			}
+		}
 		reason := t.reason
 		if reason == "" {
 			reason = "-"
@@ -255,7 +271,7 @@ func (r *listReport) print(w io.Writer, limit int) {
 		if app == "" {
 			app = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", t.idString(), t.state, age(r.ServerTime, t.lastModified), app, legSummary(t), reason)
+		fmt.Fprintf(tw, "%s\t%s%s\t%v\t%s\t%s\t%s\n", t.idString(), where, t.state, age(r.ServerTime, t.lastModified), app, legSummary(t), reason)
 	}
 	_ = tw.Flush()
 	if r.Truncated {

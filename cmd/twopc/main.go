@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"io"
 	"os"
 	"os/signal"
@@ -27,4 +28,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type cli struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// cmd is the command being run ("" before one is found), args its
+	// command line and fs its flags, for exit to say which command failed
+	// and whether its output is JSON.
+	cmd  string
+	args []string
+	fs   *flag.FlagSet
+	// wroteJSON says a JSON document went to stdout: a failure after it
+	// adds no error document.
+	wroteJSON bool
 }

@@ -162,14 +162,9 @@ func (f *fixture) state(id bson.ObjectID) string {
 	return doc.State
 }
 
-// oid is an Extended JSON ObjectID.
-type oid struct {
-	Hex string `json:"$oid"`
-}
-
 // txnJSON is a transaction as the tool prints it with --json.
 type txnJSON struct {
-	ID          oid    `json:"_id"`
+	ID          string `json:"_id"` // 24 hexadecimal digits
 	State       string `json:"state"`
 	Application string `json:"application"`
 	Placeholder bool   `json:"placeholder"`

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,46 +17,134 @@ import (
 
 // printJSON writes v as the one JSON document of the command's output.
 func (cl *cli) printJSON(v any) error {
+	cl.wroteJSON = true
 	enc := json.NewEncoder(cl.stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
 
-// extJSON is a document as relaxed Extended JSON: ObjectIDs as
-// {"$oid": ...}, dates as {"$date": ...}, numbers as numbers.
-func extJSON(doc bson.Raw) json.RawMessage {
+// plainJSON is a document as plain JSON, for scripts: ObjectIDs as their
+// 24 hexadecimal digits, dates as RFC 3339 strings (UTC, to the
+// millisecond the server keeps), numbers as numbers, the fields in their
+// stored order; see plainValue for the rarer types.
+func plainJSON(doc bson.Raw) json.RawMessage {
 	if doc == nil {
 		return json.RawMessage("null")
 	}
-	b, err := bson.MarshalExtJSON(doc, false, false)
-	if err != nil {
-		b, _ = json.Marshal(fmt.Sprintf("unprintable document: %v", err))
-	}
-	return b
+	var b bytes.Buffer
+	writePlain(&b, bson.RawValue{Type: bson.TypeEmbeddedDocument, Value: doc})
+	return b.Bytes()
 }
 
-// extJSONValue is one value as relaxed Extended JSON.
-func extJSONValue(v bson.RawValue) json.RawMessage {
-	if v.Type == 0 {
-		return json.RawMessage("null")
+// plainValue is one value as plain JSON: a missing value is null.
+func plainValue(v bson.RawValue) json.RawMessage {
+	var b bytes.Buffer
+	writePlain(&b, v)
+	return b.Bytes()
+}
+
+// writePlain writes v as plain JSON. Besides the common types: a double
+// that is not finite, a Decimal128 that is not a JSON number, a regular
+// expression (/pattern/options), JavaScript, a symbol, MinKey and MaxKey
+// are strings; binary data is base64; a timestamp is {"t": seconds, "i":
+// increment}; undefined is null. A document that cannot be read is a
+// string saying so.
+func writePlain(b *bytes.Buffer, v bson.RawValue) {
+	switch v.Type {
+	case 0, bson.TypeNull, bson.TypeUndefined:
+		b.WriteString("null")
+	case bson.TypeEmbeddedDocument, bson.TypeArray:
+		elems, err := bson.Raw(v.Value).Elements()
+		if err != nil {
+			writeString(b, fmt.Sprintf("unreadable %s: %v", v.Type, err))
+			return
+		}
+		open, end := byte('{'), byte('}')
+		if v.Type == bson.TypeArray {
+			open, end = '[', ']'
+		}
+		b.WriteByte(open)
+		for i, e := range elems {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if v.Type == bson.TypeEmbeddedDocument {
+				writeString(b, e.Key())
+				b.WriteByte(':')
+			}
+			writePlain(b, e.Value())
+		}
+		b.WriteByte(end)
+	case bson.TypeString:
+		writeString(b, v.StringValue())
+	case bson.TypeObjectID:
+		writeString(b, v.ObjectID().Hex())
+	case bson.TypeDateTime:
+		writeString(b, v.Time().UTC().Format(time.RFC3339Nano))
+	case bson.TypeInt32:
+		b.WriteString(strconv.FormatInt(int64(v.Int32()), 10))
+	case bson.TypeInt64:
+		b.WriteString(strconv.FormatInt(v.Int64(), 10))
+	case bson.TypeDouble:
+		f := v.Double()
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			writeString(b, strconv.FormatFloat(f, 'g', -1, 64))
+			return
+		}
+		n, _ := json.Marshal(f)
+		b.Write(n)
+	case bson.TypeDecimal128:
+		d := v.Decimal128().String()
+		if json.Valid([]byte(d)) {
+			b.WriteString(d)
+		} else {
+			writeString(b, d)
+		}
+	case bson.TypeBoolean:
+		b.WriteString(strconv.FormatBool(v.Boolean()))
+	case bson.TypeBinary:
+		_, data := v.Binary()
+		writeString(b, base64.StdEncoding.EncodeToString(data))
+	case bson.TypeRegex:
+		pattern, options := v.Regex()
+		writeString(b, "/"+pattern+"/"+options)
+	case bson.TypeJavaScript:
+		writeString(b, v.JavaScript())
+	case bson.TypeSymbol:
+		writeString(b, v.Symbol())
+	case bson.TypeCodeWithScope:
+		code, _ := v.CodeWithScope()
+		writeString(b, code)
+	case bson.TypeTimestamp:
+		t, i := v.Timestamp()
+		fmt.Fprintf(b, `{"t":%d,"i":%d}`, t, i)
+	case bson.TypeDBPointer:
+		ns, id := v.DBPointer()
+		fmt.Fprintf(b, `{"ref":%s,"id":%q}`, quote(ns), id.Hex())
+	case bson.TypeMinKey:
+		writeString(b, "MinKey")
+	case bson.TypeMaxKey:
+		writeString(b, "MaxKey")
+	default:
+		writeString(b, fmt.Sprintf("unprintable value of BSON type %s", v.Type))
 	}
-	b, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: v}}, false, false)
-	if err != nil {
-		b, _ = json.Marshal(fmt.Sprintf("unprintable value: %v", err))
-		return b
-	}
-	var wrapper struct {
-		V json.RawMessage `json:"v"`
-	}
-	if err := json.Unmarshal(b, &wrapper); err != nil {
-		return json.RawMessage("null")
-	}
-	return wrapper.V
+}
+
+// writeString writes s as a JSON string, leaving <, > and & as they are.
+func writeString(b *bytes.Buffer, s string) { b.WriteString(quote(s)) }
+
+// quote is s as a JSON string.
+func quote(s string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // human is a value as human output shows it: strings as they are,
-// ObjectIDs in hex, dates in UTC, documents and arrays as Extended JSON.
+// ObjectIDs in hex, dates in UTC, documents and arrays as plain JSON.
 func human(v bson.RawValue) string {
 	switch v.Type {
 	case 0:
@@ -73,7 +165,7 @@ func human(v bson.RawValue) string {
 	case bson.TypeNull:
 		return "null"
 	}
-	return string(extJSONValue(v))
+	return string(plainValue(v))
 }
 
 // timestamp is a time as output shows it.
@@ -114,18 +206,19 @@ func plural(n int64, noun string) string {
 // printJSONLine writes v as one line of JSON, for output that is a stream
 // of documents (recover --watch).
 func (cl *cli) printJSONLine(v any) error {
+	cl.wroteJSON = true
 	enc := json.NewEncoder(cl.stdout)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
 
-// jsonDoc is a transaction document that marshals as relaxed Extended
-// JSON; null if there is none.
+// jsonDoc is a transaction document that marshals as plain JSON (see
+// plainJSON); null if there is none.
 type jsonDoc struct{ t *txnDoc }
 
 func (d jsonDoc) MarshalJSON() ([]byte, error) {
 	if d.t == nil {
 		return []byte("null"), nil
 	}
-	return extJSON(d.t.raw), nil
+	return plainJSON(d.t.raw), nil
 }

@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 var recoverCommand = &command{
@@ -22,11 +27,25 @@ its expiry (WithExpiry, by the server's clock), and removes the fences
 whose retention has passed. It prints
 what the pass did; progress goes to stderr.
 
+Taking a transaction over (or voiding a hold for its expiry) writes the
+tool's application name in the transaction's application field, in place
+of the name of the application that made it; the library keeps no other
+record of the maker. So the pass lists each transaction it took over, in
+the state it found it, with the application that made it and what it
+did: "ID (pending, made by payments-1): taken over by twopc-cli, rolled
+forward" (--json: transactions[], with madeBy and finishedBy).
+
 A transaction's lease is the longest StaleAfter of the processes that
 claimed it, recorded in it, so the tool judges each transaction by the
 lease its own processes set, never sooner than --min-lease. --min-lease
 is also the tool's own StaleAfter while it drives a transaction it took
-over: its leg writes must finish within half of it.
+over: its leg writes must finish within half of it. A transaction whose
+recorded lease is shorter, untouched for longer than that lease but not
+for --min-lease, is left by the pass for the floor alone; the pass says
+so, for each one: "left by --min-lease 10s: ID (pending, application
+payments-1): untouched for 4s, past its recorded lease (1s) but not
+--min-lease" (--json: minLeaseSkipped[], with untouchedSeconds,
+leaseSeconds and minLeaseSeconds). A later pass takes it over.
 
 With --watch it makes a pass every --interval until SIGINT or SIGTERM,
 printing each pass's report (with --json, one JSON document per line),
@@ -67,7 +86,105 @@ type recoverReport struct {
 	Removed       int       `json:"removed"`
 	Finished      int       `json:"finished"`
 	Error         string    `json:"error,omitempty"`
-	took          time.Duration
+	// Transactions are those the pass took over (or voided for expiry),
+	// at most maxListed, each with the application that made it: taking
+	// a transaction over writes the tool's application name in its
+	// document in place of the maker's. NotListed counts the rest.
+	Transactions []recoveredTxn `json:"transactions"`
+	NotListed    int            `json:"notListed,omitempty"`
+	// MinLeaseSkipped are the unfinished transactions the pass left
+	// because of the --min-lease floor alone: untouched for longer than
+	// the lease recorded in them, not for longer than --min-lease.
+	MinLeaseSkipped []floorSkip `json:"minLeaseSkipped"`
+	minLease        time.Duration
+	took            time.Duration
+}
+
+// floorSkip is a transaction a pass left for the --min-lease floor.
+type floorSkip struct {
+	ID          string  `json:"id"`
+	State       string  `json:"state"`
+	Application string  `json:"application"`
+	Untouched   float64 `json:"untouchedSeconds"` // at the pass's start, by the server's clock
+	Lease       float64 `json:"leaseSeconds"`     // recorded in it
+	MinLease    float64 `json:"minLeaseSeconds"`
+	untouched   time.Duration
+	lease       time.Duration
+}
+
+// recoveredTxn is one transaction a pass took over and what it did.
+type recoveredTxn struct {
+	ID    string `json:"id"`
+	State string `json:"state"` // the state the pass found it in
+	// MadeBy is the application the transaction named when the pass took
+	// it over: the one that made it, unless an earlier takeover replaced
+	// it. FinishedBy is the tool's, which its document names now.
+	MadeBy     string `json:"madeBy"`
+	FinishedBy string `json:"finishedBy"`
+	Action     string `json:"action"`  // roll_forward, roll_back, cancel_initial, expire
+	Outcome    string `json:"outcome"` // moved; not_moved (another process was first); error
+	Error      string `json:"error,omitempty"`
+}
+
+// maxListed bounds the transactions a pass's report lists.
+const maxListed = 1000
+
+// takeovers follows a pass: the step hook gives each transaction as it
+// stood before the tool claimed it (its maker's name), the observer what
+// the pass did with it. Both are called from many goroutines.
+type takeovers struct {
+	mu          sync.Mutex
+	application string
+	makers      map[bson.ObjectID]string
+	txns        []recoveredTxn
+	notListed   int
+}
+
+// hook notes who named a transaction before the pass claimed it: a
+// takeover, or the void of a hold's expiry.
+func (k *takeovers) hook(_ context.Context, step twopc.Step, t *twopc.Txn) error {
+	if t == nil || (step != twopc.StepTakeover && step != twopc.StepVoid) {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.makers[t.ID]; !ok {
+		k.makers[t.ID] = t.Application
+	}
+	return nil
+}
+
+// recovered lists what the pass did with a transaction it claimed.
+func (k *takeovers) recovered(_ context.Context, e twopc.RecoveryEvent) {
+	switch e.Action {
+	case twopc.RecoveryRollForward, twopc.RecoveryRollBack, twopc.RecoveryCancelInitial, twopc.RecoveryExpire:
+	default:
+		return // the takeover itself, and what claims nothing
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.txns) == maxListed {
+		k.notListed++
+		return
+	}
+	r := recoveredTxn{ID: e.Txn.Hex(), State: string(e.State), MadeBy: k.makers[e.Txn], FinishedBy: k.application,
+		Action: string(e.Action), Outcome: string(e.Outcome)}
+	if e.Err != nil {
+		r.Error = e.Err.Error()
+	}
+	k.txns = append(k.txns, r)
+}
+
+// take returns what the pass did, and forgets it, for the next pass.
+func (k *takeovers) take() ([]recoveredTxn, int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	txns, n := k.txns, k.notListed
+	if txns == nil {
+		txns = []recoveredTxn{}
+	}
+	k.makers, k.txns, k.notListed = map[bson.ObjectID]string{}, nil, 0
+	return txns, n
 }
 
 func runRecover(ctx context.Context, cl *cli, cmd *command, args []string) error {
@@ -97,7 +214,15 @@ func runRecover(ctx context.Context, cl *cli, cmd *command, args []string) error
 	}
 	defer cn.close()
 	var steps stepCounter
-	opts := []twopc.Option{twopc.WithStaleAfter(*minLease), twopc.WithStepHook(steps.hook)}
+	took := &takeovers{application: g.application, makers: map[bson.ObjectID]string{}}
+	opts := []twopc.Option{
+		twopc.WithStaleAfter(*minLease),
+		twopc.WithStepHook(func(ctx context.Context, step twopc.Step, t *twopc.Txn) error {
+			_ = took.hook(ctx, step, t)
+			return steps.hook(ctx, step, t)
+		}),
+		twopc.WithObserver(twopc.Observer{Recovery: took.recovered}),
+	}
 	if *archive != "" {
 		// The time to keep is each transaction's own, recorded in it; the
 		// tool creates no transaction here, so its own keep is unused.
@@ -112,13 +237,24 @@ func runRecover(ctx context.Context, cl *cli, cmd *command, args []string) error
 
 	pass := func() (recoverReport, error) {
 		steps.reset()
+		took.take()
 		p := startProgress(cl.stderr, *quiet, "recover", steps.String)
 		start := time.Now()
+		before, nowErr := cn.serverNow(ctx)
 		rep, err := r.RecoverOnce(ctx)
+		skips := []floorSkip{}
+		if nowErr == nil {
+			skips, nowErr = floorSkips(ctx, cn, before, *minLease)
+		}
+		if err == nil {
+			err = nowErr
+		}
 		p.end()
 		out := recoverReport{Started: start, RolledForward: rep.RolledForward, Settled: rep.Settled,
 			RolledBack: rep.RolledBack, Canceled: rep.Canceled, Expired: rep.Expired, Skipped: rep.Skipped, Failed: rep.Failed,
 			Unfenced: rep.Unfenced, Removed: rep.Removed, Finished: rep.Finished(), took: time.Since(start)}
+		out.Transactions, out.NotListed = took.take()
+		out.MinLeaseSkipped, out.minLease = skips, *minLease
 		out.Duration = seconds(out.took)
 		if err != nil {
 			out.Error = err.Error()
@@ -175,7 +311,89 @@ func runRecover(ctx context.Context, cl *cli, cmd *command, args []string) error
 // writes after a takeover (half of it) on a slow server.
 const defaultMinLease = 10 * time.Second
 
+// floorSkips finds the transactions a pass that began at before (by the
+// server's clock) left because of the --min-lease floor alone: initial,
+// pending or canceling, written by the library (a transaction time),
+// with a lease recorded shorter than minLease, untouched at the pass's
+// start for longer than that lease, and, now that it has ended, for
+// less than minLease. The pass judged by its own clock reading, taken
+// between before and now: one untouched at before for longer than its
+// lease was stale by its lease for the pass, and one untouched now for
+// less than minLease was so for the pass too, and one the pass moved is
+// no longer untouched that long; so each listed was left for the floor,
+// and only one whose age crossed a bound during the pass can go unlisted.
+func floorSkips(ctx context.Context, cn *conn, before time.Time, minLease time.Duration) ([]floorSkip, error) {
+	after, err := cn.serverNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := cn.txns.Find(ctx, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}},
+		{Key: schema.Created, Value: bson.D{{Key: "$exists", Value: true}}},
+		{Key: schema.State, Value: bson.D{{Key: "$in", Value: bson.A{"initial", "pending", "canceling"}}}},
+		{Key: schema.LastModified, Value: bson.D{{Key: "$gt", Value: after.Add(-minLease)}}},
+		{Key: schema.Lease, Value: bson.D{{Key: "$lt", Value: minLease.Milliseconds()}}},
+	}, options.Find().SetSort(bson.D{{Key: schema.LastModified, Value: 1}}).SetLimit(maxListed))
+	if err != nil {
+		return nil, fmt.Errorf("find the transactions left for --min-lease: %w", err)
+	}
+	defer cur.Close(ctx)
+	skips := []floorSkip{}
+	for cur.Next(ctx) {
+		t := parseTxn(cur.Current)
+		ms, ok := cur.Current.Lookup(schema.Lease).AsInt64OK()
+		lease := time.Duration(ms) * time.Millisecond
+		if !ok || ms <= 0 || !t.lastModified.Before(before.Add(-lease)) {
+			continue // not stale by its own lease when the pass began
+		}
+		untouched := before.Sub(t.lastModified)
+		skips = append(skips, floorSkip{ID: t.idString(), State: t.state, Application: t.application,
+			Untouched: seconds(untouched), Lease: seconds(lease), MinLease: seconds(minLease), untouched: untouched, lease: lease})
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("find the transactions left for --min-lease: %w", err)
+	}
+	return skips, nil
+}
+
+// humanListed bounds the transactions human output lists of a pass.
+const humanListed = 20
+
+// actionWords say what a pass did to a transaction it claimed.
+var actionWords = map[string]string{
+	string(twopc.RecoveryRollForward):   "taken over by %s, rolled forward",
+	string(twopc.RecoveryRollBack):      "taken over by %s, rolled back",
+	string(twopc.RecoveryCancelInitial): "taken over by %s, canceled",
+	string(twopc.RecoveryExpire):        "expired, voided by %s",
+}
+
 func (r recoverReport) print(w io.Writer) {
 	fmt.Fprintf(w, "finished %d (rolled forward %d, settled %d, rolled back %d, canceled %d, holds expired %d); skipped %d, failed %d; fences removed for %d; archived or removed %d; took %v\n",
 		r.Finished, r.RolledForward, r.Settled, r.RolledBack, r.Canceled, r.Expired, r.Skipped, r.Failed, r.Unfenced, r.Removed, r.took.Round(time.Millisecond))
+	for i, t := range r.Transactions {
+		if i == humanListed {
+			fmt.Fprintf(w, "  and %d more (--json lists them)\n", len(r.Transactions)-humanListed+r.NotListed)
+			break
+		}
+		did := fmt.Sprintf(actionWords[t.Action], appName(t.FinishedBy))
+		switch twopc.Outcome(t.Outcome) {
+		case twopc.OutcomeNotMoved:
+			did += ": not moved, another process finished it first"
+		case twopc.OutcomeError:
+			did += ": failed, " + t.Error
+		}
+		fmt.Fprintf(w, "  %s (%s, made by %s): %s\n", t.ID, t.State, appName(t.MadeBy), did)
+	}
+	if len(r.Transactions) <= humanListed && r.NotListed > 0 {
+		fmt.Fprintf(w, "  and %d more\n", r.NotListed)
+	}
+	for i, t := range r.MinLeaseSkipped {
+		if i == humanListed {
+			fmt.Fprintf(w, "  and %d more left by --min-lease (--json lists them)\n", len(r.MinLeaseSkipped)-humanListed)
+			break
+		}
+		fmt.Fprintf(w, "  left by --min-lease %v: %s (%s, application %s): untouched for %v, past its recorded lease (%v) but not --min-lease; "+
+			"a pass takes it over once untouched for %v, or give a lower --min-lease\n",
+			r.minLease, t.ID, t.State, appName(t.Application), t.untouched.Round(100*time.Millisecond), t.lease, r.minLease)
+	}
 }

@@ -112,4 +112,58 @@ func TestRecoverArchive(t *testing.T) {
 	require.EqualValues(t, 1, n)
 	r := f.run("show", txn.ID.Hex())
 	require.Equal(t, exitFailed, r.code, "archived: not in the log any more")
+	r = f.run("show", txn.ID.Hex(), "--archive", "archive")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "found in the archive")
+}
+
+// TestRecoverMinLease: a transaction whose recorded lease is shorter than
+// --min-lease, stale by its lease and not by the floor, is left by the
+// pass, and the pass says so: which transaction, and why.
+func TestRecoverMinLease(t *testing.T) {
+	f := newFixture(t)
+	f.open(map[string]int64{"alice": 1000, "bob": 0})
+	short := f.crashAtCommit(twopc.WithApplication("fast"), twopc.WithStaleAfter(time.Second))
+	txn, err := short.Transfer(f.ctx, "alice", "bob", 100)
+	require.ErrorIs(t, err, errCrash)
+	f.backdate(txn.ID, 4*time.Second) // past its lease (1s), not past --min-lease (10s)
+
+	var rep struct {
+		Finished        int `json:"finished"`
+		MinLeaseSkipped []struct {
+			ID          string  `json:"id"`
+			State       string  `json:"state"`
+			Application string  `json:"application"`
+			Untouched   float64 `json:"untouchedSeconds"`
+			Lease       float64 `json:"leaseSeconds"`
+			MinLease    float64 `json:"minLeaseSeconds"`
+		} `json:"minLeaseSkipped"`
+	}
+	r := f.run("recover", "--json", "--quiet")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r.decode(t, &rep)
+	require.Zero(t, rep.Finished)
+	require.Equal(t, "pending", f.state(txn.ID))
+	require.Len(t, rep.MinLeaseSkipped, 1, r.stdout)
+	s := rep.MinLeaseSkipped[0]
+	require.Equal(t, txn.ID.Hex(), s.ID)
+	require.Equal(t, "pending", s.State)
+	require.Equal(t, "fast", s.Application)
+	require.EqualValues(t, 1, s.Lease)
+	require.EqualValues(t, 10, s.MinLease)
+	require.GreaterOrEqual(t, s.Untouched, 4.0)
+	require.Less(t, s.Untouched, 10.0)
+
+	r = f.run("recover", "--quiet")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "left by --min-lease 10s: "+txn.ID.Hex()+" (pending, application fast): untouched for ")
+	require.Contains(t, r.stdout, "past its recorded lease (1s) but not --min-lease")
+
+	// A lower floor: the pass takes it, and reports no such skip.
+	r = f.run("recover", "--json", "--quiet", "--min-lease", "2s")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r.decode(t, &rep)
+	require.Equal(t, 1, rep.Finished)
+	require.Empty(t, rep.MinLeaseSkipped)
+	require.Equal(t, "done", f.state(txn.ID))
 }

@@ -12,7 +12,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/schema"
 )
 
@@ -21,7 +20,7 @@ var showCommand = &command{
 	args:    "ID",
 	summary: "one transaction, every field, and the account of each of its legs",
 	help: `Show prints transaction ID (its _id, 24 hexadecimal digits) with every
-field of its document, and, for each leg, the account document in the
+field of its document, where it found it, and, for each leg, the account document in the
 leg's ledger: its balance, pendingCredit and pendingDebit (credits and
 debits applied and not yet settled), its markers, and what they say of
 the leg: applied and not settled (the leg's marker is in
@@ -31,18 +30,36 @@ past the transaction's time), or not applied. A leg's marker is the
 transaction's id with its last byte set to the leg's index. A leg on a
 ledger not given with --ledger is listed without its account.
 
+Transactions that twopc.WithHistory moved to an archive collection are
+found with --archive COLLECTION: show reads the archive, then the log,
+then the archive again (the library copies a transaction into the
+archive before it deletes it from the log, so one archived meanwhile is
+not missed). When both hold the id, the archive's record, the first, is
+shown, and the log's copy (brought back by the transaction's late
+duplicate writes) is named beside it.
+
 Examples:
   twopc show 6740c1a2e4b0a1b2c3d4e500
   twopc show --ledger shanghai=accounts_sh --ledger beijing=accounts_bj 6740c1a2e4b0a1b2c3d4e500
+  twopc show --archive transactions_archive 6740c1a2e4b0a1b2c3d4e500
   twopc show 6740c1a2e4b0a1b2c3d4e500 --json | jq '.legs[].account.balance'`,
 	run: runShow,
 }
 
 type showReport struct {
-	ServerTime  time.Time       `json:"serverTime"`
+	ServerTime time.Time `json:"serverTime"`
+	// FoundIn is where the transaction was found: "log", or "archive"
+	// (--archive), in Collection.
+	FoundIn     string          `json:"foundIn"`
+	Collection  string          `json:"collection"`
 	Transaction json.RawMessage `json:"transaction"`
-	Legs        []legReport     `json:"legs"`
-	txn         *txnDoc
+	// LogCopy is, for a transaction found in the archive, the document
+	// the log holds under its id too, if it holds one: a copy its late
+	// duplicate writes brought back after it was archived.
+	LogCopy json.RawMessage `json:"logCopy,omitempty"`
+	Legs    []legReport     `json:"legs"`
+	found   *found
+	txn     *txnDoc
 }
 
 type legReport struct {
@@ -77,7 +94,7 @@ const (
 func runShow(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	fs := cl.flagSet(cmd)
 	var g globals
-	g.register(fs, withApplication|withLedgers)
+	g.register(fs, withApplication|withLedgers|withArchive)
 	id, cn, err := cl.oneID(ctx, cmd, fs, &g, args)
 	if err != nil {
 		return err
@@ -99,16 +116,21 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 	if err != nil {
 		return nil, err
 	}
-	t, err := cn.findTxn(ctx, id)
+	f, err := cn.lookupTxn(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if t == nil {
-		return nil, fmt.Errorf("%w: %s", twopc.ErrTxnNotFound, id.Hex())
+	if f == nil {
+		return nil, cn.notFound(id)
 	}
-	rep := &showReport{ServerTime: now, Transaction: extJSON(t.raw), Legs: []legReport{}, txn: t}
+	t := &f.txnDoc
+	rep := &showReport{ServerTime: now, FoundIn: f.where, Collection: f.collection, Transaction: plainJSON(t.raw),
+		Legs: []legReport{}, found: f, txn: t}
+	if f.logCopy != nil {
+		rep.LogCopy = plainJSON(f.logCopy.raw)
+	}
 	for i, l := range t.legs {
-		lr := legReport{Index: i, Ledger: l.ledger, AccountID: extJSONValue(l.account), Amount: l.amount,
+		lr := legReport{Index: i, Ledger: l.ledger, AccountID: plainValue(l.account), Amount: l.amount,
 			Marker: schema.Marker(id, i).Hex(), Account: json.RawMessage("null"), id: l.account}
 		coll, ok := cn.ledger(l.ledger)
 		if !ok {
@@ -128,7 +150,7 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 			return nil, fmt.Errorf("read account %s of ledger %s: %w", human(l.account), ledgerName(l.ledger), err)
 		default:
 			lr.acct = raw
-			lr.Account = extJSON(raw)
+			lr.Account = plainJSON(raw)
 			lr.Leg = legState(raw, schema.Marker(id, i), t.created)
 		}
 		rep.Legs = append(rep.Legs, lr)
@@ -190,7 +212,11 @@ var legWords = map[string]string{
 
 func (r *showReport) print(w io.Writer) {
 	t := r.txn
-	fmt.Fprintf(w, "Transaction %s\n", t.idString())
+	fmt.Fprintf(w, "Transaction %s, found in the %s (collection %s)\n", t.idString(), r.FoundIn, r.Collection)
+	if c := r.found.logCopy; c != nil {
+		fmt.Fprintf(w, "The log holds a copy too, %s (last modified %s): its own late duplicate writes brought it back after it was archived. "+
+			"The archive's, shown here, is its first record.\n", c.state, timestamp(c.lastModified))
+	}
 	elems, _ := t.raw.Elements()
 	tw := table(w)
 	for _, e := range elems {

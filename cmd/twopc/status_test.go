@@ -49,7 +49,7 @@ func TestStatusListShow(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	r.decode(t, &l)
 	require.Equal(t, 1, l.Count)
-	require.Equal(t, pending.Hex(), l.Transactions[0].ID.Hex)
+	require.Equal(t, pending.Hex(), l.Transactions[0].ID)
 	require.Equal(t, "pending", l.Transactions[0].State)
 
 	r = f.run("list", "--state", "pending")
@@ -77,7 +77,7 @@ func TestStatusListShow(t *testing.T) {
 		r.decode(t, &l)
 		var got []bson.ObjectID
 		for _, x := range l.Transactions {
-			id, err := bson.ObjectIDFromHex(x.ID.Hex)
+			id, err := bson.ObjectIDFromHex(x.ID)
 			require.NoError(t, err)
 			got = append(got, id)
 		}
@@ -88,14 +88,14 @@ func TestStatusListShow(t *testing.T) {
 	r.decode(t, &l)
 	require.Equal(t, 1, l.Count)
 	require.True(t, l.Truncated)
-	require.Equal(t, settled.Hex(), l.Transactions[0].ID.Hex)
+	require.Equal(t, settled.Hex(), l.Transactions[0].ID)
 
 	f.backdate(pending, 2*time.Hour)
 	r = f.run("list", "--older-than", "1h", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	r.decode(t, &l)
 	require.Equal(t, 1, l.Count)
-	require.Equal(t, pending.Hex(), l.Transactions[0].ID.Hex)
+	require.Equal(t, pending.Hex(), l.Transactions[0].ID)
 
 	// show: the pending transfer's legs are applied, not settled.
 	r = f.run("show", pending.Hex())
@@ -126,7 +126,7 @@ func TestStatusListShow(t *testing.T) {
 		} `json:"legs"`
 	}
 	r.decode(t, &sh)
-	require.Equal(t, pending.Hex(), sh.Transaction.ID.Hex)
+	require.Equal(t, pending.Hex(), sh.Transaction.ID)
 	require.Len(t, sh.Legs, 2)
 	require.Equal(t, "alice", sh.Legs[0].Account.ID)
 	require.EqualValues(t, 850, sh.Legs[0].Account.Balance)
@@ -148,4 +148,29 @@ func TestStatusListShow(t *testing.T) {
 	r = f.run("show", bson.NewObjectID().Hex())
 	require.Equal(t, exitFailed, r.code, r.stderr)
 	require.Contains(t, r.stderr, "transaction not found")
+}
+
+// TestStatusNoTransactions: status on a database with no transactions
+// collection says so, and exits 1, rather than counting zeros.
+func TestStatusNoTransactions(t *testing.T) {
+	f := newFixture(t) // its transactions collection exists (EnsureIndexes)
+	empty := "empty_" + f.db.Name()
+	r := runTool(f.ctx, "status", "--uri", f.uri, "--db", empty)
+	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, `database `+empty+` has no collection "transactions"`)
+	require.Empty(t, r.stdout)
+
+	// A database with accounts and no transactions collection of that
+	// name: the collections it has are named.
+	r = f.run("status", "--transactions", "txns", "--json")
+	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
+	var e struct {
+		Error string `json:"error"`
+	}
+	r.decode(t, &e)
+	require.Contains(t, e.Error, `has no collection "txns"`)
+	require.Contains(t, e.Error, "transactions")
+
+	r = f.run("status")
+	require.Equal(t, exitOK, r.code, r.stderr)
 }

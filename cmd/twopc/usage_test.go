@@ -21,7 +21,7 @@ func TestUsage(t *testing.T) {
 		stdout string // a substring of stdout
 		stderr string // a substring of stderr
 	}{
-		{name: "no command", code: exitUsage, stderr: "Commands:"},
+		{name: "no command", code: exitUsage, stderr: "no command: give one of status, list"},
 		{name: "unknown command", args: []string{"frobnicate"}, code: exitUsage, stderr: `unknown command "frobnicate"`},
 		{name: "help", args: []string{"help"}, code: exitOK, stdout: "Exit status:"},
 		{name: "--help", args: []string{"--help"}, code: exitOK, stdout: "Commands:"},
@@ -30,7 +30,7 @@ func TestUsage(t *testing.T) {
 		{name: "status -h", args: []string{"status", "-h"}, code: exitOK, stdout: "Usage: twopc status"},
 		{name: "cancel --help", args: []string{"cancel", "--help"}, code: exitOK, stdout: "--placeholder"},
 		{name: "unknown flag", args: []string{"status", "--uri", nowhere, "--bogus"}, code: exitUsage, stderr: "flag provided but not defined: -bogus"},
-		{name: "status takes no --ledger", args: []string{"status", "--uri", nowhere, "--ledger", "a=b"}, code: exitUsage, stderr: "Usage: twopc status"},
+		{name: "status takes no --ledger", args: []string{"status", "--uri", nowhere, "--ledger", "a=b"}, code: exitUsage, stderr: "flag provided but not defined: -ledger"},
 		{name: "show without id", args: []string{"show", "--uri", nowhere}, code: exitUsage, stderr: "missing ID"},
 		{name: "show bad id", args: []string{"show", "--uri", nowhere, "alice"}, code: exitUsage, stderr: `"alice" is not a transaction id`},
 		{name: "cancel bad id", args: []string{"cancel", "--uri", nowhere, "123"}, code: exitUsage, stderr: "not a transaction id"},
@@ -99,11 +99,12 @@ func TestDatabase(t *testing.T) {
 	r.decode(t, &rep)
 	require.Equal(t, f.db.Name(), rep.Database)
 
-	// --db wins over the path.
+	// --db wins over the path: that database has no transactions.
 	r = runTool(ctx, "status", "--json", "--db", "other_"+f.db.Name())
-	require.Equal(t, exitOK, r.code, r.stderr)
-	r.decode(t, &rep)
-	require.Equal(t, "other_"+f.db.Name(), rep.Database)
+	require.Equal(t, exitFailed, r.code, r.stderr)
+	var e jsonError
+	r.decode(t, &e)
+	require.Contains(t, e.Error, "database other_"+f.db.Name()+" has no collection")
 }
 
 // TestCannotConnect checks the exit status of a server that does not
@@ -140,4 +141,34 @@ func withPath(uri, db string) string {
 		out += "?" + query
 	}
 	return out
+}
+
+// TestUsageErrorIsOneLine: a usage error prints what is wrong on one line,
+// and where to read more, not the whole help.
+func TestUsageErrorIsOneLine(t *testing.T) {
+	const nowhere = "mongodb://127.0.0.1:1/bank"
+	for _, tc := range []struct {
+		args []string
+		line string // the error line
+		more string // where to read more
+	}{
+		{[]string{"status", "--uri", nowhere, "--bogus"}, "twopc status: flag provided but not defined: -bogus", "Run 'twopc help status'"},
+		{[]string{"list", "--uri", nowhere, "--limit", "many"}, `twopc list: invalid value "many" for flag -limit`, "Run 'twopc help list'"},
+		{[]string{"show", "--uri", nowhere}, "twopc show: missing ID", "Run 'twopc help show'"},
+		{[]string{"show", "--uri", nowhere, "alice"}, `twopc show: "alice" is not a transaction id`, "Run 'twopc help show'"},
+		{[]string{"recover", "--uri", nowhere, "--interval", "0"}, "twopc recover: --interval must be positive", "Run 'twopc help recover'"},
+		{[]string{"status", "--uri", nowhere, "--accounts", "x", "--transactions", "x"}, `twopc status: --accounts and --transactions are both "x"`, "Run 'twopc help status'"},
+		{[]string{"audit", "--uri", nowhere, "--ledger", "sh"}, "twopc audit: --ledger: want NAME=COLLECTION", "Run 'twopc help audit'"},
+		{[]string{"frobnicate"}, `twopc: unknown command "frobnicate"`, "Run 'twopc help'"},
+		{nil, "twopc: no command", "Run 'twopc help'"},
+	} {
+		r := runTool(context.Background(), tc.args...)
+		require.Equal(t, exitUsage, r.code, "%v: %s", tc.args, r.stderr)
+		lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+		require.Len(t, lines, 2, "%v: one line, and where to read more:\n%s", tc.args, r.stderr)
+		require.Contains(t, lines[0], tc.line, tc.args)
+		require.Contains(t, lines[1], tc.more, tc.args)
+		require.NotContains(t, r.stderr, "Flags:", tc.args)
+		require.Empty(t, r.stdout, tc.args)
+	}
 }

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/schema"
+)
+
+var accountCommand = &command{
+	name:    "account",
+	args:    "ID",
+	summary: "one account: balance, held and pending amounts, and its markers",
+	help: `Account prints account ID as the library sees it (twopc's
+Ledger.Account): its balance (available: the debits in flight are out of
+it, the credits in flight not yet in), held (its pendingDebit: debits
+applied and not settled, and of that what the holds held on it reserve),
+and pendingCredit (credits applied and not settled: money on its way in,
+spendable once settled). Then its markers: each leg in flight on it
+(pendingTransactions: the leg's marker, its transaction, the leg's
+index, and the transaction's state, application and the leg's amount,
+read from the log; a marker whose transaction the log does not hold is
+said so), and its fences (fencedTransactions, the legs settled or undone
+whose fences are still up) with its fence line, fencedBefore. A
+tombstone (fences written for an account that did not exist) is shown as
+one: the library reads it as no account.
+
+ID is matched as a string, and also as a number if it is an integer and
+as an ObjectID if it is 24 hexadecimal digits; a document id is given as
+Extended JSON ('{"region": "eu", "n": 7}'). Every document that matches
+is shown.
+
+--ledger NAME=COLLECTION (a collection of the log's database) or
+NAME=URI (anywhere: mongodb://HOST:PORT/DB.COLLECTION) gives a ledger,
+as for show; the account is read in every ledger given, the default one
+(--accounts) included, and each found is shown with its ledger. --ledger
+NAME alone, as list takes it, reads only that ledger ("default" or "" for
+the default one; repeatable); its collection must be given too, unless
+it is the default.
+
+Exit status 1 if no ledger read holds the account.
+
+Examples:
+  twopc account alice
+  twopc account --ledger beijing=mongodb://127.0.0.1:27018/bank.accounts --ledger beijing B
+  twopc account '{"region": "eu", "n": 7}'
+  twopc account alice --json | jq -c '.accounts[] | {ledger, balance, held, pendingCredit}'`,
+	run: runAccount,
+}
+
+// accountLedgers is account's --ledger: NAME=COLLECTION or NAME=URI gives
+// a ledger (as globals' --ledger does), NAME alone picks one to read.
+type accountLedgers struct {
+	g    *globals
+	pick *[]string
+}
+
+func (f accountLedgers) String() string {
+	if f.g == nil {
+		return ""
+	}
+	return f.g.ledgers.String()
+}
+
+func (f accountLedgers) Set(s string) error {
+	if strings.Contains(s, "=") {
+		return ledgerFlags{f.g}.Set(s)
+	}
+	if s == "default" {
+		s = ""
+	}
+	*f.pick = append(*f.pick, s)
+	return nil
+}
+
+type accountReport struct {
+	ServerTime time.Time      `json:"serverTime"`
+	Accounts   []accountEntry `json:"accounts"`
+}
+
+// accountEntry is one account document, as the library reads it.
+type accountEntry struct {
+	Ledger     string `json:"ledger"` // "default" for the default ledger
+	Collection string `json:"collection"`
+	// Database and Deployment are set for a ledger given by connection
+	// string: its database, and its hosts with any password hidden.
+	Database   string          `json:"database,omitempty"`
+	Deployment string          `json:"deployment,omitempty"`
+	ID         json.RawMessage `json:"id"`
+	// Balance, Held (pendingDebit) and PendingCredit are as stored, 0 when
+	// absent (a balance that is not an integer is shown as it is: the
+	// library refuses such an account).
+	Balance       json.RawMessage `json:"balance"`
+	Held          json.RawMessage `json:"held"`
+	PendingCredit json.RawMessage `json:"pendingCredit"`
+	// HeldByHolds is what the holds held on the account reserve of Held.
+	HeldByHolds  int64           `json:"heldByHolds"`
+	PendingLegs  []pendingLeg    `json:"pendingLegs"`
+	Fenced       []string        `json:"fencedTransactions"`
+	FencedBefore json.RawMessage `json:"fencedBefore"` // the fence line; null if none
+	Tombstone    bool            `json:"tombstone"`
+	id           bson.RawValue
+}
+
+// pendingLeg is a marker in an account's pendingTransactions: a leg
+// applied and not settled, and its transaction as the log holds it.
+type pendingLeg struct {
+	Marker      string `json:"marker"`
+	Transaction string `json:"transaction"`
+	Leg         int    `json:"leg"`
+	InLog       bool   `json:"inLog"` // false: the log holds no such transaction
+	State       string `json:"state,omitempty"`
+	Application string `json:"application,omitempty"`
+	Hold        bool   `json:"hold,omitempty"`
+	Amount      int64  `json:"amount,omitempty"` // the leg's, negative for a debit
+}
+
+func runAccount(ctx context.Context, cl *cli, cmd *command, args []string) error {
+	fs := cl.flagSet(cmd)
+	var g globals
+	g.register(fs, withApplication)
+	var pick []string
+	fs.Var(accountLedgers{&g, &pick}, "ledger", "a ledger `NAME=COLLECTION` of the same database, or NAME=mongodb://HOST:PORT/DB.COLLECTION anywhere, "+
+		"to read the account in too; or NAME alone (default for the default ledger), to read it only there (repeatable)")
+	pos, err := cl.parse(cmd, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	ids, err := accountValues(pos[0])
+	if err != nil {
+		return cl.usage(cmd, fs, "account %s: %v", pos[0], err)
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	names := []string{""}
+	for _, l := range g.ledgers {
+		names = append(names, l.name)
+	}
+	if len(pick) > 0 {
+		names = names[:0]
+		for _, p := range pick {
+			if _, ok := g.ledger(p); !ok {
+				return cl.usage(cmd, fs, "--ledger %s: ledger %q is not given: give its accounts with --ledger %s=COLLECTION "+
+					"or --ledger %s=mongodb://HOST:PORT/DB.COLLECTION", p, p, p, p)
+			}
+			if !contains(names, p) {
+				names = append(names, p)
+			}
+		}
+	}
+	cn, err := g.connect(ctx, cl)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	rep, err := account(ctx, cn, ids, names)
+	if err != nil {
+		return err
+	}
+	if len(rep.Accounts) == 0 {
+		read := make([]string, len(names))
+		for i, n := range names {
+			read[i] = ledgerName(n)
+		}
+		return refused(fmt.Errorf("%w: %s in ledger %s", twopc.ErrAccountNotFound, pos[0], strings.Join(read, ", ")))
+	}
+	if g.json {
+		return cl.printJSON(rep)
+	}
+	rep.print(cl.stdout)
+	return nil
+}
+
+// account reads the accounts whose _id is one of ids in each ledger
+// named, and the transactions of the legs in flight on them.
+func account(ctx context.Context, cn *conn, ids []any, ledgers []string) (*accountReport, error) {
+	now, err := cn.serverNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep := &accountReport{ServerTime: now, Accounts: []accountEntry{}}
+	for _, name := range ledgers {
+		coll, _ := cn.ledger(name)
+		cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+			options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			return nil, fmt.Errorf("read account of ledger %s: %w", ledgerName(name), err)
+		}
+		var docs []bson.Raw
+		if err := cur.All(ctx, &docs); err != nil {
+			return nil, fmt.Errorf("read account of ledger %s: %w", ledgerName(name), err)
+		}
+		for _, d := range docs {
+			e := accountEntry{Ledger: ledgerName(name), Collection: coll.Name(), id: d.Lookup("_id"),
+				Balance: plainValue(d.Lookup(schema.Balance)), Held: orZeroJSON(d.Lookup(schema.PendingDebit)),
+				PendingCredit: orZeroJSON(d.Lookup(schema.PendingCredit)), PendingLegs: []pendingLeg{}, Fenced: []string{},
+				FencedBefore: plainValue(d.Lookup(schema.FencedBefore))}
+			e.ID = plainValue(e.id)
+			if f, _ := cn.g.ledger(name); f.uri != "" {
+				e.Database, e.Deployment = f.db, redact(hostsOf(f.uri))
+			}
+			e.Tombstone, _ = d.Lookup(schema.Tombstone).BooleanOK()
+			for _, m := range markers(d, schema.Pending) {
+				e.PendingLegs = append(e.PendingLegs, pendingLeg{Marker: m.Hex(),
+					Transaction: schema.TxnOfMarker(m).Hex(), Leg: int(m[len(m)-1])})
+			}
+			for _, m := range markers(d, schema.Fenced) {
+				e.Fenced = append(e.Fenced, m.Hex())
+			}
+			if err := legsInFlight(ctx, cn, &e); err != nil {
+				return nil, err
+			}
+			rep.Accounts = append(rep.Accounts, e)
+		}
+	}
+	return rep, nil
+}
+
+// legsInFlight reads from the log the transactions of e's pending legs:
+// their state, application, and the leg's amount.
+func legsInFlight(ctx context.Context, cn *conn, e *accountEntry) error {
+	if len(e.PendingLegs) == 0 {
+		return nil
+	}
+	var ids bson.A
+	for _, l := range e.PendingLegs {
+		id, _ := bson.ObjectIDFromHex(l.Transaction)
+		ids = append(ids, id)
+	}
+	cur, err := cn.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	if err != nil {
+		return fmt.Errorf("read the transactions in flight on account %s: %w", human(e.id), err)
+	}
+	defer cur.Close(ctx)
+	txns := map[string]txnDoc{}
+	for cur.Next(ctx) {
+		t := parseTxn(append(bson.Raw(nil), cur.Current...))
+		txns[t.idString()] = t
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("read the transactions in flight on account %s: %w", human(e.id), err)
+	}
+	for i := range e.PendingLegs {
+		l := &e.PendingLegs[i]
+		t, ok := txns[l.Transaction]
+		if !ok {
+			continue
+		}
+		l.InLog, l.State, l.Application = true, t.state, t.application
+		l.Hold, _ = t.raw.Lookup(schema.Hold).BooleanOK()
+		if l.Leg < len(t.legs) {
+			l.Amount = t.legs[l.Leg].amount
+		}
+		if l.Hold && l.State == string(twopc.StateHeld) && l.Amount < 0 {
+			e.HeldByHolds -= l.Amount
+		}
+	}
+	return nil
+}
+
+// orZeroJSON is a sum the library keeps on an account, 0 when absent.
+func orZeroJSON(v bson.RawValue) json.RawMessage {
+	if v.Type == 0 {
+		return json.RawMessage("0")
+	}
+	return plainValue(v)
+}
+
+func (r *accountReport) print(w io.Writer) {
+	for i, a := range r.Accounts {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		where := fmt.Sprintf("collection %s", a.Collection)
+		if a.Deployment != "" {
+			where = fmt.Sprintf("collection %s.%s at %s", a.Database, a.Collection, a.Deployment)
+		}
+		fmt.Fprintf(w, "Account %s, ledger %s (%s)\n", human(a.id), a.Ledger, where)
+		if a.Tombstone {
+			fmt.Fprintln(w, "  a tombstone: no account, only the fences a rollback wrote for an account that did not exist (the library reads it as no account)")
+		} else {
+			heldBy := ""
+			if a.HeldByHolds > 0 {
+				heldBy = fmt.Sprintf("; %d of it by holds held", a.HeldByHolds)
+			}
+			fmt.Fprintf(w, "  balance %s (available), held %s (pendingDebit: debits applied and not settled%s), pendingCredit %s (credits applied and not settled)\n",
+				string(a.Balance), string(a.Held), heldBy, string(a.PendingCredit))
+		}
+		fmt.Fprintf(w, "  legs in flight (pendingTransactions, %d):", len(a.PendingLegs))
+		if len(a.PendingLegs) == 0 {
+			fmt.Fprint(w, " none")
+		}
+		fmt.Fprintln(w)
+		for _, l := range a.PendingLegs {
+			if !l.InLog {
+				fmt.Fprintf(w, "    %s leg %d: its transaction %s is not in the log\n", l.Transaction, l.Leg, l.Transaction)
+				continue
+			}
+			hold := ""
+			if l.Hold {
+				hold = ", a hold"
+			}
+			fmt.Fprintf(w, "    %s leg %d: %s, application %s%s, amount %+d\n", l.Transaction, l.Leg, l.State, appName(l.Application), hold, l.Amount)
+		}
+		fenced := make([]bson.ObjectID, 0, len(a.Fenced))
+		for _, h := range a.Fenced {
+			id, _ := bson.ObjectIDFromHex(h)
+			fenced = append(fenced, id)
+		}
+		line := "none"
+		var t time.Time
+		if err := json.Unmarshal(a.FencedBefore, &t); err == nil && !t.IsZero() {
+			line = timestamp(t)
+		}
+		fmt.Fprintf(w, "  fencedTransactions (%d): %s; fence line (fencedBefore) %s\n", len(a.Fenced), markerList(fenced), line)
+	}
+}

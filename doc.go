@@ -41,7 +41,8 @@
 // [Coordinator.TransferBatch] for many independent transfers in a few
 // commands, and [Coordinator.Reverse] to undo a committed one. Each returns
 // the transaction ([Txn], in a [State]); [WithKey] makes repeating a call
-// safe, and [Coordinator.Get] reads a transaction again. A hold reserves
+// safe, and [Coordinator.Get] and [Coordinator.GetByKey] read a
+// transaction again. A hold reserves
 // money now and moves it later: [Coordinator.Hold] and
 // [Coordinator.HoldLegs] leave it held until [Coordinator.Capture] (all or
 // part), [Coordinator.Void] or its expiry ([WithExpiry]).

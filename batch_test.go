@@ -8,8 +8,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/mongotest"
 )
 
 // ring returns n transfers between the accounts of opening, round the
@@ -289,5 +293,46 @@ func TestTransferBatchOfMaxBatch(t *testing.T) {
 			assert.Greater(t, cc.largestUpdate(), tc.writeBatch/2, "the batch's writes are shared")
 			b.checkSettled(opening)
 		})
+	}
+}
+
+// A batch's grouped insert that reached the server (its first attempt
+// applied, the reply lost, the second found the documents and upserted
+// none) sends each transfer's insert again alone; if the context ends
+// before those are sent, each transfer's outcome is unknown (its
+// transaction is in the log), not "not made": whether anything was sent
+// counts every attempt of the transfer, the group's included.
+func TestBatchInsertSentThenAloneNotSentIsUnknown(t *testing.T) {
+	ctx := testCtx(t)
+	b := newFaultBank(t)
+	b.open(map[string]int64{"A": 100, "B": 0, "C": 0})
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var once sync.Once
+	db := mongotest.ConnectURI(t, b.server.URI, options.Client().SetRetryWrites(false).SetMonitor(&event.CommandMonitor{
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+			if e.CommandName == "update" { // the grouped insert's second attempt
+				once.Do(cancel)
+			}
+		}})).Database(b.db.Name())
+	c, err := twopc.NewCoordinator(db, twopc.WithSyncSettle())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	require.NoError(t, b.server.Faults.Add(ctx, mongotest.Fault{Command: "update", Kind: mongotest.DropAfterForward, Count: 1}))
+	res, err := c.TransferBatch(callCtx, []twopc.TransferRequest{
+		{Source: "A", Destination: "B", Value: 10},
+		{Source: "A", Destination: "C", Value: 20},
+	})
+	require.NoError(t, err)
+	require.Len(t, res, 2)
+	inLog := map[bson.ObjectID]bool{}
+	for _, d := range b.txns() {
+		inLog[d.ID] = true
+	}
+	for i, r := range res {
+		require.Errorf(t, r.Err, "transfer %d", i)
+		assert.NotContainsf(t, r.Err.Error(), "not made", "transfer %d", i)
+		require.NotNilf(t, r.Txn, "transfer %d: its id, to Cancel", i)
+		assert.Truef(t, inLog[r.Txn.ID], "transfer %d: its insert arrived", i)
 	}
 }

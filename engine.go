@@ -68,19 +68,32 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 			keys = append(keys, t.rec.Key)
 		}
 	}
-	release, err := c.keys.enter(ctx, keys)
+	release, waitedFor, err := c.keys.enter(ctx, keys)
 	if err != nil {
 		for _, t := range ts {
-			insertFailed(t, err)
+			if t.rec.Key != "" && t.rec.Key == waitedFor {
+				// Its key's transaction is being made by the call waited
+				// for: in progress, not "not made".
+				t.answer(nil, errorf("twopc: transfer with key %q (transaction %s): %w: a call of this coordinator with the key is still running; repeat the call with the key, or GetByKey, for its outcome: %w",
+					t.rec.Key, t.rec.ID.Hex(), ErrInProgress, err))
+				continue
+			}
+			insertFailed(t, false, err)
 		}
 		return
 	}
 	defer release()
+	if c.settler.isClosed() { // closed while it waited
+		for _, t := range ts {
+			t.answer(nil, ErrClosed)
+		}
+		return
+	}
 	claimedAt := c.now()
 	calls := make([]*insertCall, 0, len(ts))
 	for _, t := range ts {
 		if err := ctx.Err(); err != nil {
-			insertFailed(t, errorf("%w: %w", errNotSent, err))
+			insertFailed(t, false, err)
 			continue
 		}
 		if err := c.at(ctx, StepInsert, t.rec); err != nil {
@@ -90,10 +103,11 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 		calls = append(calls, &insertCall{t: t})
 	}
 	if err := c.inserts.join(ctx, calls...); err != nil {
-		// Given up on: left before its write (not sent), or a write may
-		// still be filling calls in.
+		// Left before its write (not sent), or given up on while a write
+		// may still be filling calls in (unknown).
+		sent := !errors.Is(err, errNotSent)
 		for _, q := range calls {
-			insertFailed(q.t, err)
+			insertFailed(q.t, sent, err)
 		}
 		return
 	}
@@ -105,11 +119,12 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 			// collided with it (or a placeholder Cancel wrote for that
 			// one): not this transfer's to answer for. Take another id.
 			r.ID = c.newID()
-			cur, err = c.insert(ctx, r)
+			q.sent = false // a new _id: nothing of it sent yet
+			cur, err = c.insert(ctx, r, &q.sent)
 		}
 		switch {
 		case err != nil:
-			insertFailed(t, err)
+			insertFailed(t, q.sent, err)
 		case cur.Claim != r.Claim:
 			t.answer(c.replay(cur, r))
 		case cur.State != StatePending:

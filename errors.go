@@ -197,26 +197,30 @@ func errorOfReason(reason string) error {
 const prefix = "twopc: "
 
 // errorf is fmt.Errorf for the library's errors: the message carries the
-// package's prefix once, however many of the errors it wraps carry it too
-// ("twopc: transfer X: insufficient funds", not "twopc: transfer X: twopc:
-// insufficient funds"). What it wraps is unchanged for errors.Is and
-// errors.As.
+// package's prefix once ("twopc: transfer X: insufficient funds", not
+// "twopc: transfer X: twopc: insufficient funds"). An error among args
+// whose message starts with the prefix is printed without it when the
+// message already has one before it (from format, or an earlier such
+// error); other arguments (an account id, a key) are printed as they are.
+// What it wraps is unchanged for errors.Is and errors.As.
 func errorf(format string, args ...any) error {
-	err := fmt.Errorf(format, args...)
-	msg := err.Error()
-	first := strings.Index(msg, prefix)
-	if first < 0 || !strings.Contains(msg[first+len(prefix):], prefix) {
-		return err
+	seen := strings.HasPrefix(format, prefix)
+	for i, a := range args {
+		err, ok := a.(error)
+		if !ok || !strings.HasPrefix(err.Error(), prefix) {
+			continue
+		}
+		if seen {
+			args[i] = unprefixed{err}
+		}
+		seen = true
 	}
-	head := first + len(prefix)
-	return &prefixed{msg: msg[:head] + strings.ReplaceAll(msg[head:], prefix, ""), err: err}
+	return fmt.Errorf(format, args...)
 }
 
-// prefixed is an error whose message errorf tidied.
-type prefixed struct {
-	msg string
-	err error
-}
+// unprefixed is an error printed without the package's prefix, as part of
+// a message that has it already.
+type unprefixed struct{ err error }
 
-func (e *prefixed) Error() string { return e.msg }
-func (e *prefixed) Unwrap() error { return e.err }
+func (e unprefixed) Error() string { return strings.TrimPrefix(e.err.Error(), prefix) }
+func (e unprefixed) Unwrap() error { return e.err }

@@ -399,11 +399,15 @@ func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *Recover
 // and which a write guarded by its state and heldAt then finds still held,
 // had every marker on its accounts when they were read.
 //
-// A held hold none of whose legs is on its accounts is therefore a copy:
-// the transaction was final and removed from the log (WithHistory), and
-// its insert and its commit to held, delivered again by the network,
-// brought it back with no leg applied (the accounts' fence lines refuse
-// them). Nobody would capture, void or expire it, so it would stay held
+// A held hold none of whose legs is on its accounts, each of which is
+// closed to it (its fence line at or past the hold's time: what removal
+// waits for), is therefore a copy: the transaction was final and removed
+// from the log (WithHistory), and its insert and its commit to held,
+// delivered again by the network, brought it back with no leg applied
+// (the fence lines refuse them). Both are required, not the markers'
+// absence alone, so that a read of an account that lags (another
+// deployment just failed over, a write concern below majority) cannot
+// void a genuine hold. Nobody would capture, void or expire it, so it would stay held
 // for good; it is voided to canceled (reason "late_copy"), which moves no
 // money, and WithHistory then removes it in turn. A hold whose legs are
 // all on their accounts is marked (onAccounts) so that later passes do not
@@ -424,14 +428,17 @@ func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail 
 				fail(errorf("transaction %s: %w", t.ID.Hex(), err))
 				continue
 			}
-			on := 0
+			on, closed := 0, 0
 			for i, l := range legs {
-				if v, _ := judge(accts[i], t, l); v == legApplied {
+				switch v, why := judge(accts[i], t, l); {
+				case v == legApplied:
 					on++
+				case v == legBlocked && errors.Is(why, ErrTooLate):
+					closed++
 				}
 			}
-			switch on {
-			case len(legs):
+			switch {
+			case on == len(legs):
 				err := c.retry(ctx, func(ctx context.Context) error {
 					_, err := c.log.txns.UpdateOne(ctx,
 						bson.D{{Key: "_id", Value: t.ID}, {Key: fieldState, Value: StateHeld}, {Key: fieldHeldAt, Value: t.HeldAt}},
@@ -441,7 +448,7 @@ func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail 
 				if err != nil {
 					fail(errorf("transaction %s: %w", t.ID.Hex(), err))
 				}
-			case 0:
+			case closed == len(legs):
 				start := time.Now()
 				m := voidMove(c, t, reasonLateCopy)
 				m.heldAt = t.HeldAt
@@ -460,7 +467,13 @@ func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail 
 				}
 				r.report(ctx, t.ID, StateHeld, RecoveryRollBack, start, outcome, StepVoid, err)
 			default:
-				fail(errorf("transaction %s: held, but only %d of its %d legs are on their accounts; left as it is", t.ID.Hex(), on, len(legs)))
+				// Captured or voided since it was read (its markers leave
+				// after it leaves held), or a read that lags: look again.
+				now, err := c.log.read(ctx, t.ID)
+				if err == nil && (now.State != StateHeld || !now.HeldAt.Equal(t.HeldAt)) {
+					continue
+				}
+				fail(errorf("transaction %s: held, but %d of its %d legs are on their accounts and %d closed to it; left as it is", t.ID.Hex(), on, len(legs), closed))
 			}
 		}
 	})

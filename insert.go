@@ -22,23 +22,34 @@ func insertUnknown(r *record, err error) error {
 	return errorf("twopc: transfer %s: the insert's outcome is unknown; Cancel it, or repeat the transfer with its key: %w", r.ID.Hex(), err)
 }
 
-// insertFailed answers transfer t, whose insert failed with err: not made,
-// with no Txn, if nothing can have reached the server (see errNotSent),
-// else of unknown outcome (insertUnknown).
-func insertFailed(t *transfer, err error) {
-	if errors.Is(err, errNotSent) {
-		t.answer(nil, errorf("twopc: transfer not made, %w", err))
+// insertFailed answers transfer t, whose insert failed with err. If any
+// attempt may have been sent (sent), the outcome is unknown
+// (insertUnknown). Otherwise this call wrote nothing: the caller gets no
+// Txn and an error wrapping the cause. A keyed call is told so, not that
+// the transfer was not made: a transaction an earlier call made under the
+// key is as that call left it.
+func insertFailed(t *transfer, sent bool, err error) {
+	if sent {
+		t.answer(t.rec.txn(), insertUnknown(t.rec, err))
 		return
 	}
-	t.answer(t.rec.txn(), insertUnknown(t.rec, err))
+	if !errors.Is(err, errNotSent) {
+		err = errorf("%w: %w", errNotSent, err)
+	}
+	if t.rec.Key != "" {
+		t.answer(nil, errorf("twopc: transfer with key %q: this call wrote nothing (%w); a transaction an earlier call made under the key, if any, stands as that call left it: repeat the call with the key, or GetByKey", t.rec.Key, err))
+		return
+	}
+	t.answer(nil, errorf("twopc: transfer not made, %w", err))
 }
 
 // insertCall is one transfer's insert in the insert stage, and its
 // outcome: the transaction under its _id as the write left it.
 type insertCall struct {
-	t   *transfer
-	cur *record
-	err error
+	t    *transfer
+	cur  *record
+	err  error
+	sent bool // a write of it may have reached the server
 }
 
 // insertAll is the insert stage's write. One insert is insert's single
@@ -61,7 +72,7 @@ type insertCall struct {
 func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 	if len(calls) == 1 {
 		q := calls[0]
-		q.cur, q.err = c.log.insertOne(ctx, q.t.rec)
+		q.cur, q.err = c.log.insertOne(ctx, q.t.rec, &q.sent)
 		return
 	}
 	// The calls of each _id, in arrival order; the first of each goes in
@@ -100,7 +111,7 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 				cp := *stored
 				q.cur = &cp
 			default:
-				q.cur, q.err = c.log.insertOne(ctx, q.t.rec)
+				q.cur, q.err = c.log.insertOne(ctx, q.t.rec, &q.sent)
 			}
 			if q.err == nil && q.cur != nil {
 				stored = q.cur
@@ -126,11 +137,15 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
 	}
 	start := time.Now()
 	var res *mongo.BulkWriteResult
-	err := g.retrySent(ctx, func(ctx context.Context) error {
+	sent := false
+	err := g.retrySent(ctx, &sent, func(ctx context.Context) error {
 		var err error
 		res, err = g.txns.BulkWrite(ctx, models, unorderedWrite)
 		return err
 	})
+	for _, q := range calls {
+		q.sent = q.sent || sent // an insert alone after it may find its own document
+	}
 	var bwe mongo.BulkWriteException
 	if err != nil && (!errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0) {
 		// Not answered, or not durably: every insert's outcome is unknown.
@@ -164,11 +179,12 @@ var inserted = move{step: StepInsert, to: StatePending}
 
 // insert writes the new transaction alone (see insertOne), after calling
 // the step hook.
-func (c *Coordinator) insert(ctx context.Context, r *record) (*record, error) {
+func (c *Coordinator) insert(ctx context.Context, r *record, sent *bool) (*record, error) {
 	if err := c.at(ctx, StepInsert, r); err != nil {
+		*sent = true // a step hook's stop stands for a crash: unknown
 		return nil, err
 	}
-	return c.log.insertOne(ctx, r)
+	return c.log.insertOne(ctx, r, sent)
 }
 
 // insertWrite is the guarded upsert that inserts r, claimed and pending,
@@ -229,12 +245,13 @@ func insertWrite(r *record) (filter, update bson.D) {
 
 // insertOne writes the new transaction (see insertWrite) in one
 // find-and-modify. If the _id is an earlier transfer's (same key), it
-// returns that transaction; the caller compares claims to tell.
-func (g *txnLog) insertOne(ctx context.Context, r *record) (*record, error) {
+// returns that transaction; the caller compares claims to tell. It sets
+// *sent once an attempt may have reached the server.
+func (g *txnLog) insertOne(ctx context.Context, r *record, sent *bool) (*record, error) {
 	filter, update := insertWrite(r)
 	var cur record
 	start := time.Now()
-	err := g.retrySent(ctx, func(ctx context.Context) error {
+	err := g.retrySent(ctx, sent, func(ctx context.Context) error {
 		return decodeReply(g.txns.FindOneAndUpdate(ctx, encoded(filter), encoded(update), upsertReturnAfter), &cur)
 	})
 	if mongo.IsDuplicateKeyError(err) {
@@ -279,18 +296,19 @@ type keyCalls struct {
 }
 
 // enter waits until no other call runs any of keys, then marks them as
-// this call's until release is called. It returns the context's error,
-// wrapping errNotSent, if ctx ends while it waits.
-func (k *keyCalls) enter(ctx context.Context, keys []string) (release func(), err error) {
+// this call's until release is called. If ctx ends while it waits, it
+// returns the context's error, wrapping errNotSent, and the key of the
+// running call it was waiting for.
+func (k *keyCalls) enter(ctx context.Context, keys []string) (release func(), waitedFor string, err error) {
 	if len(keys) == 0 || k.off {
-		return func() {}, nil
+		return func() {}, "", nil
 	}
 	for {
 		k.mu.Lock()
 		var busy chan struct{}
 		for _, key := range keys {
 			if ch, ok := k.running[key]; ok {
-				busy = ch
+				busy, waitedFor = ch, key
 				break
 			}
 		}
@@ -312,7 +330,7 @@ func (k *keyCalls) enter(ctx context.Context, keys []string) (release func(), er
 				}
 				k.mu.Unlock()
 				close(mine)
-			}, nil
+			}, "", nil
 		}
 		if k.waits != nil {
 			k.waits()
@@ -321,7 +339,7 @@ func (k *keyCalls) enter(ctx context.Context, keys []string) (release func(), er
 		select {
 		case <-busy:
 		case <-ctx.Done():
-			return nil, errorf("%w: %w", errNotSent, ctx.Err())
+			return nil, waitedFor, errorf("%w: %w", errNotSent, ctx.Err())
 		}
 	}
 }

@@ -33,7 +33,7 @@ func TestLegMarkersKeepTwoLegsOnOneDocumentApart(t *testing.T) {
 			Application: c.application, Created: time.Now().UTC().Truncate(time.Millisecond)},
 		Claim: bson.NewObjectID(), LeaseMs: c.staleAfter.Milliseconds(),
 	}
-	cur, err := c.insert(ctx, r)
+	cur, err := c.insert(ctx, r, new(bool))
 	require.NoError(t, err)
 	_, err = newEngine(c).drive(ctx, &owned{rec: cur, claimedAt: c.now()}, true)
 	require.ErrorIs(t, err, ErrInsufficientFunds)
@@ -75,7 +75,7 @@ func TestOpenBeforeSeesEveryLeg(t *testing.T) {
 		{Source: "D", Destination: "E", Value: 1},
 	} {
 		tx.ID, tx.State, tx.Created = newTxnID(), StatePending, created
-		_, err := c.insert(ctx, &record{Txn: tx, Claim: bson.NewObjectID()})
+		_, err := c.insert(ctx, &record{Txn: tx, Claim: bson.NewObjectID()}, new(bool))
 		require.NoError(t, err)
 	}
 	open, err := c.log.openBefore(ctx, []*record{{Txn: Txn{Created: created}}})

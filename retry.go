@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 )
 
@@ -53,40 +52,38 @@ func (c *config) retry(ctx context.Context, op func(context.Context) error) erro
 	}
 }
 
-// errNotSent marks the error of a write that cannot have reached the
-// server: no attempt of it was sent. Its transaction was not written, and
-// never will be.
+// errNotSent marks the error of a call none of whose writes was sent: it
+// left before its write (a context that ended, a call of the same key it
+// waited for), or the driver gave up on every attempt before sending it.
 var errNotSent = errors.New("nothing was sent to the server")
 
-// unsent reports whether err, an attempt's error, says the command was not
-// sent: the driver gave up before a connection carried it (server
-// selection, the connection pool's wait, a deadline that would be
-// exceeded, which the driver reports as "operation not sent to server").
-// Any other error, a context's that ended while the command was on the
-// wire included, may have come after the server received it.
+// unsent reports whether err, an attempt's error, says the driver gave up
+// before a connection carried the command: it found no server, or waited
+// in vain for a connection. On a retry of its own the driver reports those
+// with the earlier attempt's error, so they mean that no attempt of this
+// operation was sent. Any other error may have come after the server
+// received the command: a context's that ended mid-round-trip, and the
+// driver's "operation not sent to server, as Timeout would be exceeded",
+// which a retry of the driver's own (retryable writes) returns even after
+// an earlier attempt was sent.
 func unsent(err error) bool {
 	var selection topology.ServerSelectionError
 	var pool topology.WaitQueueTimeoutError
-	return errors.Is(err, driver.ErrDeadlineWouldBeExceeded) || errors.As(err, &selection) || errors.As(err, &pool)
+	return errors.As(err, &selection) || errors.As(err, &pool)
 }
 
 // retrySent is retry for a write whose caller must know whether it may
-// have reached the server: an error after attempts none of which was sent
-// (see unsent) wraps errNotSent.
-func (c *config) retrySent(ctx context.Context, op func(context.Context) error) error {
-	sent := false
-	err := c.retry(ctx, func(ctx context.Context) error {
-		if ctx.Err() != nil && !sent {
-			return ctx.Err() // ended before this attempt: not sent
+// have reached the server: it sets *sent once an attempt may have been
+// sent (see unsent). An attempt is not made once ctx has ended.
+func (c *config) retrySent(ctx context.Context, sent *bool, op func(context.Context) error) error {
+	return c.retry(ctx, func(ctx context.Context) error {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		err := op(ctx)
 		if err == nil || !unsent(err) {
-			sent = true
+			*sent = true
 		}
 		return err
 	})
-	if err != nil && !sent {
-		return errorf("%w: %w", errNotSent, err)
-	}
-	return err
 }

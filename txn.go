@@ -184,12 +184,18 @@ func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
 // different transaction holds gives ErrKeyConflict; a call after Close,
 // ErrClosed.
 //
-// If nothing can have reached the server (the context ended before the
-// insert was sent, or while the call waited to be grouped with others'
-// inserts; the driver found no server, or saw the deadline would pass and
-// did not send), Transfer returns a nil Txn and an error that wraps the
-// cause (errors.Is(err, context.Canceled), context.DeadlineExceeded):
-// nothing was written, and nothing will be.
+// If nothing this call sent can have reached the server (the context
+// ended before the insert was sent, or while the call waited to be grouped
+// with others' inserts; the driver found no server, or no connection, for
+// any attempt), Transfer returns a nil Txn and an error that wraps the
+// cause (errors.Is(err, context.Canceled), context.DeadlineExceeded): this
+// call wrote nothing, and nothing of it will arrive. Without a key the
+// transfer was not made. With WithKey, a transaction an earlier call made
+// under the key stands as that call left it (repeat the call, or
+// GetByKey); a call that gave up waiting for a call of this Coordinator
+// with its key gets ErrInProgress. The driver's "operation not sent to
+// server" for a deadline it saw would pass is not taken as nothing sent:
+// with retryable writes it says so after an earlier attempt was sent.
 //
 // Any other error (the database, the context, a step hook) leaves the
 // transaction where it stood, for a Recoverer: the returned Txn, when not
@@ -341,7 +347,9 @@ type transferConfig struct {
 // ErrKeyConflict, so give each transfer its own. Keyed transactions are
 // kept for good, even under WithHistory. A key is valid UTF-8, not empty,
 // and at most MaxKeyLen bytes; any other gets ErrInvalidTransfer, and
-// nothing is written.
+// nothing is written. A step hook or an observer must not make a call with
+// the key of the call it is called from: that call waits for itself until
+// its context ends.
 func WithKey(key string) TransferOption {
 	return func(t *transferConfig) { t.key, t.keyed = key, true }
 }

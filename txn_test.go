@@ -380,3 +380,42 @@ func TestGetByKey(t *testing.T) {
 	_, err = c.GetByKey(ctx, "")
 	require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
 }
+
+// A retry whose context ends while it waits for the call in flight with
+// its key is told the key's transfer is in progress (ErrInProgress, and
+// the context's error), never "not made": the call it waited for then
+// moves the money. A call of other keys in the same wait would be told it
+// wrote nothing, not that its key's transfer was not made.
+func TestTransferSameKeyWaitEndsInProgress(t *testing.T) {
+	ctx := testCtx(t)
+	s := newStall(twopc.StepApply)
+	b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	waiting := make(chan struct{}, 4)
+	twopc.OnKeyWait(b.c, func() { waiting <- struct{}{} })
+	first := make(chan transferResult, 1)
+	go func() {
+		txn, err := b.c.Transfer(ctx, "A", "B", 10, twopc.WithKey("order-1"))
+		first <- transferResult{txn, err}
+	}()
+	<-s.reached
+	retryCtx, cancel := context.WithCancel(ctx)
+	retry := make(chan transferResult, 1)
+	go func() {
+		txn, err := b.c.Transfer(retryCtx, "A", "B", 10, twopc.WithKey("order-1"))
+		retry <- transferResult{txn, err}
+	}()
+	<-waiting
+	cancel()
+	r := <-retry
+	require.ErrorIs(t, r.err, twopc.ErrInProgress)
+	require.ErrorIs(t, r.err, context.Canceled)
+	assert.NotContains(t, r.err.Error(), "not made")
+	close(s.release)
+	f := <-first
+	require.NoError(t, f.err)
+	assert.Equal(t, int64(90), b.balance("A"), "the key's transfer moved")
+	got, err := b.c.GetByKey(ctx, "order-1")
+	require.NoError(t, err)
+	assert.Equal(t, f.txn.ID, got.ID)
+}

@@ -297,16 +297,18 @@ func TestUnitParallelKeepsTheFirstError(t *testing.T) {
 }
 
 // unsent tells a command the driver never sent (server selection, the
-// pool's wait, a deadline the driver saw would pass: "operation not sent
-// to server") from one that may have reached the server.
+// pool's wait: on a retry of its own the driver reports those with the
+// earlier attempt's error) from one that may have reached the server,
+// "operation not sent to server, as Timeout would be exceeded" among them
+// (a driver's retry returns it after an attempt that was sent).
 func TestUnitUnsent(t *testing.T) {
 	for _, c := range []struct {
 		err  error
 		want bool
 	}{
-		{fmt.Errorf("%w: rtt", driver.ErrDeadlineWouldBeExceeded), true},
 		{topology.ServerSelectionError{Wrapped: context.DeadlineExceeded}, true},
 		{fmt.Errorf("wrapped: %w", topology.WaitQueueTimeoutError{Wrapped: context.Canceled}), true},
+		{fmt.Errorf("%w: rtt", driver.ErrDeadlineWouldBeExceeded), false},
 		{context.Canceled, false},            // may have ended a round trip under way
 		{context.DeadlineExceeded, false},    // the same
 		{mongo.CommandError{Code: 1}, false}, // the server answered
@@ -315,20 +317,25 @@ func TestUnitUnsent(t *testing.T) {
 		assert.Equal(t, c.want, unsent(c.err), "%v", c.err)
 	}
 	// retrySent: an attempt that may have been sent, then one that was
-	// not, is not "not sent".
+	// not, leaves sent set.
 	cfg := defaultConfig()
 	cfg.retries = 3
 	attempts := []error{mongo.CommandError{Code: 6, Labels: []string{"NetworkError"}}, topology.ServerSelectionError{Wrapped: context.DeadlineExceeded}}
 	n := 0
-	err := cfg.retrySent(context.Background(), func(context.Context) error { n++; return attempts[min(n, len(attempts))-1] })
-	assert.NotErrorIs(t, err, errNotSent)
-	err = cfg.retrySent(context.Background(), func(context.Context) error { return topology.ServerSelectionError{Wrapped: context.DeadlineExceeded} })
-	assert.ErrorIs(t, err, errNotSent)
+	sent := false
+	err := cfg.retrySent(context.Background(), &sent, func(context.Context) error { n++; return attempts[min(n, len(attempts))-1] })
+	require.Error(t, err)
+	assert.Equal(t, cfg.retries, n, "a selection timeout is tried again")
+	assert.True(t, sent)
+	sent = false
+	err = cfg.retrySent(context.Background(), &sent, func(context.Context) error { return topology.ServerSelectionError{Wrapped: context.DeadlineExceeded} })
+	require.Error(t, err)
+	assert.False(t, sent)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = cfg.retrySent(ctx, func(context.Context) error { panic("sent") })
-	assert.ErrorIs(t, err, errNotSent)
+	err = cfg.retrySent(ctx, &sent, func(context.Context) error { panic("sent") })
 	assert.ErrorIs(t, err, context.Canceled)
+	assert.False(t, sent)
 }
 
 // Errors carry the package's prefix once, whatever they wrap, and still
@@ -342,6 +349,13 @@ func TestUnitErrorPrefixAndLegString(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidTransfer)
 	assert.ErrorIs(t, err, ErrUnknownLedger)
 	assert.Equal(t, "no prefix: x", errorf("no prefix: %s", "x").Error())
+	// What is not an error is printed as it is: an account or a key may
+	// start with the prefix.
+	err = errorf("%w: account %v, key %q", ErrAccountNotFound, "twopc: acme", "twopc: k")
+	assert.Equal(t, `twopc: account not found: account twopc: acme, key "twopc: k"`, err.Error())
+	err = errorf("twopc: open account %v: %w", "twopc: acme", ErrAccountExists)
+	assert.Equal(t, "twopc: open account twopc: acme: account already exists", err.Error())
+	assert.ErrorIs(t, err, ErrAccountExists)
 
 	assert.Equal(t, "A -10", Leg{Account: "A", Amount: -10}.String())
 	assert.Equal(t, "eu/7 +10", Leg{Ledger: "eu", Account: 7, Amount: 10}.String())

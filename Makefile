@@ -35,8 +35,8 @@ demo:
 
 # banks runs seed 004's transfer between two banks, each its own dev server
 # (started in-process), printing each step; one bank stops mid-transfer.
-# It ends with the twopc command lines for the two banks; ARGS=-serve keeps
-# both up until interrupted, to run them.
+# The servers stop when it ends; ARGS=-serve keeps both up until interrupted
+# and prints the twopc command lines that operate them.
 banks:
 	cd examples && $(GO) run ./cmd/banks $(ARGS)
 

@@ -7,10 +7,10 @@
 //
 // It starts two dev servers (FerretDB behind a serializing front)
 // in-process, each on a free port with its data in a temporary directory,
-// and ends by printing the twopc command lines that operate the two banks
-// (the log at Shanghai, ledger beijing given by its connection string).
-// With -serve it keeps both banks up after the run, until interrupted, for
-// those commands to be tried.
+// and stops them when it ends. With -serve it keeps both banks up after the
+// run, until interrupted (then exits 0), and prints the twopc command lines
+// that operate them (the log at Shanghai, ledger beijing given by its
+// connection string).
 //
 //	go run ./cmd/banks [-serve]
 package main
@@ -94,7 +94,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // run runs the example, printing to w; hold, if not nil, is called at the
-// end while both banks are still up.
+// end while both banks are still up, after the twopc command lines that
+// operate them are printed. Without hold, run says how to keep them up
+// instead.
 func run(ctx context.Context, w io.Writer, hold func()) error {
 	out := &lockedWriter{w: w}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
@@ -233,15 +235,18 @@ func run(ctx context.Context, w io.Writer, hold func()) error {
 	fmt.Fprintf(out, "  transaction %s is %s\n", now.ID.Hex(), now.State)
 	balances()
 
+	if hold == nil {
+		fmt.Fprintln(out, "\nboth banks' servers stop with the run. To operate them with the operators' tool (cmd/twopc),")
+		fmt.Fprintln(out, "run make banks ARGS=-serve: it keeps them up until interrupted and prints the command lines.")
+		return nil
+	}
 	at := func(b *bank, ns string) string { return strings.TrimSuffix(b.srv.URI(), "/") + "/" + ns }
 	ledgers := fmt.Sprintf("--ledger shanghai=%s --ledger beijing=%s", at(shanghai, "bank.accounts"), at(beijing, "bank.accounts"))
-	fmt.Fprintf(out, "\nthe same banks with the operators' tool (from the repository's root; make banks ARGS=-serve keeps them up):\n")
+	fmt.Fprintf(out, "\nthe same banks with the operators' tool (from the repository's root, while they are up):\n")
 	fmt.Fprintf(out, "  go run ./cmd/twopc status --uri %s\n", at(shanghai, "coordinator"))
 	fmt.Fprintf(out, "  go run ./cmd/twopc show --uri %s %s %s\n", at(shanghai, "coordinator"), ledgers, txn.ID.Hex())
 	fmt.Fprintf(out, "  go run ./cmd/twopc recover --uri %s %s\n", at(shanghai, "coordinator"), ledgers)
 	fmt.Fprintf(out, "  go run ./cmd/twopc audit --uri %s %s --total shanghai=650 --total beijing=350\n", at(shanghai, "coordinator"), ledgers)
-	if hold != nil {
-		hold()
-	}
+	hold()
 	return nil
 }

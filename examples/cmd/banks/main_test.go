@@ -35,13 +35,18 @@ func (s *syncBuffer) String() string {
 }
 
 // checkRun checks what every run prints: the example's balances and
-// outcomes.
+// outcomes, each step with the state it left.
 func checkRun(t *testing.T, s string) {
 	t.Helper()
 	require.Contains(t, s, "balances: shanghai/A=900 beijing/B=100")
 	require.Contains(t, s, "is canceled (insufficient_funds)")
 	require.Contains(t, s, "recovery: 1 rolled forward")
 	require.Contains(t, s, "balances: shanghai/A=650 beijing/B=350")
+	steps := func(pattern string) int {
+		return len(regexp.MustCompile(`(?m)^    step `+pattern+`$`).FindAllString(s, -1))
+	}
+	require.Equal(t, 2, steps(`done +leaves it done`), "transfer 1 and the recovered one end done:\n%s", s)
+	require.Equal(t, 1, steps(`canceled +leaves it canceled`), "transfer 2 ends canceled:\n%s", s)
 }
 
 // bankURIs returns the URIs of the two banks' servers, as the run printed

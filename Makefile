@@ -29,27 +29,38 @@ SOAK_HISTORY   ?= 20000
 soak:
 	@SOAK_TRANSFERS=$(SOAK_TRANSFERS) SOAK_REPLAY=$(SOAK_REPLAY) SOAK_HISTORY=$(SOAK_HISTORY) SEED=$(SEED) .ci/soak
 
-# demo seeds two accounts and runs transfers, printing each state change.
+# demo seeds two accounts and runs transfers, printing each step with the
+# state it leaves.
 demo:
 	cd examples && $(GO) run ./cmd/demo
+
+# The commands that run until interrupted (banks -serve, metrics, devserver)
+# are built into bin/ and run with exec, not with go run: go run exits 1
+# when interrupted, whatever the program did, which make reports as an
+# error. Run so, the program is make's own child: Ctrl-C reaches it (as
+# does the SIGTERM make passes on), it shuts down cleanly and exits 0, and
+# make reports no error.
+BIN := $(CURDIR)/bin
+run = cd examples && $(GO) build -o $(BIN)/$(1) ./cmd/$(1) && exec $(BIN)/$(1)
 
 # banks runs seed 004's transfer between two banks, each its own dev server
 # (started in-process), printing each step; one bank stops mid-transfer.
 # The servers stop when it ends; ARGS=-serve keeps both up until interrupted
 # and prints the twopc command lines that operate them.
 banks:
-	cd examples && $(GO) run ./cmd/banks $(ARGS)
+	$(call run,banks) $(ARGS)
 
 # metrics runs transfers in a loop (some overdrawn, some dying before their
 # commit point for a Recoverer to finish) and serves their Prometheus
-# metrics on http://$(METRICS_ADDR)/metrics until interrupted.
+# metrics on http://$(METRICS_ADDR)/metrics until interrupted (exit 0).
 METRICS_ADDR ?= 127.0.0.1:2112
 metrics:
-	cd examples && $(GO) run ./cmd/metrics -addr $(METRICS_ADDR)
+	$(call run,metrics) -addr $(METRICS_ADDR)
 
-# devserver runs the dev server in the foreground; its first line is the URI.
+# devserver runs the dev server in the foreground until interrupted (exit 0);
+# its first line is the URI.
 devserver:
-	cd examples && $(GO) run ./cmd/devserver -addr $(ADDR)
+	$(call run,devserver) -addr $(ADDR)
 
 vet:
 	$(GO) vet ./...

@@ -7,16 +7,22 @@ SHELL := /bin/bash
 
 .PHONY: test demo banks metrics devserver vet fmt check soak bench api
 
-# test runs every test of both modules with the race detector, against
-# MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev server,
-# then fuzzes Transfer's inputs for a short fixed time. It prints one line
-# per module when all passes, and a failing test's whole output when one
-# fails (GOTEST_VERBOSE=1 prints everything). The long runs keep a smaller
-# size here; make soak runs them at full size.
+# test runs every test of both modules (.ci/test): with the race detector,
+# against MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev
+# server; then fuzzes Transfer's inputs for a short fixed time; then runs the
+# examples module, and the root module's packages in EXTERNAL_ROOT_PKGS,
+# again without -race against an external dev server (examples/cmd/devserver
+# started on a free port, MONGODB_URI set to it, stopped at the end). Each
+# part prints a line per package as the package finishes, a failing test's
+# whole output, and a line for the part (GOTEST_VERBOSE=1 prints
+# everything). The last line is "N passed, M failed", over all the parts,
+# counting top-level tests: test functions, examples and fuzz targets, not
+# their subtests apart. The long runs keep a smaller size here; make soak
+# runs them at full size. EXTERNAL_ROOT_PKGS=./... adds the library's own
+# tests, the longest part, to the external pass.
+EXTERNAL_ROOT_PKGS ?= ./cmd/... ./internal/...
 test:
-	@.ci/gotest "root module (-race)" . -race -count=1 -timeout 60m ./...
-	@.ci/gotest "examples module (-race)" examples -race -count=1 -timeout 30m ./...
-	@.ci/gotest "fuzz FuzzTransfer (15s)" . -count=1 -run '^$$' -fuzz '^FuzzTransfer$$' -fuzztime 15s -parallel 2 .
+	@EXTERNAL_ROOT_PKGS='$(EXTERNAL_ROOT_PKGS)' .ci/test
 
 # soak runs the long runs at full size, each part with a summary (.ci/soak):
 # the history bound over 20,000 transfers; the randomized simulation of

@@ -49,8 +49,9 @@ demo:
 BIN := $(CURDIR)/bin
 run = cd examples && $(GO) build -o $(BIN)/$(1) ./cmd/$(1) && exec $(BIN)/$(1)
 
-# banks runs seed 004's transfer between two banks, each its own dev server
-# (started in-process), printing each step; one bank stops mid-transfer.
+# banks runs two-phase commit's classic two-banks example: a transfer
+# between two banks, each its own dev server (started in-process), printing
+# each step; one bank stops mid-transfer.
 # The servers stop when it ends; ARGS=-serve keeps both up until interrupted
 # and prints the twopc command lines that operate them.
 banks:

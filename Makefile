@@ -7,16 +7,22 @@ SHELL := /bin/bash
 
 .PHONY: test demo banks metrics devserver vet fmt check soak bench api
 
-# test runs every test of both modules with the race detector, against
-# MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev server,
-# then fuzzes Transfer's inputs for a short fixed time. It prints one line
-# per module when all passes, and a failing test's whole output when one
-# fails (GOTEST_VERBOSE=1 prints everything). The long runs keep a smaller
-# size here; make soak runs them at full size.
+# test runs every test of both modules (.ci/test): with the race detector,
+# against MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev
+# server; then fuzzes Transfer's inputs for a short fixed time; then runs the
+# examples module, and the root module's packages in EXTERNAL_ROOT_PKGS,
+# again without -race against an external dev server (examples/cmd/devserver
+# started on a free port, MONGODB_URI set to it, stopped at the end). Each
+# part prints a line per package as the package finishes, a failing test's
+# whole output, and a line for the part (GOTEST_VERBOSE=1 prints
+# everything). The last line is "N passed, M failed", over all the parts,
+# counting top-level tests: test functions, examples and fuzz targets, not
+# their subtests apart. The long runs keep a smaller size here; make soak
+# runs them at full size. EXTERNAL_ROOT_PKGS=./... adds the library's own
+# tests, the longest part, to the external pass.
+EXTERNAL_ROOT_PKGS ?= ./cmd/... ./internal/...
 test:
-	@.ci/gotest "root module (-race)" . -race -count=1 -timeout 60m ./...
-	@.ci/gotest "examples module (-race)" examples -race -count=1 -timeout 30m ./...
-	@.ci/gotest "fuzz FuzzTransfer (15s)" . -count=1 -run '^$$' -fuzz '^FuzzTransfer$$' -fuzztime 15s -parallel 2 .
+	@EXTERNAL_ROOT_PKGS='$(EXTERNAL_ROOT_PKGS)' .ci/test
 
 # soak runs the long runs at full size, each part with a summary (.ci/soak):
 # the history bound over 20,000 transfers; the randomized simulation of
@@ -29,28 +35,39 @@ SOAK_HISTORY   ?= 20000
 soak:
 	@SOAK_TRANSFERS=$(SOAK_TRANSFERS) SOAK_REPLAY=$(SOAK_REPLAY) SOAK_HISTORY=$(SOAK_HISTORY) SEED=$(SEED) .ci/soak
 
-# demo seeds two accounts and runs transfers, printing each state change.
+# demo seeds two accounts and runs transfers, printing each step with the
+# state it leaves.
 demo:
 	cd examples && $(GO) run ./cmd/demo
+
+# The commands that run until interrupted (banks -serve, metrics, devserver)
+# are built into bin/ and run with exec, not with go run: go run exits 1
+# when interrupted, whatever the program did, which make reports as an
+# error. Run so, the program is make's own child: Ctrl-C reaches it (as
+# does the SIGTERM make passes on), it shuts down cleanly and exits 0, and
+# make reports no error.
+BIN := $(CURDIR)/bin
+run = cd examples && $(GO) build -o $(BIN)/$(1) ./cmd/$(1) && exec $(BIN)/$(1)
 
 # banks runs two-phase commit's classic two-banks example: a transfer
 # between two banks, each its own dev server (started in-process), printing
 # each step; one bank stops mid-transfer.
-# It ends with the twopc command lines for the two banks; ARGS=-serve keeps
-# both up until interrupted, to run them.
+# The servers stop when it ends; ARGS=-serve keeps both up until interrupted
+# and prints the twopc command lines that operate them.
 banks:
-	cd examples && $(GO) run ./cmd/banks $(ARGS)
+	$(call run,banks) $(ARGS)
 
 # metrics runs transfers in a loop (some overdrawn, some dying before their
 # commit point for a Recoverer to finish) and serves their Prometheus
-# metrics on http://$(METRICS_ADDR)/metrics until interrupted.
+# metrics on http://$(METRICS_ADDR)/metrics until interrupted (exit 0).
 METRICS_ADDR ?= 127.0.0.1:2112
 metrics:
-	cd examples && $(GO) run ./cmd/metrics -addr $(METRICS_ADDR)
+	$(call run,metrics) -addr $(METRICS_ADDR)
 
-# devserver runs the dev server in the foreground; its first line is the URI.
+# devserver runs the dev server in the foreground until interrupted (exit 0);
+# its first line is the URI.
 devserver:
-	cd examples && $(GO) run ./cmd/devserver -addr $(ADDR)
+	$(call run,devserver) -addr $(ADDR)
 
 vet:
 	$(GO) vet ./...

@@ -8,10 +8,10 @@
 //
 // It starts two dev servers (FerretDB behind a serializing front)
 // in-process, each on a free port with its data in a temporary directory,
-// and ends by printing the twopc command lines that operate the two banks
-// (the log at Shanghai, ledger beijing given by its connection string).
-// With -serve it keeps both banks up after the run, until interrupted, for
-// those commands to be tried.
+// and stops them when it ends. With -serve it keeps both banks up after the
+// run, until interrupted (then exits 0), and prints the twopc command lines
+// that operate them (the log at Shanghai, ledger beijing given by its
+// connection string).
 //
 //	go run ./cmd/banks [-serve]
 package main
@@ -95,7 +95,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // run runs the example, printing to w; hold, if not nil, is called at the
-// end while both banks are still up.
+// end while both banks are still up, after the twopc command lines that
+// operate them are printed. Without hold, run says how to keep them up
+// instead.
 func run(ctx context.Context, w io.Writer, hold func()) error {
 	out := &lockedWriter{w: w}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
@@ -116,10 +118,11 @@ func run(ctx context.Context, w io.Writer, hold func()) error {
 	}
 	shanghai, beijing := banks[0], banks[1]
 
+	// The step hook is called before each protocol step; steps prints each
+	// with the state it left the transaction in.
+	steps := &stepPrinter{out: out}
 	hook := func(_ context.Context, s twopc.Step, t *twopc.Txn) error {
-		if t != nil && t.State != "" {
-			fmt.Fprintf(out, "    step %-9s state %s\n", s, t.State)
-		}
+		steps.before(s, t)
 		return nil
 	}
 	opts := func(app string, more ...twopc.Option) []twopc.Option {
@@ -168,6 +171,7 @@ func run(ctx context.Context, w io.Writer, hold func()) error {
 	if err != nil {
 		return err
 	}
+	steps.returned(txn)
 	fmt.Fprintf(out, "  transaction %s is %s\n", txn.ID.Hex(), txn.State)
 	balances()
 
@@ -176,26 +180,29 @@ func run(ctx context.Context, w io.Writer, hold func()) error {
 	if !errors.Is(err, twopc.ErrInsufficientFunds) {
 		return fmt.Errorf("want insufficient funds, got %v", err)
 	}
+	steps.returned(txn)
 	fmt.Fprintf(out, "  transaction %s is %s (%s): no leg remains at either bank\n", txn.ID.Hex(), txn.State, txn.Reason)
 	balances()
 
 	fmt.Fprintln(out, "\n3. transfer 250; the bank of Beijing's server stops just before the legs are sent:")
 	stop, err := twopc.NewCoordinator(logDB, opts("coordinator", twopc.WithStepHook(func(ctx context.Context, s twopc.Step, t *twopc.Txn) error {
+		err := hook(ctx, s, t)
 		if s == twopc.StepApply {
 			fmt.Fprintln(out, "    (the bank of Beijing's server stops)")
 			_ = beijing.srv.Close()
 		}
-		return hook(ctx, s, t)
+		return err
 	}), twopc.WithRetries(1))...)
 	if err != nil {
 		return err
 	}
 	defer stop.Close(context.Background())
 	txn, err = stop.TransferLegs(ctx, legs(250))
-	fmt.Fprintf(out, "  TransferLegs returned: %v\n", err)
 	if txn == nil {
-		return fmt.Errorf("no transaction returned")
+		return fmt.Errorf("no transaction returned: %w", err)
 	}
+	steps.returned(txn)
+	fmt.Fprintf(out, "  TransferLegs returned: %v\n", err)
 	now, err := c.Get(ctx, txn.ID)
 	if err != nil {
 		return err
@@ -226,23 +233,65 @@ func run(ctx context.Context, w io.Writer, hold func()) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "  recovery: %d rolled forward, %d rolled back\n", rep.RolledForward, rep.RolledBack)
 	now, err = c.Get(ctx, txn.ID)
 	if err != nil {
 		return err
 	}
+	steps.returned(now)
+	fmt.Fprintf(out, "  recovery: %d rolled forward, %d rolled back\n", rep.RolledForward, rep.RolledBack)
 	fmt.Fprintf(out, "  transaction %s is %s\n", now.ID.Hex(), now.State)
 	balances()
 
+	if hold == nil {
+		fmt.Fprintln(out, "\nboth banks' servers stop with the run. To operate them with the operators' tool (cmd/twopc),")
+		fmt.Fprintln(out, "run make banks ARGS=-serve: it keeps them up until interrupted and prints the command lines.")
+		return nil
+	}
 	at := func(b *bank, ns string) string { return strings.TrimSuffix(b.srv.URI(), "/") + "/" + ns }
 	ledgers := fmt.Sprintf("--ledger shanghai=%s --ledger beijing=%s", at(shanghai, "bank.accounts"), at(beijing, "bank.accounts"))
-	fmt.Fprintf(out, "\nthe same banks with the operators' tool (from the repository's root; make banks ARGS=-serve keeps them up):\n")
+	fmt.Fprintf(out, "\nthe same banks with the operators' tool (from the repository's root, while they are up):\n")
 	fmt.Fprintf(out, "  go run ./cmd/twopc status --uri %s\n", at(shanghai, "coordinator"))
 	fmt.Fprintf(out, "  go run ./cmd/twopc show --uri %s %s %s\n", at(shanghai, "coordinator"), ledgers, txn.ID.Hex())
 	fmt.Fprintf(out, "  go run ./cmd/twopc recover --uri %s %s\n", at(shanghai, "coordinator"), ledgers)
 	fmt.Fprintf(out, "  go run ./cmd/twopc audit --uri %s %s --total shanghai=650 --total beijing=350\n", at(shanghai, "coordinator"), ledgers)
-	if hold != nil {
-		hold()
-	}
+	hold()
 	return nil
+}
+
+// stepPrinter prints each protocol step with the state the step left the
+// transaction in. The step hook runs before a step, so a step's line is
+// printed at the next step, whose hook sees the state it left, or, for the
+// last step of a call, once the call has returned the transaction. The
+// example runs one transaction at a time; the steps of its two legs run
+// at the same time (the hook is called once per leg), each printed.
+type stepPrinter struct {
+	mu      sync.Mutex
+	out     io.Writer
+	pending twopc.Step // the step last reached, not printed yet; 0 if none
+}
+
+// before is called by the step hook before step s of transaction t.
+func (p *stepPrinter) before(s twopc.Step, t *twopc.Txn) {
+	if t == nil || t.State == "" { // a recoverer's scan or clock: no transaction
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.flush(t.State)
+	p.pending = s
+}
+
+// returned prints the last step with the state of the transaction a call
+// returned.
+func (p *stepPrinter) returned(t *twopc.Txn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.flush(t.State)
+}
+
+func (p *stepPrinter) flush(state twopc.State) {
+	if p.pending != 0 {
+		fmt.Fprintf(p.out, "    step %-9s leaves it %s\n", p.pending, state)
+		p.pending = 0
+	}
 }

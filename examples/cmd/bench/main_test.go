@@ -11,8 +11,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc/examples/devserver"
+	"github.com/twopc/twopc/internal/native"
 )
 
 // TestRun runs a tiny sweep of the implementations end to end: the run
@@ -40,13 +44,31 @@ func TestRun(t *testing.T) {
 	assert.Contains(t, s, "| caller round trips ≤ 3 (tutorial 8) | at most 3.00 (tutorial 8.00) | yes |")
 	assert.NotContains(t, s, "check failed")
 	assert.Contains(t, log.String(), "checked")
-	// The dev server has no multi-document transactions: native
-	// transactions are not run and the report says so.
-	assert.Contains(t, s, "native: not run, dev server (in-process), FerretDB")
-	assert.Regexp(t, `The dev server's own time[^\n]*\n\n\| workers \| implementation \| server time / finished transfer \| busy \|`, s)
-	assert.Regexp(t, `\| 1 \| twopc \| [0-9.]+ ms \| 0\.[0-9]+ \| [^|]*update accounts`, s, "the in-process dev server's time, by kind")
-	assert.Contains(t, log.String(), "server ", "the log says the server's time per transfer")
-	assert.NotContains(t, s, "| native |")
+	// The server the run used, as bench picks it: MONGODB_URI if set,
+	// else the dev server, in-process. Native transactions run only where
+	// the server has them (a replica set); elsewhere the report says why.
+	server := "dev server (in-process), FerretDB "
+	nativeRuns := false
+	if uri := os.Getenv("MONGODB_URI"); uri != "" {
+		server, nativeRuns = externalServer(t, uri)
+	}
+	assert.Contains(t, s, "- server: "+server)
+	if nativeRuns {
+		assert.Contains(t, s, "| 1 | native | 6 |")
+		assert.Contains(t, s, "| 2 | native | 6 |")
+		assert.NotContains(t, s, "native: not run")
+	} else {
+		assert.Contains(t, s, "native: not run, "+server)
+		assert.NotContains(t, s, "| native |")
+	}
+	if os.Getenv("MONGODB_URI") == "" {
+		// Only the in-process dev server's front tells its own time.
+		assert.Regexp(t, `The dev server's own time[^\n]*\n\n\| workers \| implementation \| server time / finished transfer \| busy \|`, s)
+		assert.Regexp(t, `\| 1 \| twopc \| [0-9.]+ ms \| 0\.[0-9]+ \| [^|]*update accounts`, s, "the in-process dev server's time, by kind")
+		assert.Contains(t, log.String(), "server ", "the log says the server's time per transfer")
+	} else {
+		assert.NotContains(t, s, "The dev server's own time")
+	}
 
 	updated, err := os.ReadFile(doc)
 	require.NoError(t, err)
@@ -60,6 +82,27 @@ func TestRun(t *testing.T) {
 	png, err := os.ReadFile(chart)
 	require.NoError(t, err)
 	assert.True(t, bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")), "chart is a PNG")
+}
+
+// externalServer returns how the report names the server at uri
+// ("MONGODB_URI, " and FerretDB's or MongoDB's name) and whether it has
+// multi-document transactions, asking the server itself.
+func externalServer(t *testing.T, uri string) (string, bool) {
+	t.Helper()
+	ctx := t.Context()
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	require.NoError(t, err)
+	defer client.Disconnect(context.Background())
+	admin := client.Database("admin")
+	var info bson.M
+	require.NoError(t, admin.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info))
+	name := "MONGODB_URI, MongoDB "
+	if _, ok := info["ferretdbVersion"]; ok {
+		name = "MONGODB_URI, FerretDB "
+	}
+	supported, err := native.Supported(ctx, admin)
+	require.NoError(t, err)
+	return name, supported
 }
 
 func TestReplaceBetween(t *testing.T) {

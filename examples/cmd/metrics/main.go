@@ -10,7 +10,8 @@
 // It connects to MONGODB_URI if set; otherwise it starts the dev server
 // (FerretDB behind a serializing front) in-process, on a free port, with
 // its data in a temporary directory. It runs until interrupted (or, with
-// -n, for that many transfers, then serves /metrics until interrupted).
+// -n, for that many transfers, then serves /metrics until interrupted);
+// SIGINT or SIGTERM shuts it down cleanly, with exit status 0.
 //
 //	go run ./cmd/metrics -addr 127.0.0.1:2112
 //	curl -s 127.0.0.1:2112/metrics | grep ^twopc_
@@ -49,8 +50,12 @@ func main() {
 	crashEvery := flag.Int("crash-every", 20, "every this many commits, the transfer dies just before its commit point (0: none)")
 	staleAfter := flag.Duration("stale-after", 3*time.Second, "StaleAfter of every coordinator: how long a dead transfer waits for recovery")
 	flag.Parse()
+	// SIGINT or SIGTERM ends the run: run shuts down (the recoverer, the
+	// HTTP server, the database, the dev server if it started one) and the
+	// command exits 0. A second signal kills it.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() { <-ctx.Done(); stop() }()
 	if err := run(ctx, os.Stdout, *addr, *n, *pause, *crashEvery, *staleAfter); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "metrics:", err)
 		os.Exit(1)
@@ -104,6 +109,9 @@ func run(ctx context.Context, out io.Writer, addr string, n int, pause time.Dura
 	defer func() { stopRecovery(); <-recovering }()
 	for i := 0; n == 0 || i < n; i++ {
 		if err := b.transfer(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err() // interrupted mid-transfer
+			}
 			return err
 		}
 		if i%100 == 99 {

@@ -68,8 +68,19 @@ func FuzzTransfer(f *testing.F) {
 
 		// Open the accounts the ids can name; an id that cannot be one is
 		// refused by OpenAccount as by Transfer.
-		openErr := c.OpenAccount(ctx, src, srcBal)
-		dupErr := c.OpenAccount(ctx, dst, dstBal)
+		// A balance below zero OpenAccount refuses (ErrNegativeBalance,
+		// nothing written) is written by hand, as an account another
+		// program keeps (or one WithAllowNegative overdrew) would be, so
+		// that negative balances still meet Transfer.
+		open := func(id any, balance int64) error {
+			err := c.OpenAccount(ctx, id, balance)
+			if errors.Is(err, twopc.ErrNegativeBalance) {
+				_, err = db.Collection(accounts).InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "balance", Value: balance}, {Key: "pendingTransactions", Value: bson.A{}}})
+			}
+			return err
+		}
+		openErr := open(src, srcBal)
+		dupErr := open(dst, dstBal)
 		var txn *twopc.Txn
 		require.NotPanics(t, func() { txn, err = c.Transfer(ctx, src, dst, value) })
 		count, cerr := db.Collection(transactions).CountDocuments(ctx, bson.D{})

@@ -368,9 +368,11 @@ func TestHoldResolvesOnce(t *testing.T) {
 
 // TestHoldWritesRepeatedLate: every write of a hold's life is
 // delivered again after the hold is resolved (as a duplicate delivered
-// late would be), and moves nothing.
+// late would be), and moves nothing. "confirmed" is a capture after a
+// recovery pass marked the hold as found on its accounts: that mark,
+// delivered again, finds the hold no longer held.
 func TestHoldWritesRepeatedLate(t *testing.T) {
-	for _, resolve := range []string{"capture", "void", "expire"} {
+	for _, resolve := range []string{"capture", "void", "expire", "confirmed"} {
 		t.Run(resolve, func(t *testing.T) {
 			rec := &writeRecorder{}
 			b := newBank(t, twopc.WithSyncSettle())
@@ -390,6 +392,11 @@ func TestHoldWritesRepeatedLate(t *testing.T) {
 			case "expire":
 				b.backdate(txn.ID, 2*time.Hour)
 				_, err = twopc.NewRecoverer(c).RecoverOnce(ctx)
+			case "confirmed":
+				_, err = twopc.NewRecoverer(c).RecoverOnce(ctx)
+				require.NoError(t, err)
+				require.Equal(t, 1, countIn(t, b.db.Collection("transactions"), bson.D{{Key: "onAccounts", Value: true}}), "marked")
+				_, err = c.Capture(ctx, txn.ID, 120)
 			}
 			require.NoError(t, err)
 			before := map[string]accountDoc{"A": b.account("A"), "B": b.account("B")}
@@ -404,7 +411,7 @@ func TestHoldWritesRepeatedLate(t *testing.T) {
 				require.Equal(t, a.Debit, after.Debit, id)
 				require.Empty(t, after.Pending, id)
 			}
-			if resolve == "capture" {
+			if resolve == "capture" || resolve == "confirmed" {
 				assert.EqualValues(t, 880, b.balance("A"))
 				assert.EqualValues(t, 120, b.balance("B"))
 			} else {

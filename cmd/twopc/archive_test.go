@@ -192,3 +192,28 @@ func TestShowArchiveRace(t *testing.T) {
 		{ID: id.Hex(), State: "done", FoundIn: "archive"},
 	}, l.Transactions)
 }
+
+// TestCancelArchived: cancel --placeholder of a done transfer moved to the
+// archive, with --archive, answers that it is past its commit point and
+// writes nothing; reverse with --archive finds it and moves the money back.
+// Without --archive the library's Cancel could not see it and would write
+// a placeholder (the danger cancel's help states).
+func TestCancelArchived(t *testing.T) {
+	f := newFixture(t)
+	f.open(map[string]int64{"alice": 1000, "bob": 0})
+	old := f.archived("archive", "alice", "bob", 100)
+
+	r := f.run("cancel", "--placeholder", "--archive", "archive", old.Hex())
+	require.NotEqual(t, exitOK, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout+r.stderr, "past its commit point")
+	n, err := f.db.Collection(twopc.DefaultTransactions).CountDocuments(f.ctx, bson.D{{Key: "_id", Value: old}})
+	require.NoError(t, err)
+	require.Zero(t, n, "no placeholder written for an archived transfer")
+
+	r = f.run("reverse", "--archive", "archive", old.Hex())
+	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
+	c := f.coordinator()
+	bal, err := c.Balance(f.ctx, "alice")
+	require.NoError(t, err)
+	require.Equal(t, int64(1000), bal, "moved back once")
+}

@@ -34,9 +34,18 @@ Transfer whose reply was lost, and whose insert may still arrive, can
 never become a transfer (the way to settle an ambiguous Transfer error
 for good).
 
+If the log's final transactions are moved to an archive
+(twopc.WithHistory), give it with --archive COLLECTION: cancel then finds
+an archived transaction and answers from it (a done one is past its
+commit point), and --placeholder writes nothing for it. Without
+--archive, an archived id looks unknown, and --placeholder would write a
+placeholder and report it canceled, whatever it did. reverse, capture
+and void take --archive too.
+
 Examples:
   twopc cancel 6740c1a2e4b0a1b2c3d4e500
   twopc cancel --placeholder 6740c1a2e4b0a1b2c3d4e500
+  twopc cancel --placeholder --archive archive 6740c1a2e4b0a1b2c3d4e500
   twopc cancel --ledger shanghai=accounts_sh 6740c1a2e4b0a1b2c3d4e500 --json`,
 	run: runCancel,
 }
@@ -75,7 +84,7 @@ func appName(s string) string {
 func runCancel(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	fs := cl.flagSet(cmd)
 	var g globals
-	g.register(fs, withApplication|withLedgers)
+	g.register(fs, withApplication|withLedgers|withArchive)
 	placeholder := fs.Bool("placeholder", false, "if no transaction has the id, write a canceled placeholder under it")
 	minLease := fs.Duration("min-lease", defaultMinLease, "cancel no transaction of another application untouched for less than this, whatever its recorded lease")
 	id, cn, err := cl.oneID(ctx, cmd, fs, &g, args)
@@ -86,7 +95,7 @@ func runCancel(ctx context.Context, cl *cli, cmd *command, args []string) error 
 	if *minLease <= 0 {
 		return cl.usage(cmd, fs, "--min-lease must be positive")
 	}
-	before, err := cn.findTxn(ctx, id)
+	before, err := cn.findAnywhere(ctx, id)
 	switch {
 	case err != nil:
 		return err
@@ -104,7 +113,7 @@ func runCancel(ctx context.Context, cl *cli, cmd *command, args []string) error 
 	}
 	defer func() { _ = closeCoordinator(c) }()
 	_, cerr := twopc.NewCanceler(c).Cancel(ctx, id)
-	after, err := cn.findTxn(ctx, id)
+	after, err := cn.findAnywhere(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -223,6 +223,14 @@ func (cn *conn) coordinator(opts ...twopc.Option) (*twopc.Coordinator, error) {
 		// The library sets its own read and write concerns on the collection.
 		all = append(all, twopc.WithLedger(l.name, cn.ledgers[l.name]))
 	}
+	if cn.archive != nil {
+		// The library's lookups (Cancel, Reverse, Capture, Void) then read
+		// the archive as well as the log, and answer for an archived
+		// transaction from its first record: Cancel writes no placeholder
+		// for one. The time to keep is recorded only in what the tool
+		// creates, reversals and placeholders, which are never removed.
+		all = append(all, twopc.WithHistory(toolKeep, cn.archive))
+	}
 	c, err := twopc.NewCoordinator(cn.db, append(all, opts...)...)
 	if err != nil {
 		return nil, usageErrorf("%v", err)
@@ -249,6 +257,24 @@ func (cn *conn) serverNow(ctx context.Context) (time.Time, error) {
 }
 
 // findTxn reads transaction id as stored; nil if there is none.
+// toolKeep is the time to keep (twopc.WithHistory) of the coordinator the
+// tool builds when --archive is given; see conn.coordinator.
+const toolKeep = 24 * time.Hour
+
+// findAnywhere reads transaction id as findTxn does, or, when --archive
+// names the archive, as show does (lookupTxn: the archive's first record
+// if it holds the id); nil if none holds it.
+func (cn *conn) findAnywhere(ctx context.Context, id bson.ObjectID) (*txnDoc, error) {
+	if cn.archive == nil {
+		return cn.findTxn(ctx, id)
+	}
+	f, err := cn.lookupTxn(ctx, id)
+	if f == nil || err != nil {
+		return nil, err
+	}
+	return &f.txnDoc, nil
+}
+
 func (cn *conn) findTxn(ctx context.Context, id bson.ObjectID) (*txnDoc, error) {
 	raw, err := cn.txns.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {

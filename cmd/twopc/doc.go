@@ -156,6 +156,11 @@
 // hold an id, the archive's record, the first, is the transaction: show
 // shows it and names the copy (logCopy), and list lists it once, from the
 // archive, if the archive's record matches the filters (alsoInLog: true).
+// cancel, reverse, capture and void take --archive too: the library's
+// lookups then read the archive as well, so that cancel of an archived
+// transfer answers from its first record, and --placeholder writes no
+// placeholder for it. Without --archive an archived id looks unknown to
+// them, and cancel --placeholder would write one and report it canceled.
 //
 // # Recover
 //

@@ -20,7 +20,7 @@ type globals struct {
 	accounts     string
 	transactions string
 	application  string
-	archive      string // --archive, for show and list; "" if not given
+	archive      string // --archive, for show, list, cancel, reverse, capture and void; "" if not given
 	ledgers      ledgerList
 	ledgerErr    error // the first --ledger value that could not be read
 	json         bool
@@ -40,7 +40,7 @@ const (
 	// withApplication: --application, the tool's own application name.
 	// list has a filter of that name instead.
 	withApplication
-	// withArchive: --archive, the archive show and list read besides the
+	// withArchive: --archive, the archive show, list, cancel, reverse, capture and void read besides the
 	// log. recover has its own, the archive it moves transactions to.
 	withArchive
 )

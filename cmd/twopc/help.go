@@ -97,8 +97,9 @@ Every command takes:
                           (show, account, recover, cancel, reverse, capture,
                           void, audit; repeatable)
   -archive COLLECTION     the archive twopc.WithHistory moves transactions
-                          to: show and list read it as well as the log;
-                          recover moves those recorded for it there
+                          to: show, list, cancel, reverse, capture and void
+                          read it as well as the log; recover moves those
+                          recorded for it there
   -application NAME       the name the tool claims transactions under
                           (default twopc-cli; in list, a filter)
   -json                   one JSON document on stdout, for scripts: ids as

@@ -66,7 +66,7 @@ Examples:
 func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	fs := cl.flagSet(cmd)
 	var g globals
-	g.register(fs, withApplication|withLedgers)
+	g.register(fs, withApplication|withLedgers|withArchive)
 	pos, err := cl.parse(cmd, fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -91,7 +91,7 @@ func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error
 func runVoid(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	fs := cl.flagSet(cmd)
 	var g globals
-	g.register(fs, withApplication|withLedgers)
+	g.register(fs, withApplication|withLedgers|withArchive)
 	pos, err := cl.parse(cmd, fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -121,7 +121,7 @@ func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, res
 		return err
 	}
 	defer cn.close()
-	before, err := cn.findTxn(ctx, id)
+	before, err := cn.findAnywhere(ctx, id)
 	switch {
 	case err != nil:
 		return err
@@ -139,7 +139,7 @@ func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, res
 	if cerr := closeCoordinator(c); rerr == nil && cerr != nil {
 		rerr = cerr
 	}
-	after, err := cn.findTxn(ctx, id)
+	after, err := cn.findAnywhere(ctx, id)
 	if rerr != nil {
 		// The refusal (or the failure) is the answer; what a read after
 		// it finds, if it can read, is only a note.

@@ -32,13 +32,13 @@ Examples:
 func runReverse(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	fs := cl.flagSet(cmd)
 	var g globals
-	g.register(fs, withApplication|withLedgers)
+	g.register(fs, withApplication|withLedgers|withArchive)
 	id, cn, err := cl.oneID(ctx, cmd, fs, &g, args)
 	if err != nil {
 		return err
 	}
 	defer cn.close()
-	t, err := cn.findTxn(ctx, id)
+	t, err := cn.findAnywhere(ctx, id)
 	switch {
 	case err != nil:
 		return err

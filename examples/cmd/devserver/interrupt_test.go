@@ -1,141 +1,27 @@
 package main
 
 import (
-	"bufio"
-	"context"
-	"errors"
-	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/twopc/twopc/examples/internal/interrupttest"
 )
-
-// The helpers below are the same in the tests of cmd/banks, cmd/devserver
-// and cmd/metrics, the commands that run until interrupted.
-
-// buildCommand builds this package's command into dir, where make's
-// go build then finds it up to date, and returns its path.
-func buildCommand(t *testing.T, dir string) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	require.NoError(t, err)
-	bin := filepath.Join(dir, filepath.Base(wd))
-	out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
-}
-
-// makeCommand returns make running target of the repository's Makefile
-// with vars, building into dir.
-func makeCommand(t *testing.T, dir, target string, vars ...string) []string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
-	require.NoError(t, err)
-	require.FileExists(t, filepath.Join(root, "Makefile"))
-	_, err = exec.LookPath("make")
-	require.NoError(t, err, "this test runs make, as a user does")
-	return append([]string{"make", "-s", "-C", root, target, "BIN=" + dir}, vars...)
-}
-
-// lockedBuilder is a strings.Builder that a process's output and the test
-// may use at the same time.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// interrupt starts args in a process group of its own, reads its standard
-// output until a line matches ready, then sends SIGINT to the group, as
-// Ctrl-C in a terminal does to the foreground job, and waits for it to
-// end. It returns everything printed (standard output and error) and how
-// the process ended.
-func interrupt(t *testing.T, ready *regexp.Regexp, args ...string) (string, *os.ProcessState) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	// Not the flags of a make the tests run under (make test).
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	var out lockedBuilder
-	cmd.Stderr = &out
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-
-	lines := bufio.NewReader(stdout)
-	for {
-		line, err := lines.ReadString('\n')
-		_, _ = out.Write([]byte(line))
-		if ready.MatchString(line) {
-			break
-		}
-		if err != nil {
-			_ = cmd.Wait()
-			require.NoError(t, err, "ended before it was ready (%v):\n%s", cmd.ProcessState, out.String())
-		}
-	}
-	require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT))
-	_, _ = io.Copy(&out, lines)
-	err = cmd.Wait()
-	require.NoError(t, ctx.Err(), "still running after SIGINT:\n%s", out.String())
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		require.NoError(t, err)
-	}
-	return out.String(), cmd.ProcessState
-}
-
-// requireMakeQuiet checks how make ended after SIGINT to its process
-// group: it reports no error (the command exited 0), and it either exited
-// 0 or, as every interrupted make does, ended by the signal itself.
-func requireMakeQuiet(t *testing.T, out string, state *os.ProcessState) {
-	t.Helper()
-	require.NotContains(t, out, "make: ***", "make reports no error")
-	ws := state.Sys().(syscall.WaitStatus)
-	require.True(t, ws.Exited() && ws.ExitStatus() == 0 || ws.Signaled() && ws.Signal() == syscall.SIGINT,
-		"make ended by %v:\n%s", state, out)
-}
 
 // TestInterrupt: the command, built as make devserver builds it, exits 0
 // when interrupted once it has shut down; make devserver, interrupted as
 // Ctrl-C does, reports no error.
 func TestInterrupt(t *testing.T) {
 	bin := t.TempDir()
-	command := buildCommand(t, bin)
+	command := interrupttest.BuildCommand(t, bin)
 	ready := regexp.MustCompile(`^mongodb://`)
 	t.Run("command", func(t *testing.T) {
-		out, state := interrupt(t, ready, command, "-addr", "127.0.0.1:0")
+		out, state := interrupttest.Interrupt(t, ready, command, "-addr", "127.0.0.1:0")
 		require.True(t, state.Success(), "exit status 0, not %v:\n%s", state, out)
 	})
 	t.Run("make", func(t *testing.T) {
-		out, state := interrupt(t, ready, makeCommand(t, bin, "devserver", "ADDR=127.0.0.1:0")...)
-		requireMakeQuiet(t, out, state)
+		out, state := interrupttest.Interrupt(t, ready, interrupttest.MakeCommand(t, bin, "devserver", "ADDR=127.0.0.1:0")...)
+		interrupttest.RequireMakeQuiet(t, out, state)
 	})
 }

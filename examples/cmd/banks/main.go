@@ -36,6 +36,7 @@ import (
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/examples/devserver"
+	"github.com/twopc/twopc/examples/internal/steps"
 )
 
 func main() {
@@ -120,9 +121,9 @@ func run(ctx context.Context, w io.Writer, hold func()) error {
 
 	// The step hook is called before each protocol step; steps prints each
 	// with the state it left the transaction in.
-	steps := &stepPrinter{out: out}
+	steps := steps.NewPrinter(out)
 	hook := func(_ context.Context, s twopc.Step, t *twopc.Txn) error {
-		steps.before(s, t)
+		steps.Before(s, t)
 		return nil
 	}
 	opts := func(app string, more ...twopc.Option) []twopc.Option {
@@ -171,7 +172,7 @@ func run(ctx context.Context, w io.Writer, hold func()) error {
 	if err != nil {
 		return err
 	}
-	steps.returned(txn)
+	steps.Returned(txn)
 	fmt.Fprintf(out, "  transaction %s is %s\n", txn.ID.Hex(), txn.State)
 	balances()
 
@@ -180,7 +181,7 @@ func run(ctx context.Context, w io.Writer, hold func()) error {
 	if !errors.Is(err, twopc.ErrInsufficientFunds) {
 		return fmt.Errorf("want insufficient funds, got %v", err)
 	}
-	steps.returned(txn)
+	steps.Returned(txn)
 	fmt.Fprintf(out, "  transaction %s is %s (%s): no leg remains at either bank\n", txn.ID.Hex(), txn.State, txn.Reason)
 	balances()
 
@@ -201,7 +202,7 @@ func run(ctx context.Context, w io.Writer, hold func()) error {
 	if txn == nil {
 		return fmt.Errorf("no transaction returned: %w", err)
 	}
-	steps.returned(txn)
+	steps.Returned(txn)
 	fmt.Fprintf(out, "  TransferLegs returned: %v\n", err)
 	now, err := c.Get(ctx, txn.ID)
 	if err != nil {
@@ -237,7 +238,7 @@ func run(ctx context.Context, w io.Writer, hold func()) error {
 	if err != nil {
 		return err
 	}
-	steps.returned(now)
+	steps.Returned(now)
 	fmt.Fprintf(out, "  recovery: %d rolled forward, %d rolled back\n", rep.RolledForward, rep.RolledBack)
 	fmt.Fprintf(out, "  transaction %s is %s\n", now.ID.Hex(), now.State)
 	balances()
@@ -256,42 +257,4 @@ func run(ctx context.Context, w io.Writer, hold func()) error {
 	fmt.Fprintf(out, "  go run ./cmd/twopc audit --uri %s %s --total shanghai=650 --total beijing=350\n", at(shanghai, "coordinator"), ledgers)
 	hold()
 	return nil
-}
-
-// stepPrinter prints each protocol step with the state the step left the
-// transaction in. The step hook runs before a step, so a step's line is
-// printed at the next step, whose hook sees the state it left, or, for the
-// last step of a call, once the call has returned the transaction. The
-// example runs one transaction at a time; the steps of its two legs run
-// at the same time (the hook is called once per leg), each printed.
-type stepPrinter struct {
-	mu      sync.Mutex
-	out     io.Writer
-	pending twopc.Step // the step last reached, not printed yet; 0 if none
-}
-
-// before is called by the step hook before step s of transaction t.
-func (p *stepPrinter) before(s twopc.Step, t *twopc.Txn) {
-	if t == nil || t.State == "" { // a recoverer's scan or clock: no transaction
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.flush(t.State)
-	p.pending = s
-}
-
-// returned prints the last step with the state of the transaction a call
-// returned.
-func (p *stepPrinter) returned(t *twopc.Txn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.flush(t.State)
-}
-
-func (p *stepPrinter) flush(state twopc.State) {
-	if p.pending != 0 {
-		fmt.Fprintf(p.out, "    step %-9s leaves it %s\n", p.pending, state)
-		p.pending = 0
-	}
 }

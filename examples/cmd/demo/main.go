@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/examples/devserver"
+	"github.com/twopc/twopc/examples/internal/steps"
 )
 
 func main() {
@@ -59,14 +59,14 @@ func run(ctx context.Context, out io.Writer) error {
 	// The step hook is called before each protocol step; steps prints each
 	// with the state it left the transaction in.
 	var crashAtCommit bool
-	steps := &stepPrinter{out: out}
+	steps := steps.NewPrinter(out)
 	hook := func(_ context.Context, s twopc.Step, t *twopc.Txn) error {
 		if crashAtCommit && s == twopc.StepCommit {
 			crashAtCommit = false
-			steps.notMade(s, t, "the process died")
+			steps.NotMade(s, t, "the process died")
 			return errors.New("the process died")
 		}
-		steps.before(s, t)
+		steps.Before(s, t)
 		return nil
 	}
 	c, err := twopc.NewCoordinator(db, twopc.WithApplication("demo"), twopc.WithStepHook(hook), twopc.WithSyncSettle())
@@ -107,7 +107,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	steps.returned(txn)
+	steps.Returned(txn)
 	fmt.Fprintf(out, "  transaction %s is %s\n", txn.ID.Hex(), txn.State)
 	if err := balances(); err != nil {
 		return err
@@ -118,7 +118,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if !errors.Is(err, twopc.ErrInsufficientFunds) {
 		return fmt.Errorf("want insufficient funds, got %v", err)
 	}
-	steps.returned(txn)
+	steps.Returned(txn)
 	fmt.Fprintf(out, "  transaction %s is %s (%s)\n", txn.ID.Hex(), txn.State, txn.Reason)
 	if err := balances(); err != nil {
 		return err
@@ -153,52 +153,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	steps.returned(txn)
+	steps.Returned(txn)
 	fmt.Fprintf(out, "  recovery: %d rolled forward; transaction %s is %s\n", rep.RolledForward, txn.ID.Hex(), txn.State)
 	return balances()
-}
-
-// stepPrinter prints each protocol step with the state the step left the
-// transaction in. The step hook runs before a step, so a step's line is
-// printed at the next step, whose hook sees the state it left, or, for the
-// last step of a call, once the call has returned the transaction. The demo
-// runs one transaction at a time.
-type stepPrinter struct {
-	mu      sync.Mutex
-	out     io.Writer
-	pending twopc.Step // the step last reached, not printed yet; 0 if none
-}
-
-// before is called by the step hook before step s of transaction t.
-func (p *stepPrinter) before(s twopc.Step, t *twopc.Txn) {
-	if t == nil || t.State == "" { // a recoverer's scan or clock: no transaction
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.flush(t.State)
-	p.pending = s
-}
-
-// notMade prints step s, which the hook stops, and why.
-func (p *stepPrinter) notMade(s twopc.Step, t *twopc.Txn, why string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.flush(t.State)
-	fmt.Fprintf(p.out, "    step %-9s not made (%s): the transaction stays %s\n", s, why, t.State)
-}
-
-// returned prints the last step with the state of the transaction a call
-// returned.
-func (p *stepPrinter) returned(t *twopc.Txn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.flush(t.State)
-}
-
-func (p *stepPrinter) flush(state twopc.State) {
-	if p.pending != 0 {
-		fmt.Fprintf(p.out, "    step %-9s leaves it %s\n", p.pending, state)
-		p.pending = 0
-	}
 }

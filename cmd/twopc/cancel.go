@@ -69,8 +69,16 @@ type outcomeReport struct {
 
 // madeBy says, in words, which application made a transaction (before)
 // and which one finished it (after), by doing what.
+// Either may be nil (a transaction archived, with no --archive given,
+// between the reads): then its name is unknown.
 func madeBy(before, after *txnDoc, did string) string {
-	return fmt.Sprintf("made by %s, %s by %s", appName(before.application), did, appName(after.application))
+	name := func(t *txnDoc) string {
+		if t == nil {
+			return "(not read)"
+		}
+		return appName(t.application)
+	}
+	return fmt.Sprintf("made by %s, %s by %s", name(before), did, name(after))
 }
 
 // appName is an application name as output shows it.
@@ -114,8 +122,13 @@ func runCancel(ctx context.Context, cl *cli, cmd *command, args []string) error 
 	defer func() { _ = closeCoordinator(c) }()
 	_, cerr := twopc.NewCanceler(c).Cancel(ctx, id)
 	after, err := cn.findAnywhere(ctx, id)
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
+	case after == nil && cerr == nil:
+		// Moved to an archive since (twopc.WithHistory) and --archive not
+		// given: the cancel's answer stands, its document is not here.
+		return fmt.Errorf("transaction %s was canceled, but reading it found nothing: archived since? give --archive", id.Hex())
 	}
 	rep := outcomeReport{ID: id.Hex()}
 	if before != nil {

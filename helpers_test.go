@@ -288,11 +288,11 @@ type transferResult struct {
 // stalledTransfer starts a transfer on b's coordinator, whose step hook is
 // s.hook, waits until it stalls at s's step, and returns where its result
 // will come once released.
-func stalledTransfer(t *testing.T, b *bank, s *stall, src, dst string, value int64) <-chan transferResult {
+func stalledTransfer(t *testing.T, b *bank, s *stall, src, dst string, value int64, opts ...twopc.TransferOption) <-chan transferResult {
 	t.Helper()
 	res := make(chan transferResult, 1)
 	go func() {
-		txn, err := b.c.Transfer(testCtx(t), src, dst, value)
+		txn, err := b.c.Transfer(testCtx(t), src, dst, value, opts...)
 		res <- transferResult{txn, err}
 	}()
 	<-s.reached

@@ -312,12 +312,7 @@ func TestTransferSameKeyInOneCoordinatorWaits(t *testing.T) {
 	b.open(map[string]int64{"A": 100, "B": 0})
 	waiting := make(chan struct{}, 4)
 	twopc.OnKeyWait(b.c, func() { waiting <- struct{}{} })
-	first := make(chan transferResult, 1)
-	go func() {
-		txn, err := b.c.Transfer(ctx, "A", "B", 40, twopc.WithKey("order-1"))
-		first <- transferResult{txn, err}
-	}()
-	<-s.reached
+	first := stalledTransfer(t, b, s, "A", "B", 40, twopc.WithKey("order-1"))
 	second := make(chan transferResult, 1)
 	go func() {
 		txn, err := b.c.Transfer(ctx, "A", "B", 40, twopc.WithKey("order-1"))
@@ -393,12 +388,7 @@ func TestTransferSameKeyWaitEndsInProgress(t *testing.T) {
 	b.open(map[string]int64{"A": 100, "B": 0})
 	waiting := make(chan struct{}, 4)
 	twopc.OnKeyWait(b.c, func() { waiting <- struct{}{} })
-	first := make(chan transferResult, 1)
-	go func() {
-		txn, err := b.c.Transfer(ctx, "A", "B", 10, twopc.WithKey("order-1"))
-		first <- transferResult{txn, err}
-	}()
-	<-s.reached
+	first := stalledTransfer(t, b, s, "A", "B", 10, twopc.WithKey("order-1"))
 	retryCtx, cancel := context.WithCancel(ctx)
 	retry := make(chan transferResult, 1)
 	go func() {

@@ -17,11 +17,20 @@ const (
 	// fieldPending holds the ids of transactions whose leg is applied to the
 	// account and not yet settled (the tutorial's pendingTransactions).
 	fieldPending = schema.Pending
-	// fieldFenced holds the ids of transactions whose leg on the account is
-	// closed, settled or rolled back: no leg of theirs may apply here again.
-	// It is what keeps a stalled applier that resumes after its transaction
-	// was settled or canceled from applying a leg a second time, the hazard
-	// of the tutorial's protocol, where the guard is only pendingTransactions.
+	// fieldFencedLegs holds the fences of the legs closed on the account,
+	// settled or rolled back, since its fence line: no leg of theirs may
+	// apply here again. It is what keeps a stalled applier that resumes
+	// after its transaction was settled or canceled from applying a leg a
+	// second time, the hazard of the tutorial's protocol, where the guard
+	// is only pendingTransactions. Each fence carries its transaction's
+	// time (schema.Fence), so that the writes that move the line drop the
+	// fences it passes (see lowWater): the array holds about the last
+	// second and a half of the account's traffic.
+	fieldFencedLegs = schema.FencedLegs
+	// fieldFenced holds the markers of the legs that earlier versions
+	// closed on the account (the same guard, with no time). Nothing adds
+	// to it now; every leg write still checks it, and recovery removes a
+	// marker once its transaction is past the line (unfence).
 	fieldFenced = schema.Fenced
 	// fieldPendingCredit holds the sum of the credits applied to the account
 	// and not yet settled. A credit reaches balance only when its
@@ -62,6 +71,7 @@ type account struct {
 	Balance       bson.RawValue `bson:"balance"`
 	PendingIDs    bson.RawValue `bson:"pendingTransactions"`
 	FencedIDs     bson.RawValue `bson:"fencedTransactions"`
+	Fences        bson.RawValue `bson:"fencedLegs"`
 	PendingCredit bson.RawValue `bson:"pendingCredit"`
 	PendingDebit  bson.RawValue `bson:"pendingDebit"`
 	FencedBefore  time.Time     `bson:"fencedBefore"`
@@ -70,7 +80,7 @@ type account struct {
 
 // accountProjection is what the protocol reads of an account.
 var accountProjection = bson.D{
-	{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFenced, Value: 1},
+	{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFenced, Value: 1}, {Key: fieldFencedLegs, Value: 1},
 	{Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1},
 	{Key: fieldFencedBefore, Value: 1}, {Key: fieldTombstone, Value: 1},
 }
@@ -111,6 +121,12 @@ func (a *account) pendingLen() int {
 }
 
 func (a *account) fenced() []bson.ObjectID { return objectIDs(a.FencedIDs) }
+
+func (a *account) fences() []bson.ObjectID { return objectIDs(a.Fences) }
+
+// closed reports whether l is closed on the account: its fence in
+// fencedLegs, or its marker in the fencedTransactions of earlier versions.
+func (a *account) closed(l leg) bool { return has(a.fences(), l.fenceID) || has(a.fenced(), l.marker) }
 
 // credit returns pendingCredit, 0 when absent.
 func (a *account) credit() int64 {
@@ -212,7 +228,7 @@ const (
 // judge reads account a (nil if missing) for leg l of transaction r.
 func judge(a *account, r *record, l leg) (legVerdict, error) {
 	switch {
-	case a != nil && has(a.fenced(), l.marker): // a may be a tombstone
+	case a != nil && a.closed(l): // a may be a tombstone
 		return legFenced, nil
 	case a != nil && has(a.pending(), l.marker):
 		return legApplied, nil
@@ -227,6 +243,8 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 		return legBlocked, errorf("%w: %v", ErrAccountNotFound, l.account)
 	case a.FencedIDs.Type != 0 && a.FencedIDs.Type != bson.TypeArray:
 		return legBlocked, errorf("%w: account %v has fencedTransactions of BSON type %s", ErrInvalidAccount, l.account, a.FencedIDs.Type)
+	case a.Fences.Type != 0 && a.Fences.Type != bson.TypeArray:
+		return legBlocked, errorf("%w: account %v has fencedLegs of BSON type %s", ErrInvalidAccount, l.account, a.Fences.Type)
 	}
 	b, ok := a.balance()
 	switch {

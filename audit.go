@@ -63,7 +63,7 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 	if err != nil {
 		return nil, errorf("twopc: audit: %w", err)
 	}
-	rep := &AuditReport{Started: now, Transactions: map[State]int{}, Accounts: map[string]int{}}
+	rep := &AuditReport{Started: now, Transactions: map[State]int{}, Accounts: map[string]int{}, Tombstones: map[string]int{}}
 	au := &audit{c: c, cfg: cfg, rep: rep}
 	if err := au.transactions(ctx); err != nil {
 		return nil, errorf("twopc: audit: %w", err)
@@ -196,15 +196,19 @@ func (au *audit) ledger(ctx context.Context, l *Ledger) (int64, error) {
 			rep.add(Violation{Kind: ViolationMalformed, Ledger: l.name, Account: cur.Current.Lookup("_id"), Detail: err.Error()})
 			continue
 		}
-		rep.Accounts[l.name]++
+		if a.Tombstone {
+			rep.Tombstones[l.name]++
+		} else {
+			rep.Accounts[l.name]++
+		}
 		id := rawID(a.ID)
-		pending, fenced := a.pending(), a.fenced()
+		pending, fenced := a.pending(), len(a.fenced())+len(a.fences())
 		rep.Markers += len(pending)
-		rep.Fences += len(fenced)
+		rep.Fences += fenced
 		for _, f := range []struct {
 			name string
 			raw  bson.RawValue
-		}{{fieldPending, a.PendingIDs}, {fieldFenced, a.FencedIDs}} {
+		}{{fieldPending, a.PendingIDs}, {fieldFenced, a.FencedIDs}, {fieldFencedLegs, a.Fences}} {
 			if _, ok := f.raw.ArrayOK(); f.raw.Type != 0 && !ok {
 				rep.add(Violation{Kind: ViolationMalformed, Ledger: l.name, Account: id, Detail: fmt.Sprintf("%s is a %s, not an array", f.name, f.raw.Type)})
 			}
@@ -213,9 +217,9 @@ func (au *audit) ledger(ctx context.Context, l *Ledger) (int64, error) {
 			rep.add(Violation{Kind: ViolationHeldWithoutMarker, Ledger: l.name, Account: id,
 				Detail: fmt.Sprintf("pendingCredit %d and pendingDebit %d with no leg in flight", a.credit(), a.heldDebit())})
 		}
-		if len(pending) > cfg.pendingBound || len(fenced) > cfg.fencedBound {
+		if len(pending) > cfg.pendingBound || fenced > cfg.fencedBound {
 			rep.add(Violation{Kind: ViolationMarkerBound, Ledger: l.name, Account: id,
-				Detail: fmt.Sprintf("%d markers of legs in flight (bound %d), %d fences (bound %d)", len(pending), cfg.pendingBound, len(fenced), cfg.fencedBound)})
+				Detail: fmt.Sprintf("%d markers of legs in flight (bound %d), %d fences (bound %d)", len(pending), cfg.pendingBound, fenced, cfg.fencedBound)})
 		}
 		if !a.Tombstone {
 			b, ok := a.balance()

@@ -115,9 +115,12 @@ type AuditReport struct {
 	// OldestUnfinished is the age, by the server's clock, of the least
 	// recently touched unfinished transaction at the start; 0 if none.
 	OldestUnfinished time.Duration `json:"oldestUnfinished"`
-	// Accounts counts the account documents read per ledger, tombstones
-	// included; Markers and Fences the markers they hold.
-	Accounts map[string]int `json:"accounts"`
+	// Accounts counts the accounts read per ledger, not counting
+	// tombstones (the documents a rollback leaves under an id no account
+	// had, which Tombstones counts); Markers and Fences count the markers
+	// and fences both hold.
+	Accounts   map[string]int `json:"accounts"`
+	Tombstones map[string]int `json:"tombstones,omitempty"`
 	// Held counts the holds in StateHeld the audit checked against their
 	// accounts, and HeldValue the value they hold.
 	Held      int          `json:"held"`

@@ -105,6 +105,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	for _, spec := range cfg.ledgers {
 		c.ledgers[spec.name] = &Ledger{config: &c.config, name: spec.name, accounts: spec.accounts.Clone(majority)}
 	}
+	c.mark = newLowWater(c)
 	c.settler = &settlers{c: c}
 	c.inserts = &stage[*insertCall]{write: c.insertAll}
 	c.applies = &applyStages{write: c.applyRound}

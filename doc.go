@@ -48,9 +48,8 @@
 // part), [Coordinator.Void] or its expiry ([WithExpiry]).
 //
 // A [Recoverer] finishes what a stopped process left: it settles committed
-// transfers, rolls stale ones forward or back, voids expired holds, removes
-// the fences finished transfers leave on accounts and, with [WithHistory],
-// archives or removes old transactions. A [Canceler] cancels a transfer
+// transfers, rolls stale ones forward or back, voids expired holds and,
+// with [WithHistory], archives or removes old transactions. A [Canceler] cancels a transfer
 // before its commit point. [Coordinator.Audit] checks the protocol's
 // invariants on a live system, and an [Observer] ([WithObserver]) is told
 // of every state change and recovery action. [WithLedger] adds ledgers,
@@ -72,6 +71,28 @@
 // decides by is a majority read and every write a majority write (unless
 // WithWriteConcern says otherwise), so what it reports survives a failover. There is no isolation: a reader may see a
 // debit before the matching credit.
+//
+// # Clocks and bounds
+//
+// Clocks decide exactly this: when a transaction is stale (the server's
+// clock against the lastModified the server wrote, and the lease recorded
+// in the transaction), when a hold expires, when WithHistory moves a
+// transaction out of the log, and how far an account's fence line moves.
+// A fence line only ever refuses a leg: a clock that is wrong can cancel a
+// transfer ([ErrTooLate], nothing moved) or delay one, never apply a leg
+// twice. A transaction's time is stamped by its coordinator from the
+// host's clock corrected to the server's (hello's localTime).
+//
+// An account document holds its balance, the markers of the legs in flight
+// on it, and the fences of the legs closed on it since its fence line,
+// which every apply and rollback there moves up to the coordinator's
+// low-water mark: the oldest unfinished transaction in the log, read about
+// twice a second, and never less than a second behind the server's clock.
+// So an account keeps the fences of about the last second and a half of
+// its traffic (17 bytes each), plus the age of the oldest unfinished
+// transaction, with no Recoverer running, and a write's cost does not grow
+// with the account's past traffic. The transactions collection grows with
+// every transfer unless WithHistory bounds it, which needs a Recoverer.
 //
 // PROTOCOL.md, in the repository, describes how: the documents, each
 // step's guarded write, what each guarantee rests on, batching, holds,

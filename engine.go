@@ -96,6 +96,10 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 			insertFailed(t, false, err)
 			continue
 		}
+		// Stamped as late as can be, by the clock corrected to the
+		// server's: a transaction must reach the log within the mark's
+		// margin of its time (see lowWater).
+		t.rec.Created = c.mark.stamp(ctx)
 		if err := c.at(ctx, StepInsert, t.rec); err != nil {
 			t.answer(t.rec.txn(), insertUnknown(t.rec, err))
 			continue
@@ -130,6 +134,7 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 		case cur.State != StatePending:
 			t.answer(c.outcome(cur))
 		default:
+			c.mark.written(cur.Created, cur.LastModified)
 			t.o = &owned{rec: cur, claimedAt: claimedAt}
 			mine = append(mine, t)
 		}

@@ -1,10 +1,12 @@
 package twopc
 
 import (
+	"context"
 	"time"
 
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // WithClock replaces the clock by which an owner judges the age of its own
@@ -14,6 +16,66 @@ func WithClock(now func() time.Time) Option {
 		c.now = now
 		return nil
 	}
+}
+
+// WithHostClock replaces the host clock that the coordinator corrects to
+// the server's to stamp transaction times, so that tests can run a host
+// whose clock is ahead or behind.
+func WithHostClock(now func() time.Time) Option {
+	return func(c *config) error {
+		c.markClock = now
+		return nil
+	}
+}
+
+// WithMarkMargin sets how far behind the server's clock the low-water mark
+// stays (one second outside tests), so that tests can see lines move
+// without waiting for time to pass.
+func WithMarkMargin(d time.Duration) Option {
+	return func(c *config) error {
+		c.markMargin = d
+		return nil
+	}
+}
+
+// ReadMark reads c's low-water mark now, and keeps it for c's next writes.
+func ReadMark(ctx context.Context, c *Coordinator) (time.Time, error) { return c.mark.readNow(ctx) }
+
+// SyncClock reads the server's clock now, for c's next stamps.
+func SyncClock(ctx context.Context, c *Coordinator) error {
+	_, err := c.mark.readClock(ctx)
+	return err
+}
+
+// MoveLine moves the fence line of account id on c's ledger (""
+// the default) up to line and drops the fences below it: the write that a
+// rollback sends on each account it fences, and that every apply does as
+// well, once the low-water mark is past line.
+func MoveLine(ctx context.Context, c *Coordinator, ledger string, id any, line time.Time) error {
+	l, ok := c.ledgers[ledger]
+	if !ok {
+		return ErrUnknownLedger
+	}
+	_, err := l.accounts.BulkWrite(ctx, []mongo.WriteModel{lineModel(leg{account: id}, line)})
+	return err
+}
+
+// WithFrozenMark stops the coordinator's background readings of the mark
+// (ReadMark still reads it), so that the database operation a test's step
+// hook precedes is the step's own, not a reading that started meanwhile.
+func WithFrozenMark() Option {
+	return func(c *config) error {
+		c.markFrozen = true
+		return nil
+	}
+}
+
+// MarkComment is the comment on the low-water mark's read of the log.
+const MarkComment = markComment
+
+// LegFence is the fence of leg i of txn on its account.
+func LegFence(txn *Txn, i int) bson.ObjectID {
+	return schema.Fence(txn.Created, schema.Marker(txn.ID, i))
 }
 
 // WithTxnIDs replaces the source of fresh transaction ids, so that tests

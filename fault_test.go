@@ -13,7 +13,9 @@ import (
 )
 
 // faultAt returns a step hook that, the first time step is reached, has
-// the server's front break the very next database operation with kind.
+// the server's front break the very next database operation with kind:
+// every coordinator of the test must be made WithFrozenMark, or a
+// background reading of its mark may be that operation.
 func faultAt(t *testing.T, b *bank, step twopc.Step, kind string) func(context.Context, twopc.Step, *twopc.Txn) error {
 	armed := true
 	return func(ctx context.Context, s twopc.Step, _ *twopc.Txn) error {
@@ -36,7 +38,8 @@ func TestLostRepliesAtEveryStep(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", kind, step), func(t *testing.T) {
 				ctx := testCtx(t)
 				var hook func(context.Context, twopc.Step, *twopc.Txn) error
-				b := newFaultBank(t, twopc.WithSyncSettle(), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, tx *twopc.Txn) error {
+				// Frozen: the operation after the hook is the step's own.
+				b := newFaultBank(t, twopc.WithFrozenMark(), twopc.WithSyncSettle(), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, tx *twopc.Txn) error {
 					return hook(ctx, s, tx)
 				}))
 				hook = faultAt(t, b, step, kind)
@@ -64,12 +67,12 @@ func TestLostRepliesInCancelAndRecovery(t *testing.T) {
 	for _, step := range []twopc.Step{twopc.StepRead, twopc.StepCancel, twopc.StepFence, twopc.StepUndo, twopc.StepCanceled} {
 		t.Run("cancel/"+step.String(), func(t *testing.T) {
 			ctx := testCtx(t)
-			b := newFaultBank(t, twopc.WithStepHook(crashAt(twopc.StepCommit)), twopc.WithApplication("app"))
+			b := newFaultBank(t, twopc.WithFrozenMark(), twopc.WithStepHook(crashAt(twopc.StepCommit)), twopc.WithApplication("app"))
 			b.open(map[string]int64{"A": 100, "B": 0})
 			txn, err := b.c.Transfer(ctx, "A", "B", 60)
 			require.ErrorIs(t, err, errCrash)
 			var hook func(context.Context, twopc.Step, *twopc.Txn) error
-			k := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, tx *twopc.Txn) error {
+			k := twopc.NewCanceler(b.coordinator(twopc.WithFrozenMark(), twopc.WithApplication("app"), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, tx *twopc.Txn) error {
 				return hook(ctx, s, tx)
 			})))
 			hook = faultAt(t, b, step, mongotest.DropAfterForward)
@@ -83,13 +86,13 @@ func TestLostRepliesInCancelAndRecovery(t *testing.T) {
 		t.Run("recover/"+step.String(), func(t *testing.T) {
 			ctx := testCtx(t)
 			// Legs applied, then the owner died: recovery rolls forward.
-			b := newFaultBank(t, twopc.WithStepHook(crashAt(twopc.StepCommit)))
+			b := newFaultBank(t, twopc.WithFrozenMark(), twopc.WithStepHook(crashAt(twopc.StepCommit)))
 			b.open(map[string]int64{"A": 100, "B": 0})
 			_, err := b.c.Transfer(ctx, "A", "B", 60)
 			require.ErrorIs(t, err, errCrash)
 			b.backdateAll(3600e9)
 			var hook func(context.Context, twopc.Step, *twopc.Txn) error
-			r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("r"), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, tx *twopc.Txn) error {
+			r := twopc.NewRecoverer(b.coordinator(twopc.WithFrozenMark(), twopc.WithApplication("r"), twopc.WithStepHook(func(ctx context.Context, s twopc.Step, tx *twopc.Txn) error {
 				return hook(ctx, s, tx)
 			})))
 			hook = faultAt(t, b, step, mongotest.DropAfterForward)
@@ -124,6 +127,9 @@ func TestRoundTripsAndCommands(t *testing.T) {
 		}
 		c, err := twopc.NewCoordinator(b.countedDatabase(&cc), opts...)
 		require.NoError(t, err)
+		// A coordinator reads the server's clock once before its first
+		// transfer (a hello), then in the background with the mark.
+		require.NoError(t, twopc.SyncClock(ctx, c))
 		cc.reset()
 		atSettle = -1
 		_, err = c.Transfer(ctx, "A", "B", 1)

@@ -78,9 +78,9 @@ func TestReview1EquivalentIDs(t *testing.T) {
 }
 
 // 2. A leg write delivered after its transaction finished and its fences
-// were removed is refused by the account's fence line. The owner's
-// retention is recorded and honoured by a recoverer configured with a
-// shorter one.
+// were removed is refused by the account's fence line. Recovery removes
+// no fence of this version, whatever its retention: they go with the
+// line.
 func TestReview2LateLegWriteAfterUnfence(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t)
@@ -103,10 +103,9 @@ func TestReview2LateLegWriteAfterUnfence(t *testing.T) {
 	b.backdate(txn.ID, 2*time.Minute)
 	rep, err = r.RecoverOnce(ctx)
 	require.NoError(t, err)
-	assert.Zero(t, rep.Unfenced, "unfenced inside the owner's recorded retention of an hour")
-	b.backdate(txn.ID, 2*time.Hour)
-	_, err = r.RecoverOnce(ctx)
-	require.NoError(t, err)
+	assert.Zero(t, rep.Unfenced)
+	require.Contains(t, b.account("A").Fenced, twopc.LegFence(txn, 0))
+	b.moveLine(txn.Created, "A", "B")
 	require.Empty(t, b.account("A").Fenced, "the fences are gone")
 
 	// The first leg write arrives now, after every fence is gone.
@@ -128,7 +127,7 @@ func TestReview3LateInsert(t *testing.T) {
 			b := newFaultBank(t)
 			b.open(map[string]int64{"A": 200, "B": 0}) // enough for both
 			rec := &writeRecorder{}
-			owner, err := twopc.NewCoordinator(rec.database(b), twopc.WithApplication("owner"), twopc.WithRetries(1),
+			owner, err := twopc.NewCoordinator(rec.database(b), twopc.WithApplication("owner"), twopc.WithRetries(1), twopc.WithFrozenMark(),
 				twopc.WithStepHook(faultAt(t, b, twopc.StepInsert, mongotest.DropBeforeForward)))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = owner.Close(context.Background()) })
@@ -285,9 +284,9 @@ func TestReview7LateRollbackLeavesNoFence(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	txn, err := c.Transfer(ctx, "A", "ghost", 10) // rolled back: fences both, a tombstone for ghost
 	require.ErrorIs(t, err, twopc.ErrAccountNotFound)
-	b.backdate(txn.ID, 2*time.Hour)
-	rep := b.recoverAll()
-	require.Equal(t, 1, rep.Unfenced)
+	b.moveLine(txn.Created, "A", "ghost") // the line passes it: its fences go
+	require.Empty(t, b.account("A").Fenced)
+	require.Empty(t, b.account("ghost").Fenced)
 	resendAll(t, b.db, rec.recorded()) // every write of the transfer, the rollback's fences among them
 	assert.Empty(t, b.account("A").Fenced, "a late fence was added to A")
 	assert.Empty(t, b.account("ghost").Fenced, "a late fence was added to the tombstone")
@@ -309,8 +308,7 @@ func TestReview8OpenAccountOnUnfencedTombstone(t *testing.T) {
 	id := b.txns()[0].ID
 	_, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, id)
 	require.NoError(t, err)
-	b.backdate(id, 2*time.Hour)
-	require.Equal(t, 1, b.recoverAll().Unfenced)
+	b.moveLine(b.txn(id).Created, "B")
 	require.Empty(t, b.account("B").Fenced)
 	require.NoError(t, b.c.OpenAccount(ctx, "B", 0), "the tombstone is adopted")
 	close(s.release)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/mongotest"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 func TestMain(m *testing.M) {
@@ -127,9 +129,12 @@ type accountDoc struct {
 	ID      any             `bson:"_id"`
 	Balance int64           `bson:"balance"`
 	Pending []bson.ObjectID `bson:"pendingTransactions"`
-	Fenced  []bson.ObjectID `bson:"fencedTransactions"`
+	Fenced  []bson.ObjectID `bson:"fencedLegs"`         // see twopc.LegFence
+	Legacy  []bson.ObjectID `bson:"fencedTransactions"` // fences of earlier versions
 	Credit  int64           `bson:"pendingCredit"`
 	Debit   int64           `bson:"pendingDebit"`
+	// FencedBefore is the account's fence line.
+	FencedBefore time.Time `bson:"fencedBefore"`
 }
 
 func (b *bank) account(id any) accountDoc {
@@ -178,6 +183,31 @@ func (b *bank) backdate(id bson.ObjectID, age time.Duration) {
 	_, err := b.db.Collection("transactions").UpdateOne(testCtx(b.t), bson.D{{Key: "_id", Value: id}},
 		bson.D{{Key: "$set", Value: set}})
 	require.NoError(b.t, err)
+}
+
+// serverPast returns once the server's clock, which has millisecond
+// steps, reads later than when.
+func (b *bank) serverPast(when time.Time) {
+	b.t.Helper()
+	for {
+		now, err := schema.ServerNow(testCtx(b.t), b.db)
+		require.NoError(b.t, err)
+		if now.After(when) {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// moveLine moves the fence lines of accounts ids up to line (see
+// twopc.MoveLine): what the next apply or rollback on each does once the
+// low-water mark has passed line, which drops the fences of transactions
+// made up to then.
+func (b *bank) moveLine(line time.Time, ids ...any) {
+	b.t.Helper()
+	for _, id := range ids {
+		require.NoError(b.t, twopc.MoveLine(testCtx(b.t), b.c, "", id, line))
+	}
 }
 
 // backdateAll backdates every transaction not yet final. Final ones keep
@@ -231,9 +261,18 @@ var dataCommands = map[string]bool{
 	"find": true, "aggregate": true, "getMore": true, "bulkWrite": true, "count": true,
 }
 
+// markRead reports whether e is the low-water mark's read of the log,
+// which a coordinator sends about twice a second, not per transfer.
+func markRead(e *event.CommandStartedEvent) bool {
+	c, _ := e.Command.Lookup("comment").StringValueOK()
+	return c == twopc.MarkComment
+}
+
+// monitor counts the data commands of transfers: not the mark's reads
+// (see markRead).
 func (cc *commandCounter) monitor() *event.CommandMonitor {
 	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if !dataCommands[e.CommandName] {
+		if !dataCommands[e.CommandName] || markRead(e) {
 			return
 		}
 		cc.mu.Lock()

@@ -400,8 +400,8 @@ func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *Recover
 // had every marker on its accounts when they were read.
 //
 // A held hold none of whose legs is on its accounts, each of which is
-// closed to it (its fence line at or past the hold's time: what removal
-// waits for), is therefore a copy: the transaction was final and removed
+// closed to it (the leg's fence there, or the fence line at or past the
+// hold's time), is therefore a copy: the transaction was final and removed
 // from the log (WithHistory), and its insert and its commit to held,
 // delivered again by the network, brought it back with no leg applied
 // (the fence lines refuse them). Both are required, not the markers'
@@ -433,7 +433,7 @@ func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail 
 				switch v, why := judge(accts[i], t, l); {
 				case v == legApplied:
 					on++
-				case v == legBlocked && errors.Is(why, ErrTooLate):
+				case v == legFenced, v == legBlocked && errors.Is(why, ErrTooLate):
 					closed++
 				}
 			}

@@ -177,8 +177,9 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 		}
 		end := min(start+l.writeBatch, len(legs))
 		models := make([]mongo.WriteModel, 0, end-start)
+		mark := l.mark.line()
 		for i := start; i < end; i++ {
-			models = append(models, applyModel(recs[i], legs[i]))
+			models = append(models, applyModel(recs[i], legs[i], mark))
 		}
 		res, err := l.accounts.BulkWrite(ctx, models, unorderedWrite)
 		if res != nil {
@@ -371,10 +372,18 @@ func (l *Ledger) inspect(ctx context.Context, legs []leg) ([]*account, error) {
 // and undone, one that comes after it matches nothing.
 func (l *Ledger) fenceAndUndo(ctx context.Context, r *record, legs []leg) error {
 	fences := make([]mongo.WriteModel, len(legs))
-	undos := make([]mongo.WriteModel, len(legs))
+	undos := make([]mongo.WriteModel, len(legs), 2*len(legs))
 	for i, lg := range legs {
 		fences[i] = fenceModel(r, lg)
 		undos[i] = undoModel(lg)
+	}
+	// Then the accounts' lines, which drop their fences below the mark:
+	// an account that only ever sees rollbacks stays bounded too.
+	line := lineFor(l.mark.line(), r)
+	for _, lg := range legs {
+		if m := lineModel(lg, line); m != nil {
+			undos = append(undos, m)
+		}
 	}
 	if err := l.fence(ctx, r, fences); err != nil {
 		return err

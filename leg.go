@@ -8,6 +8,7 @@ package twopc
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -22,6 +23,9 @@ type leg struct {
 	account any
 	delta   int64
 	marker  bson.ObjectID
+	// fenceID is the leg's fence: the value its account's fencedLegs
+	// holds once the leg is closed there (see schema.Fence).
+	fenceID bson.ObjectID
 	// part is, for a leg of a hold captured for less than it applied, the
 	// amount captured (positive); 0: the leg settles whole (see
 	// record.legs).
@@ -66,15 +70,36 @@ func (l leg) undoInc() bson.D {
 	return bson.D{{Key: fieldPendingCredit, Value: -l.delta}}
 }
 
-// fenceable is the condition that an account's fencedTransactions can take
-// a fence (missing, or an array). Every leg write requires it, so that a
-// leg that applies can always be settled or undone and fenced: a committed
+// fenceable is the condition that an account can take a fence:
+// fencedLegs, and fencedTransactions (which earlier versions fenced in),
+// each missing or an array. Every leg write requires it, so that a leg
+// that applies can always be settled or undone and fenced: a committed
 // transfer always settles. An account that fails it refuses every leg, as
 // one past its fence line does.
-var fenceable = bson.E{Key: "$and", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{
-	bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$exists", Value: false}}}},
-	bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$type", Value: "array"}}}},
-}}}}}
+var fenceable = bson.E{Key: "$and", Value: bson.A{
+	bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: fieldFencedLegs, Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: fieldFencedLegs, Value: bson.D{{Key: "$type", Value: "array"}}}},
+	}}},
+	bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$type", Value: "array"}}}},
+	}}},
+}}
+
+// moveLine is the part of an update that moves an account's fence line up
+// to line ($max: never back) and drops the fences below it, which the line
+// refuses from then on (see lowWater). Nil for a zero line.
+func moveLine(line time.Time) bson.D {
+	if line.IsZero() {
+		return nil
+	}
+	return bson.D{
+		{Key: "$max", Value: bson.D{{Key: fieldFencedBefore, Value: line}}},
+		// Fences of transactions made at or before line: what it refuses.
+		{Key: "$pull", Value: bson.D{{Key: fieldFencedLegs, Value: bson.D{{Key: "$lt", Value: schema.FenceFloor(line.Add(time.Millisecond))}}}}},
+	}
+}
 
 // integer is the condition that a field holds an integer (int or long).
 var integer = bson.E{Key: "$type", Value: bson.A{"int", "long"}}
@@ -94,19 +119,23 @@ func updateByID(filter, update bson.D) *mongo.UpdateOneModel {
 
 // applyModel is the guarded write that applies l for transaction r: it
 // matches only if the leg is neither applied (pendingTransactions) nor
-// closed (fencedTransactions, or a fence line at or after r's transaction
-// time), the balance is an integer, and the result stays in range (for a
-// debit, at or above zero unless r's recorded policy allows negative
-// balances; for a credit, see creditGuard). It pushes id to
-// pendingTransactions with the change (see applyInc), atomically, so it is
-// safe to repeat, and refused however late it arrives once the leg is
-// closed.
-func applyModel(r *record, l leg) mongo.WriteModel {
+// closed (its fence in fencedLegs, its marker in the fencedTransactions of
+// earlier versions, or a fence line at or after r's transaction time), the
+// balance is an integer, and the result stays in range (for a debit, at or
+// above zero unless r's recorded policy allows negative balances; for a
+// credit, see creditGuard). It pushes id to pendingTransactions with the
+// change (see applyInc), atomically, so it is safe to repeat, and refused
+// however late it arrives once the leg is closed. It also moves the
+// account's line up to mark, dropping the fences below it (see moveLine,
+// lineFor): the write that touches the account anyway keeps its fences
+// bounded.
+func applyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
 	notMarker := bson.D{{Key: "$ne", Value: l.marker}}
-	filter := make(bson.D, 0, 8)
+	filter := make(bson.D, 0, 9)
 	filter = append(filter,
 		bson.E{Key: "_id", Value: l.account},
 		bson.E{Key: fieldPending, Value: notMarker},
+		bson.E{Key: fieldFencedLegs, Value: bson.D{{Key: "$ne", Value: l.fenceID}}},
 		bson.E{Key: fieldFenced, Value: notMarker},
 		bson.E{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
 		fenceable,
@@ -124,10 +153,11 @@ func applyModel(r *record, l leg) mongo.WriteModel {
 	default:
 		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{integer}}, creditGuard(l.delta))
 	}
-	return updateByID(filter, bson.D{
+	update := bson.D{
 		{Key: "$inc", Value: l.applyInc()},
 		{Key: "$push", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
-	})
+	}
+	return updateByID(filter, append(update, moveLine(lineFor(mark, r))...))
 }
 
 // legs returns r's legs, each with its marker, and, for a hold of two legs
@@ -140,7 +170,8 @@ func (r *record) legs() []leg {
 		part = r.Captured
 	}
 	for i, l := range all {
-		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: schema.Marker(r.ID, i), part: part}
+		m := schema.Marker(r.ID, i)
+		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: m, fenceID: schema.Fence(r.Created, m), part: part}
 	}
 	return out
 }
@@ -153,7 +184,7 @@ func (r *record) legs() []leg {
 func closeModel(l leg) mongo.WriteModel {
 	update := bson.D{
 		{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
-		{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
+		{Key: "$addToSet", Value: bson.D{{Key: fieldFencedLegs, Value: l.fenceID}}},
 	}
 	if inc := l.settleInc(); inc != nil {
 		update = append(update, bson.E{Key: "$inc", Value: inc})
@@ -172,9 +203,11 @@ func closeModel(l leg) mongo.WriteModel {
 // amounts fit, their sum need not): those legs close one by one.
 func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 	markers := make(bson.A, len(legs))
+	fences := make(bson.A, len(legs))
 	var balance, credit, debit int64
 	for i, lg := range legs {
 		markers[i] = lg.marker
+		fences[i] = lg.fenceID
 		for _, e := range lg.settleInc() {
 			v := e.Value.(int64)
 			var sum *int64
@@ -202,7 +235,7 @@ func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 	}
 	update := bson.D{
 		{Key: "$pullAll", Value: bson.D{{Key: fieldPending, Value: markers}}},
-		{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$each", Value: markers}}}}},
+		{Key: "$addToSet", Value: bson.D{{Key: fieldFencedLegs, Value: bson.D{{Key: "$each", Value: fences}}}}},
 	}
 	if len(inc) > 0 {
 		update = append(update, bson.E{Key: "$inc", Value: inc})
@@ -226,9 +259,23 @@ func fenceModel(r *record, l leg) mongo.WriteModel {
 		{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
 		fenceable,
 	}, bson.D{
-		{Key: "$addToSet", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
+		{Key: "$addToSet", Value: bson.D{{Key: fieldFencedLegs, Value: l.fenceID}}},
 		{Key: "$setOnInsert", Value: bson.D{{Key: fieldTombstone, Value: true}}},
 	}).SetUpsert(true)
+}
+
+// lineModel is the write a rollback sends after its fences and undos, on
+// each account it fenced: it moves the account's line up to line and drops
+// the fences below it (moveLine), so that an account that only ever sees
+// rollbacks keeps its fences bounded too (a fence write cannot do it
+// itself: one update may not both add to fencedLegs and pull from it).
+// Only on an account that can take it (fenceable); nil for a zero line.
+func lineModel(l leg, line time.Time) mongo.WriteModel {
+	update := moveLine(line)
+	if update == nil {
+		return nil
+	}
+	return updateByID(bson.D{{Key: "_id", Value: l.account}, fenceable}, update)
 }
 
 // undoModel is the guarded write that undoes an applied l of a canceling
@@ -245,10 +292,13 @@ func undoModel(l leg) mongo.WriteModel {
 // unfenceModel is the write that removes the fence of l of final
 // transaction r and moves the account's fence line up to r's transaction
 // time ($max: never back), so that a leg of r delivered however late is
-// still refused. Idempotent.
+// still refused. Idempotent. Recovery sends it for the transactions an
+// earlier version finished (their fences are markers in
+// fencedTransactions, with no time); this version's fences go with the
+// writes that move lines (moveLine).
 func unfenceModel(r *record, l leg) mongo.WriteModel {
 	return updateByID(bson.D{{Key: "_id", Value: l.account}}, bson.D{
-		{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: l.marker}}},
+		{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: l.marker}, {Key: fieldFencedLegs, Value: l.fenceID}}},
 		{Key: "$max", Value: bson.D{{Key: fieldFencedBefore, Value: r.Created}}},
 	})
 }

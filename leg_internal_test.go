@@ -149,11 +149,11 @@ func TestSettleFallbackFailureReportsEveryOwner(t *testing.T) {
 	t2, _ := c.Transfer(ctx, "B", "hot", 5)
 	require.Equal(t, StateApplied, t1.State)
 	require.Equal(t, StateApplied, t2.State)
-	// Another settler closed t1's credit; then hot's fencedTransactions is
+	// Another settler closed t1's credit; then hot's fencedLegs is
 	// broken, so t2's credit, sent alone, fails with a write error.
 	_, err = db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "hot"}}, bson.D{
 		{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: schema.Marker(t1.ID, 1)}}},
-		{Key: "$set", Value: bson.D{{Key: fieldFenced, Value: "broken"}}},
+		{Key: "$set", Value: bson.D{{Key: fieldFencedLegs, Value: "broken"}}},
 	})
 	require.NoError(t, err)
 	r1, err := c.log.read(ctx, t1.ID)

@@ -45,6 +45,10 @@ type config struct {
 	ledgers        []ledgerSpec
 	writeConcern   *writeconcern.WriteConcern
 	history        history
+	mark           *lowWater        // the coordinator's mark and clock (mark.go)
+	markClock      func() time.Time // the host clock the mark's clock corrects; tests replace it
+	markMargin     time.Duration    // see markMargin; tests shorten it
+	markFrozen     bool             // no background readings of the mark (tests)
 }
 
 // history is WithHistory's setting.
@@ -81,6 +85,8 @@ func defaultConfig() config {
 		logger:       slog.New(slog.DiscardHandler),
 		now:          time.Now,
 		newID:        newTxnID,
+		markClock:    time.Now,
+		markMargin:   markMargin,
 	}
 }
 
@@ -112,8 +118,7 @@ func WithApplication(name string) Option {
 // set, which matters across a failover, and between the mongos routers of a
 // sharded cluster, which answer hello there; else a live owner may be taken
 // over (its transfer then finishes by the recoverer's hand, or rolls back;
-// money is safe either way). Settled legs stay fenced for
-// max(StaleAfter, WithFenceRetention).
+// money is safe either way).
 func WithStaleAfter(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -124,25 +129,20 @@ func WithStaleAfter(d time.Duration) Option {
 	}
 }
 
-// WithFenceRetention sets how long an account keeps the fence of a settled
-// or rolled back transaction before a Recoverer removes it and moves the
-// account's fence line past it (default: StaleAfter; never less). It is
-// recorded in every transaction this coordinator claims or finishes, and
-// fences stay for the longest recorded. Safety does not depend on it: a
-// leg write delivered after the fence is gone meets the fence line.
+// WithFenceRetention sets how long a Recoverer leaves the fences of a
+// transaction that an earlier version of this library finished (markers in
+// an account's fencedTransactions, with no time) before it removes them and
+// moves the account's fence line past it (default: StaleAfter; never less).
+// It is recorded in every transaction this coordinator claims or finishes.
 //
-// It bounds the clock skew between hosts that create transfers on the same
-// accounts: keep their clocks within it of each other, or the slow one's
-// transfers may meet ErrTooLate on busy accounts (a host whose clock is
-// ahead only makes the accounts it touches keep its fences longer). With
-// the recovery interval it bounds the size of busy accounts: each fence is
-// a marker of about 17 bytes, and with a Recoverer running every interval
-// I, retention R and f transfers a second on an account, the account holds
-// about f×(R+I) fences: at the defaults (R one minute, I 30 seconds), 100
-// transfers a second keep it under 9,000, about 160 kB, far under
-// MongoDB's 16 MB document limit. Without a Recoverer they grow with every
-// transfer. A fence also stays while an older transaction on the same
-// account is unfinished.
+// This version's fences carry their transaction's time and need no
+// retention: the writes that touch an account anyway (an apply, a
+// rollback) move its fence line up to the coordinator's low-water mark and
+// drop the fences below it, so an account holds the fences of about the
+// last second and a half of its traffic, plus the age of the oldest
+// unfinished transaction, with no Recoverer running (see PROTOCOL.md,
+// Limits). Safety never depends on either: a leg write delivered after its
+// fence is gone meets the fence line.
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

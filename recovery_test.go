@@ -242,17 +242,14 @@ func TestRecoverLargeBatches(t *testing.T) {
 	rep, err := r.RecoverOnce(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, n, rep.Settled)
+	assert.Equal(t, 100, cc.largestUpdate(), "legs go in full write batches, never more")
+	b.checkSettled(opening)
 	for _, d := range b.txns() {
 		b.backdate(d.ID, time.Hour)
 	}
 	rep, err = r.RecoverOnce(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, n, rep.Unfenced)
-	assert.Equal(t, 100, cc.largestUpdate(), "legs go in full write batches, never more")
-	b.checkSettled(opening)
-	for id := range opening {
-		assert.Emptyf(t, b.account(id).Fenced, "fences on %s", id)
-	}
+	assert.Zero(t, rep.Unfenced, "fences go with the lines, not with recovery")
 }
 
 // TestSettleWriteErrorInABatch: when one leg of a settle fails with a
@@ -567,27 +564,58 @@ func TestOwnerRacesCanceler(t *testing.T) {
 	b.checkSettled(map[string]int64{"A": 100, "B": 0})
 }
 
-func TestFencesAreRemovedAfterRetention(t *testing.T) {
+// TestFencesOfEarlierVersionsAreRemovedAfterRetention: the transactions an
+// earlier version finished carry the fences flag, and their fences are
+// markers in fencedTransactions with no time; recovery still removes them
+// once their retention has passed, moving each account's line past them.
+func TestFencesOfEarlierVersionsAreRemovedAfterRetention(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithSyncSettle())
 	b.open(map[string]int64{"A": 100, "B": 0})
 	txn, err := b.c.Transfer(ctx, "A", "B", 10)
 	require.NoError(t, err)
-	_, err = b.c.Transfer(ctx, "A", "B", 1000)
+	canceled, err := b.c.Transfer(ctx, "A", "B", 1000)
 	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
 	assert.Len(t, b.account("B").Fenced, 2)
+	assert.False(t, b.txn(txn.ID).Fences, "this version flags no transaction for recovery")
+	b.asEarlierVersion(txn, canceled)
+	assert.Len(t, b.account("B").Legacy, 2)
 	rep := b.recoverAll()
 	assert.Zero(t, rep.Unfenced, "fences stay within their retention")
-	assert.Len(t, b.account("B").Fenced, 2)
+	assert.Len(t, b.account("B").Legacy, 2)
 	for _, d := range b.txns() {
 		b.backdate(d.ID, time.Hour)
 	}
 	rep = b.recoverAll()
 	assert.Equal(t, 2, rep.Unfenced)
-	assert.Empty(t, b.account("A").Fenced)
-	assert.Empty(t, b.account("B").Fenced)
+	for _, id := range []string{"A", "B"} {
+		a := b.account(id)
+		assert.Empty(t, a.Legacy)
+		assert.Empty(t, a.Fenced)
+		assert.False(t, a.FencedBefore.Before(canceled.Created), "the line passed them")
+	}
 	assert.False(t, b.txn(txn.ID).Fences)
 	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+}
+
+// asEarlierVersion rewrites the fences of final transactions txns as an
+// earlier version left them: each leg's marker in its account's
+// fencedTransactions, and the transaction flagged for recovery's unfence.
+func (b *bank) asEarlierVersion(txns ...*twopc.Txn) {
+	b.t.Helper()
+	ctx := testCtx(b.t)
+	for _, txn := range txns {
+		for i, l := range txn.AllLegs() {
+			_, err := b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: l.Account}}, bson.D{
+				{Key: "$pull", Value: bson.D{{Key: "fencedLegs", Value: twopc.LegFence(txn, i)}}},
+				{Key: "$addToSet", Value: bson.D{{Key: "fencedTransactions", Value: twopc.LegMarker(txn.ID, i)}}},
+			})
+			require.NoError(b.t, err)
+		}
+		_, err := b.db.Collection("transactions").UpdateOne(ctx, bson.D{{Key: "_id", Value: txn.ID}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "fences", Value: true}}}})
+		require.NoError(b.t, err)
+	}
 }
 
 func TestRunRecoversUntilCanceled(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/mongotest"
 )
 
@@ -128,25 +129,44 @@ func ageFinalIn(t *testing.T, db *mongo.Database) {
 	require.NoError(t, err)
 }
 
-// unfenceAll ages every final transaction and recovers until no fence is
-// left on any transaction.
+// unfenceAll recovers until every transaction is final, then moves every
+// account's fence line (tombstones' too) past the latest of them, as the
+// next apply or rollback on each does once the low-water mark has passed
+// them: every fence is gone, and only the lines refuse their legs.
 func (b *bank) unfenceAll() {
 	b.t.Helper()
 	for i := 0; i < 5; i++ {
 		b.backdateAll(time.Hour)
 		b.ageFinal()
 		b.recoverAll()
-		fenced := 0
-		for _, d := range b.txns() {
-			if d.Fences {
-				fenced++
-			}
-		}
-		if fenced == 0 {
-			return
+	}
+	var latest time.Time
+	for _, d := range b.txns() {
+		require.Truef(b.t, d.State.Final() || d.State == twopc.StateHeld, "transaction %s is %s after five recovery passes", d.ID.Hex(), d.State)
+		if d.Created.After(latest) {
+			latest = d.Created
 		}
 	}
-	b.t.Fatalf("fences still on transactions after five passes")
+	b.moveLine(latest, accountIDs(b.t, b.db.Collection("accounts"))...)
+	for _, id := range accountIDs(b.t, b.db.Collection("accounts")) {
+		require.Emptyf(b.t, b.account(id).Fenced, "fences on %v", id)
+	}
+}
+
+// accountIDs returns the _id of every document in accounts.
+func accountIDs(t *testing.T, accounts *mongo.Collection) []any {
+	t.Helper()
+	var docs []struct {
+		ID any `bson:"_id"`
+	}
+	cur, err := accounts.Find(testCtx(t), bson.D{})
+	require.NoError(t, err)
+	require.NoError(t, cur.All(testCtx(t), &docs))
+	ids := make([]any, len(docs))
+	for i, d := range docs {
+		ids[i] = d.ID
+	}
+	return ids
 }
 
 // TestDuplicateAndDelay records every write command a simulation run sends

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 )
 
@@ -18,7 +19,18 @@ func transient(ctx context.Context, err error) bool {
 	if err == nil || ctx.Err() != nil || errors.As(err, &stepErr) {
 		return false // a step hook's error stops the caller, whatever it wraps
 	}
-	return mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded)
+	return mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded) || poolCleared(err)
+}
+
+// poolCleared reports whether err is the driver's "connection pool was
+// cleared because another operation failed": a network error of another
+// operation paused the pool, and this one gave up at its connection's
+// checkout, before sending anything (the driver returns it only from a
+// checkout, and on a retry of its own returns the earlier attempt's error
+// instead). It passes once the driver sees the server again.
+func poolCleared(err error) bool {
+	var pool driver.RetryablePoolError
+	return errors.As(err, &pool) && pool.Retryable()
 }
 
 // try runs one database operation of step for r: it calls the step hook,
@@ -58,8 +70,9 @@ func (c *config) retry(ctx context.Context, op func(context.Context) error) erro
 var errNotSent = errors.New("nothing was sent to the server")
 
 // unsent reports whether err, an attempt's error, says the driver gave up
-// before a connection carried the command: it found no server, or waited
-// in vain for a connection. On a retry of its own the driver reports those
+// before a connection carried the command: it found no server, waited in
+// vain for a connection, or found the pool cleared by another operation's
+// failure (poolCleared). On a retry of its own the driver reports those
 // with the earlier attempt's error, so they mean that no attempt of this
 // operation was sent. Any other error may have come after the server
 // received the command: a context's that ended mid-round-trip, and the
@@ -69,7 +82,7 @@ var errNotSent = errors.New("nothing was sent to the server")
 func unsent(err error) bool {
 	var selection topology.ServerSelectionError
 	var pool topology.WaitQueueTimeoutError
-	return errors.As(err, &selection) || errors.As(err, &pool)
+	return errors.As(err, &selection) || errors.As(err, &pool) || poolCleared(err)
 }
 
 // retrySent is retry for a write whose caller must know whether it may

@@ -634,7 +634,7 @@ func (p *commandProfile) monitor() *event.CommandMonitor {
 	}
 	return &event.CommandMonitor{
 		Started: func(_ context.Context, e *event.CommandStartedEvent) {
-			if !dataCommands[e.CommandName] {
+			if !dataCommands[e.CommandName] || markRead(e) {
 				return
 			}
 			shape := e.CommandName + " " + fmt.Sprint(e.Command.Lookup(e.CommandName))

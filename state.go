@@ -340,7 +340,10 @@ func (g *txnLog) read(ctx context.Context, id bson.ObjectID) (*record, error) {
 // reply was lost): not moved. The update of several says only how many
 // moved, so each is reported moved when it succeeds.
 func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
-	m.set = append(m.set, bson.E{Key: fieldFences, Value: true})
+	// No fences flag: this version's fences carry their transaction's time
+	// and go with the writes that move lines (lowWater), with no
+	// Recoverer. (Earlier versions flagged every final transaction for
+	// recovery's unfence, which still serves those.)
 	m.retain = g.fenceRetention
 	start := time.Now()
 	switch len(recs) {

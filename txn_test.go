@@ -34,7 +34,7 @@ func TestTransferCommitsAndSettles(t *testing.T) {
 	assert.False(t, d.LastModified.IsZero())
 	assert.Empty(t, b.account("A").Pending)
 	assert.Empty(t, b.account("B").Pending)
-	assert.Contains(t, b.account("A").Fenced, txn.ID, "settled legs are fenced")
+	assert.Contains(t, b.account("A").Fenced, twopc.LegFence(txn, 0), "settled legs are fenced")
 	b.checkSettled(map[string]int64{"A": 1000, "B": 1000})
 
 	got, err := b.c.Get(ctx, txn.ID)
@@ -78,7 +78,7 @@ func TestTransferInsufficientFundsCancels(t *testing.T) {
 	require.NotNil(t, txn)
 	assert.Equal(t, twopc.StateCanceled, txn.State)
 	assert.Equal(t, "insufficient_funds", b.txn(txn.ID).Reason)
-	assert.Contains(t, b.account("B").Fenced, twopc.LegMarker(txn.ID, 1), "rolled back legs are fenced")
+	assert.Contains(t, b.account("B").Fenced, twopc.LegFence(txn, 1), "rolled back legs are fenced")
 	b.checkSettled(map[string]int64{"A": 50, "B": 0})
 
 	// Exactly the balance is allowed.

@@ -38,8 +38,8 @@ func TestUnitJudge(t *testing.T) {
 	id := newTxnID()
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := &record{Txn: Txn{ID: id, Created: created}}
-	debit := leg{account: "A", delta: -10, marker: schema.Marker(id, 0)}
-	credit := leg{account: "A", delta: 10, marker: schema.Marker(id, 1)}
+	debit := leg{account: "A", delta: -10, marker: schema.Marker(id, 0), fenceID: schema.Fence(created, schema.Marker(id, 0))}
+	credit := leg{account: "A", delta: 10, marker: schema.Marker(id, 1), fenceID: schema.Fence(created, schema.Marker(id, 1))}
 	other := schema.Marker(newTxnID(), 0)
 	for _, tc := range []struct {
 		name    string
@@ -55,8 +55,11 @@ func TestUnitJudge(t *testing.T) {
 		{"debit past int64", bson.D{{Key: "balance", Value: int64(math.MinInt64 + 5)}}, debit, true, legBlocked, ErrBalanceOverflow},
 		{"applied", bson.D{{Key: "balance", Value: int64(0)}, {Key: "pendingTransactions", Value: bson.A{debit.marker}}}, debit, false, legApplied, nil},
 		{"another leg pending is not this one", bson.D{{Key: "balance", Value: int64(10)}, {Key: "pendingTransactions", Value: bson.A{other}}}, debit, false, legRetry, nil},
-		{"fenced", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedTransactions", Value: bson.A{debit.marker}}}, debit, false, legFenced, nil},
-		{"fenced tombstone", bson.D{{Key: "tombstone", Value: true}, {Key: "fencedTransactions", Value: bson.A{credit.marker}}}, credit, false, legFenced, nil},
+		{"fenced", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedLegs", Value: bson.A{debit.fenceID}}}, debit, false, legFenced, nil},
+		{"fenced tombstone", bson.D{{Key: "tombstone", Value: true}, {Key: "fencedLegs", Value: bson.A{credit.fenceID}}}, credit, false, legFenced, nil},
+		{"another leg's fence is not this one's", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedLegs", Value: bson.A{credit.fenceID}}}, debit, false, legRetry, nil},
+		{"fenced by an earlier version", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedTransactions", Value: bson.A{debit.marker}}}, debit, false, legFenced, nil},
+		{"fenced tombstone of an earlier version", bson.D{{Key: "tombstone", Value: true}, {Key: "fencedTransactions", Value: bson.A{credit.marker}}}, credit, false, legFenced, nil},
 		{"past the fence line", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: created}}, debit, false, legBlocked, ErrTooLate},
 		{"before the fence line", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: created.Add(-time.Millisecond)}}, debit, false, legRetry, nil},
 		{"missing", nil, credit, false, legBlocked, ErrAccountNotFound},
@@ -64,6 +67,7 @@ func TestUnitJudge(t *testing.T) {
 		{"balance a string", bson.D{{Key: "balance", Value: "10"}}, credit, false, legBlocked, ErrInvalidAccount},
 		{"balance int32", bson.D{{Key: "balance", Value: int32(10)}}, debit, false, legRetry, nil},
 		{"fences not an array", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedTransactions", Value: "x"}}, debit, false, legBlocked, ErrInvalidAccount},
+		{"fencedLegs not an array", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedLegs", Value: "x"}}, debit, false, legBlocked, ErrInvalidAccount},
 		{"credit idle, fits", bson.D{{Key: "balance", Value: int64(math.MaxInt64 - 10)}}, credit, false, legRetry, nil},
 		{"credit idle, past int64", bson.D{{Key: "balance", Value: int64(math.MaxInt64 - 9)}}, credit, false, legBlocked, ErrBalanceOverflow},
 		{"credit busy, within quarters", bson.D{{Key: "balance", Value: int64(creditQuarter)}, {Key: "pendingTransactions", Value: bson.A{other}}}, credit, false, legRetry, nil},
@@ -157,29 +161,52 @@ func TestUnitLegWrites(t *testing.T) {
 	id := newTxnID()
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := &record{Txn: Txn{ID: id, Created: created}}
-	l := leg{account: "A", delta: -10, marker: schema.Marker(id, 0)}
+	l := leg{account: "A", delta: -10, marker: schema.Marker(id, 0), fenceID: schema.Fence(created, schema.Marker(id, 0))}
 
-	f, u, upsert := updateOf(t, applyModel(r, l))
+	f, u, upsert := updateOf(t, applyModel(r, l, time.Time{}))
 	assert.False(t, upsert)
 	assert.Equal(t, "A", f["_id"])
 	assert.Equal(t, bson.M{"$ne": l.marker}, f[fieldPending], "not applied yet")
-	assert.Equal(t, bson.M{"$ne": l.marker}, f[fieldFenced], "not closed")
+	assert.Equal(t, bson.M{"$ne": l.fenceID}, f[fieldFencedLegs], "not closed")
+	assert.Equal(t, bson.M{"$ne": l.marker}, f[fieldFenced], "not closed by an earlier version")
+	assert.NotContains(t, u, "$max", "no mark read yet: the line stays")
+	assert.NotContains(t, u, "$pull")
 	assert.Equal(t, bson.M{"$not": bson.M{"$gte": bson.DateTime(created.UnixMilli())}}, f[fieldFencedBefore], "before the fence line")
 	assert.Contains(t, f, fieldBalance)
 	assert.Equal(t, bson.M{"$gte": int64(10), "$type": bson.A{"int", "long"}}, f[fieldBalance], "no overdraft")
 	assert.Equal(t, bson.M{fieldPending: l.marker}, u["$push"])
 	assert.Equal(t, bson.M{fieldBalance: int64(-10), fieldPendingDebit: int64(10)}, u["$inc"])
 
+	// With a mark, the apply moves the line up to it and drops the fences
+	// below it; never up to its own transaction's time.
+	mark := created.Add(-time.Second)
+	_, u, _ = updateOf(t, applyModel(r, l, mark))
+	assert.Equal(t, bson.M{fieldFencedBefore: bson.DateTime(mark.UnixMilli())}, u["$max"])
+	assert.Equal(t, bson.M{fieldFencedLegs: bson.M{"$lt": schema.FenceFloor(mark.Add(time.Millisecond))}}, u["$pull"])
+	_, u, _ = updateOf(t, applyModel(r, l, created.Add(time.Hour)))
+	assert.Equal(t, bson.M{fieldFencedBefore: bson.DateTime(created.Add(-time.Millisecond).UnixMilli())}, u["$max"], "a line stops short of its own transaction")
+
 	f, u, upsert = updateOf(t, closeModel(l))
 	assert.False(t, upsert)
 	assert.Equal(t, bson.M{"_id": "A", fieldPending: l.marker}, f, "only while pending")
 	assert.Equal(t, bson.M{fieldPending: l.marker}, u["$pull"])
-	assert.Equal(t, bson.M{fieldFenced: l.marker}, u["$addToSet"])
+	assert.Equal(t, bson.M{fieldFencedLegs: l.fenceID}, u["$addToSet"])
 
 	f, u, upsert = updateOf(t, fenceModel(r, l))
 	assert.True(t, upsert, "a tombstone where the account is missing")
 	assert.Equal(t, bson.M{"$not": bson.M{"$gte": bson.DateTime(created.UnixMilli())}}, f[fieldFencedBefore], "never past the fence line")
-	assert.Equal(t, bson.M{fieldFenced: l.marker}, u["$addToSet"])
+	assert.Equal(t, bson.M{fieldFencedLegs: l.fenceID}, u["$addToSet"])
+	assert.Equal(t, bson.M{fieldTombstone: true}, u["$setOnInsert"])
+
+	assert.Nil(t, lineModel(l, time.Time{}))
+	f, u, upsert = updateOf(t, lineModel(l, mark))
+	assert.False(t, upsert)
+	assert.Equal(t, "A", f["_id"])
+	assert.Contains(t, f, "$and", "only where a fence can go")
+	assert.Equal(t, bson.M{fieldFencedBefore: bson.DateTime(mark.UnixMilli())}, u["$max"])
+	assert.Equal(t, bson.M{fieldFencedLegs: bson.M{"$lt": schema.FenceFloor(mark.Add(time.Millisecond))}}, u["$pull"])
+
+	f, u, upsert = updateOf(t, fenceModel(r, l))
 	assert.Equal(t, bson.M{fieldTombstone: true}, u["$setOnInsert"])
 
 	f, u, upsert = updateOf(t, undoModel(l))
@@ -301,6 +328,13 @@ func TestUnitParallelKeepsTheFirstError(t *testing.T) {
 // earlier attempt's error) from one that may have reached the server,
 // "operation not sent to server, as Timeout would be exceeded" among them
 // (a driver's retry returns it after an attempt that was sent).
+// poolClearedForTest stands for the driver's unexported poolClearedError,
+// which is known by its Retryable method.
+type poolClearedForTest struct{}
+
+func (poolClearedForTest) Error() string   { return "connection pool was cleared" }
+func (poolClearedForTest) Retryable() bool { return true }
+
 func TestUnitUnsent(t *testing.T) {
 	for _, c := range []struct {
 		err  error
@@ -313,9 +347,13 @@ func TestUnitUnsent(t *testing.T) {
 		{context.DeadlineExceeded, false},    // the same
 		{mongo.CommandError{Code: 1}, false}, // the server answered
 		{errors.New("connection reset"), false},
+		// The driver's checkout error when another operation's network
+		// error cleared the pool, wrapped as the driver wraps it.
+		{mongo.CommandError{Wrapped: driver.Error{Message: "pool cleared", Labels: []string{driver.TransientTransactionError}, Wrapped: poolClearedForTest{}}}, true},
 	} {
 		assert.Equal(t, c.want, unsent(c.err), "%v", c.err)
 	}
+	assert.True(t, transient(context.Background(), mongo.CommandError{Wrapped: driver.Error{Wrapped: poolClearedForTest{}}}), "a cleared pool is tried again")
 	// retrySent: an attempt that may have been sent, then one that was
 	// not, leaves sent set.
 	cfg := defaultConfig()
@@ -360,4 +398,32 @@ func TestUnitErrorPrefixAndLegString(t *testing.T) {
 	assert.Equal(t, "A -10", Leg{Account: "A", Amount: -10}.String())
 	assert.Equal(t, "eu/7 +10", Leg{Ledger: "eu", Account: 7, Amount: 10}.String())
 	assert.Equal(t, "[A -10 B +10]", fmt.Sprint((&Txn{Source: "A", Destination: "B", Value: 10}).AllLegs()))
+}
+
+// TestUnitFence: a fence carries its transaction's time, to the
+// millisecond, ahead of anything else, so that the fences of transactions
+// older than a line are exactly those below the line's floor; and two legs
+// have different fences.
+func TestUnitFence(t *testing.T) {
+	at := time.Date(2026, 11, 24, 10, 0, 0, 5_000_000, time.UTC)
+	m := schema.Marker(newTxnID(), 0)
+	f := schema.Fence(at, m)
+	assert.Equal(t, at, schema.FenceTime(f))
+	assert.NotEqual(t, f, schema.Fence(at, schema.Marker(m, 1)), "another leg of the same transaction")
+	below := func(a, b bson.ObjectID) bool { return bytes.Compare(a[:], b[:]) < 0 }
+	assert.False(t, below(f, schema.FenceFloor(at)), "not dropped by a line at its own time")
+	assert.True(t, below(f, schema.FenceFloor(at.Add(time.Millisecond))), "dropped by a line past it")
+	assert.True(t, below(schema.Fence(at.Add(-time.Millisecond), schema.Marker(newTxnID(), 3)), f), "older first, whatever the digests")
+	assert.Equal(t, "000000000000", schema.Fence(time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC), m).Hex()[:12], "a time before 1970 counts as 1970")
+}
+
+// TestUnitLineFor: a write for transaction r moves a line up to the mark,
+// never to r's own time, and not at all before a mark was read.
+func TestUnitLineFor(t *testing.T) {
+	created := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	r := &record{Txn: Txn{Created: created}}
+	assert.True(t, lineFor(time.Time{}, r).IsZero())
+	assert.Equal(t, created.Add(-time.Second), lineFor(created.Add(-time.Second), r))
+	assert.Equal(t, created.Add(-time.Millisecond), lineFor(created.Add(time.Minute), r))
+	assert.True(t, lineFor(created, &record{}).IsZero(), "a transaction with no time moves no line")
 }

@@ -104,8 +104,9 @@ type accountEntry struct {
 	// HeldByHolds is what the holds held on the account reserve of Held.
 	HeldByHolds  int64           `json:"heldByHolds"`
 	PendingLegs  []pendingLeg    `json:"pendingLegs"`
-	Fenced       []string        `json:"fencedTransactions"`
-	FencedBefore json.RawMessage `json:"fencedBefore"` // the fence line; null if none
+	Fences       []string        `json:"fencedLegs"`         // fences, with their transactions' times first (schema.Fence)
+	Fenced       []string        `json:"fencedTransactions"` // an earlier version's fences: markers
+	FencedBefore json.RawMessage `json:"fencedBefore"`       // the fence line; null if none
 	Tombstone    bool            `json:"tombstone"`
 	id           bson.RawValue
 }
@@ -202,7 +203,7 @@ func account(ctx context.Context, cn *conn, ids []any, ledgers []string) (*accou
 		for _, d := range docs {
 			e := accountEntry{Ledger: ledgerName(name), Collection: coll.Name(), id: d.Lookup("_id"),
 				Balance: plainValue(d.Lookup(schema.Balance)), Held: orZeroJSON(d.Lookup(schema.PendingDebit)),
-				PendingCredit: orZeroJSON(d.Lookup(schema.PendingCredit)), PendingLegs: []pendingLeg{}, Fenced: []string{},
+				PendingCredit: orZeroJSON(d.Lookup(schema.PendingCredit)), PendingLegs: []pendingLeg{}, Fenced: []string{}, Fences: []string{},
 				FencedBefore: plainValue(d.Lookup(schema.FencedBefore))}
 			e.ID = plainValue(e.id)
 			if f, _ := cn.g.ledger(name); f.uri != "" {
@@ -212,6 +213,9 @@ func account(ctx context.Context, cn *conn, ids []any, ledgers []string) (*accou
 			for _, m := range markers(d, schema.Pending) {
 				e.PendingLegs = append(e.PendingLegs, pendingLeg{Marker: m.Hex(),
 					Transaction: schema.TxnOfMarker(m).Hex(), Leg: int(m[len(m)-1])})
+			}
+			for _, f := range markers(d, schema.FencedLegs) {
+				e.Fences = append(e.Fences, f.Hex())
 			}
 			for _, m := range markers(d, schema.Fenced) {
 				e.Fenced = append(e.Fenced, m.Hex())
@@ -321,6 +325,14 @@ func (r *accountReport) print(w io.Writer) {
 		if err := json.Unmarshal(a.FencedBefore, &t); err == nil && !t.IsZero() {
 			line = timestamp(t)
 		}
-		fmt.Fprintf(w, "  fencedTransactions (%d): %s; fence line (fencedBefore) %s\n", len(a.Fenced), markerList(fenced), line)
+		fences := make([]bson.ObjectID, 0, len(a.Fences))
+		for _, h := range a.Fences {
+			id, _ := bson.ObjectIDFromHex(h)
+			fences = append(fences, id)
+		}
+		if len(fenced) > 0 {
+			fmt.Fprintf(w, "  fencedTransactions (an earlier version's fences, %d): %s\n", len(a.Fenced), markerList(fenced))
+		}
+		fmt.Fprintf(w, "  fencedLegs: %s; fence line (fencedBefore) %s\n", fenceSpan(fences), line)
 	}
 }

@@ -27,7 +27,7 @@ type accountJSON struct {
 		Hold        bool   `json:"hold"`
 		Amount      int64  `json:"amount"`
 	} `json:"pendingLegs"`
-	Fenced       []string  `json:"fencedTransactions"`
+	Fences       []string  `json:"fencedLegs"`
 	FencedBefore time.Time `json:"fencedBefore"`
 	Tombstone    bool      `json:"tombstone"`
 }
@@ -88,7 +88,7 @@ func TestAccount(t *testing.T) {
 	require.Equal(t, "pending", p.State)
 	require.Equal(t, "crashing", p.Application)
 	require.EqualValues(t, -100, p.Amount)
-	require.Contains(t, a.Fenced, settled.Hex())
+	require.Contains(t, a.Fences, f.fence(settled, 0))
 
 	r = f.run("account", "bob", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
@@ -109,7 +109,8 @@ func TestAccount(t *testing.T) {
 	require.Contains(t, r.stdout, "300 of it by holds held")
 	require.Contains(t, r.stdout, hold.ID.Hex()+" leg 0: held, application seed, a hold, amount -300")
 	require.Contains(t, r.stdout, pending.Hex()+" leg 0: pending, application crashing, amount -100")
-	require.Contains(t, r.stdout, "fencedTransactions (1): "+settled.Hex())
+	require.Contains(t, r.stdout, "fencedLegs: 1, of transactions made from ")
+	require.NotContains(t, r.stdout, "fencedTransactions", "no fence of an earlier version")
 
 	// No such account.
 	r = f.run("account", "nobody")

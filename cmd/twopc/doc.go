@@ -110,8 +110,9 @@
 //
 // twopc show ID prints transaction ID with every field, and for each leg
 // the account document in the leg's ledger: balance, pendingCredit and
-// pendingDebit, the markers in pendingTransactions and
-// fencedTransactions, the fence line fencedBefore, and what the account
+// pendingDebit, the markers in pendingTransactions, the fences in
+// fencedLegs (how many, and their transactions' times), the fence line
+// fencedBefore, and what the account
 // shows of the leg: applied (its marker is in pendingTransactions),
 // closed (settled or undone: fenced, or behind the fence line), or not
 // applied. A leg's marker is the transaction's id with its last byte set
@@ -129,7 +130,9 @@
 // pendingTransactions: the transaction, the leg's index, and from the log
 // the transaction's state, application and the leg's amount; a marker
 // whose transaction the log does not hold is said so), and its fences
-// (fencedTransactions) and fence line (fencedBefore). A tombstone is
+// (fencedLegs: how many, and the times of their transactions; an earlier
+// version's, fencedTransactions, if any) and fence line (fencedBefore).
+// A tombstone is
 // shown as one. ID is matched as list --account matches it, and every
 // document that matches is shown. The account is read in the default
 // ledger and in every ledger given with --ledger NAME=COLLECTION or
@@ -138,7 +141,8 @@
 // so named, whose collections must be given. Exit status 1 if no ledger
 // read holds it. With --json: {"accounts": [{"ledger", "id", "balance",
 // "held", "heldByHolds", "pendingCredit", "pendingLegs": [...],
-// "fencedTransactions": [...], "fencedBefore", "tombstone"}]}.
+// "fencedLegs": [...], "fencedTransactions": [...], "fencedBefore",
+// "tombstone"}]}.
 //
 // # Archived transactions
 //

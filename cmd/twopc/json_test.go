@@ -62,7 +62,7 @@ func TestJSONIsPlain(t *testing.T) {
 			Account   struct {
 				ID           string    `json:"_id"`
 				Balance      int64     `json:"balance"`
-				Fenced       []string  `json:"fencedTransactions"`
+				Fences       []string  `json:"fencedLegs"`
 				FencedBefore time.Time `json:"fencedBefore"`
 			} `json:"account"`
 		} `json:"legs"`
@@ -76,7 +76,7 @@ func TestJSONIsPlain(t *testing.T) {
 	require.Len(t, sh.Legs, 2)
 	require.Equal(t, "alice", sh.Legs[0].AccountID)
 	require.EqualValues(t, 850, sh.Legs[0].Account.Balance)
-	require.Contains(t, sh.Legs[0].Account.Fenced, settled.Hex())
+	require.Contains(t, sh.Legs[0].Account.Fences, f.fence(settled, 0))
 
 	r = f.run("list", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)

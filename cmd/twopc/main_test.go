@@ -16,6 +16,7 @@ import (
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/mongotest"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }
@@ -123,6 +124,15 @@ func (f *fixture) done(src, dst string, value int64) bson.ObjectID {
 	require.NoError(f.t, err)
 	require.Equal(f.t, twopc.StateDone, txn.State)
 	return txn.ID
+}
+
+// fence is the hex of the fence that leg i of transaction id leaves on its
+// account once closed (schema.Fence).
+func (f *fixture) fence(id bson.ObjectID, i int) string {
+	f.t.Helper()
+	txn, err := f.c.Get(f.ctx, id)
+	require.NoError(f.t, err)
+	return schema.Fence(txn.Created, schema.Marker(id, i)).Hex()
 }
 
 // backdate makes transaction id look untouched for d, as if its owner

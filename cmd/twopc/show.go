@@ -161,19 +161,39 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 // legState says what account acct shows of the leg whose marker is m, of a
 // transaction created at created.
 func legState(acct bson.Raw, m bson.ObjectID, created time.Time) string {
-	if tomb, _ := acct.Lookup(schema.Tombstone).BooleanOK(); tomb && !hasMarker(acct, "fencedTransactions", m) {
+	fenced := hasMarker(acct, schema.FencedLegs, schema.Fence(created, m)) || hasMarker(acct, schema.Fenced, m)
+	if tomb, _ := acct.Lookup(schema.Tombstone).BooleanOK(); tomb && !fenced {
 		return legNoAccount
 	}
 	switch {
 	case hasMarker(acct, "pendingTransactions", m):
 		return legApplied
-	case hasMarker(acct, "fencedTransactions", m):
+	case fenced:
 		return legClosed
 	}
 	if line, ok := acct.Lookup(schema.FencedBefore).TimeOK(); ok && !created.IsZero() && !line.Before(created) {
 		return legClosed
 	}
 	return legNotApplied
+}
+
+// fenceSpan describes fences: how many, and the times of the transactions
+// whose legs they close, oldest and newest.
+func fenceSpan(fences []bson.ObjectID) string {
+	if len(fences) == 0 {
+		return "none"
+	}
+	first, last := schema.FenceTime(fences[0]), schema.FenceTime(fences[0])
+	for _, f := range fences[1:] {
+		t := schema.FenceTime(f)
+		if t.Before(first) {
+			first = t
+		}
+		if t.After(last) {
+			last = t
+		}
+	}
+	return fmt.Sprintf("%d, of transactions made from %s to %s", len(fences), timestamp(first), timestamp(last))
 }
 
 // hasMarker reports whether array field of acct holds m.
@@ -251,9 +271,12 @@ func (r *showReport) print(w io.Writer) {
 		a := l.acct
 		fmt.Fprintf(w, "     balance %s, pendingCredit %s, pendingDebit %s\n",
 			human(a.Lookup(schema.Balance)), orZero(a.Lookup(schema.PendingCredit)), orZero(a.Lookup(schema.PendingDebit)))
-		pending, fenced := markers(a, "pendingTransactions"), markers(a, "fencedTransactions")
+		pending := markers(a, "pendingTransactions")
 		fmt.Fprintf(w, "     pendingTransactions: %s\n", markerList(pending))
-		fmt.Fprintf(w, "     fencedTransactions: %s; fence line (fencedBefore) %s", markerList(fenced), human(a.Lookup(schema.FencedBefore)))
+		if legacy := markers(a, schema.Fenced); len(legacy) > 0 {
+			fmt.Fprintf(w, "     fencedTransactions (an earlier version's fences): %s\n", markerList(legacy))
+		}
+		fmt.Fprintf(w, "     fencedLegs: %s; fence line (fencedBefore) %s", fenceSpan(markers(a, schema.FencedLegs)), human(a.Lookup(schema.FencedBefore)))
 		if tomb, _ := a.Lookup(schema.Tombstone).BooleanOK(); tomb {
 			fmt.Fprint(w, "; a tombstone (fences of an account that did not exist)")
 		}

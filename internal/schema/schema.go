@@ -6,6 +6,7 @@ package schema
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -51,8 +52,43 @@ const (
 	PendingCredit = "pendingCredit"
 	PendingDebit  = "pendingDebit"
 	FencedBefore  = "fencedBefore"
+	FencedLegs    = "fencedLegs"
 	Tombstone     = "tombstone"
 )
+
+// Fence is the value an account's fencedLegs holds for a closed leg: the
+// leg's transaction time in milliseconds since 1970 (six bytes, big-endian;
+// a time before 1970 counts as 0), then the first six bytes of the SHA-256
+// of the leg's marker. ObjectIDs compare by their bytes, so the fences of
+// transactions older than a time t are exactly those below FenceFloor(t):
+// a write that moves an account's fence line to t drops them with one
+// $pull, and the line refuses their legs from then on. Two legs' fences
+// are equal only if their times are the same millisecond and their digests
+// agree (one chance in 2^48): the later leg is then refused, never applied
+// twice.
+func Fence(created time.Time, marker bson.ObjectID) bson.ObjectID {
+	f := FenceFloor(created)
+	sum := sha256.Sum256(marker[:])
+	copy(f[6:], sum[:6])
+	return f
+}
+
+// FenceFloor is the lowest fence of a transaction created at t.
+func FenceFloor(t time.Time) bson.ObjectID {
+	var f bson.ObjectID
+	ms := max(t.UnixMilli(), 0)
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(ms))
+	copy(f[:6], b[2:])
+	return f
+}
+
+// FenceTime is the transaction time a fence carries, to the millisecond.
+func FenceTime(f bson.ObjectID) time.Time {
+	var b [8]byte
+	copy(b[2:], f[:6])
+	return time.UnixMilli(int64(binary.BigEndian.Uint64(b[:]))).UTC()
+}
 
 // Marker is the marker of leg i of transaction id: the id with its last
 // byte set to i. Every transaction id the library writes ends in a zero

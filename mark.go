@@ -1,0 +1,233 @@
+package twopc
+
+// The low-water mark: a transaction time before which every transaction in
+// the log is finished, read about twice a second, and the clock corrected
+// to the server's that stamps each transaction's time. The writes that
+// touch an account anyway (a leg's apply, a rollback's undo) move its fence
+// line up to the mark and drop the fences below it, so an account keeps
+// the fences of about the last second and a half of its traffic, with no
+// Recoverer running.
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/twopc/twopc/internal/schema"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+const (
+	// markEvery is how often the mark is read again, while the
+	// coordinator is used.
+	markEvery = 500 * time.Millisecond
+	// markMargin is how far behind the server's clock the mark stays,
+	// whatever the log holds: it covers a transaction stamped (by a clock
+	// corrected to the server's) and not yet in the log when the mark is
+	// read. A transaction whose insert lands later than that after its
+	// stamp may find a line past its time: it is refused there and rolls
+	// back (ErrTooLate), moving nothing.
+	markMargin = time.Second
+	// markTimeout bounds one reading of the mark.
+	markTimeout = 5 * time.Second
+	// markComment is the comment on the mark's read of the log, which
+	// tells it apart from a transfer's commands.
+	markComment = "twopc: low-water mark"
+)
+
+// lowWater is a coordinator's mark and clock.
+//
+// The mark is min(the oldest unfinished transaction's time − 1 ms, the
+// server's clock − markMargin), the server's clock read (hello) before the
+// log is. Unfinished is initial, pending or canceling: an applied, done or
+// canceled transaction applies no leg again, and neither does a held hold
+// (its legs are applied; capture and void are guarded by their markers).
+// So a line at the mark refuses no leg that may still legitimately apply,
+// and a fence below it is refused by the line, which is what lets a write
+// drop it. Neither depends on the mark being right: a line only ever
+// refuses (a leg it refuses rolls its transfer back, moving nothing), and
+// a fence goes only in the write that moves the line past it.
+type lowWater struct {
+	mu      sync.Mutex
+	mark    time.Time     // zero until first read
+	readAt  time.Time     // host time of the last reading (monotonic)
+	offset  time.Duration // the server's clock minus the host's
+	synced  bool          // offset was measured
+	reading bool          // a reading is under way
+	frozen  bool          // no reading in the background (tests)
+
+	margin time.Duration                            // markMargin; tests shorten it
+	host   func() time.Time                         // the host's clock; tests replace it
+	server func(context.Context) (time.Time, error) // the server's clock (hello)
+	oldest func(context.Context) (time.Time, error) // the oldest unfinished transaction's time, zero if none
+	logger interface{ Debug(string, ...any) }       // reading errors
+}
+
+// newLowWater returns the mark and clock of coordinator c.
+func newLowWater(c *Coordinator) *lowWater {
+	return &lowWater{
+		margin: c.markMargin,
+		frozen: c.markFrozen,
+		host:   c.markClock,
+		server: func(ctx context.Context) (time.Time, error) { return schema.ServerNow(ctx, c.db) },
+		oldest: c.log.oldestOpen,
+		logger: c.logger,
+	}
+}
+
+// stamp returns the time for a new transaction: the host's clock corrected
+// to the server's, in milliseconds. A coordinator's first stamp waits for
+// the server's clock (one hello, bounded by ctx); if that fails, it is
+// the host's clock until the next reading.
+func (m *lowWater) stamp(ctx context.Context) time.Time {
+	m.mu.Lock()
+	synced := m.synced
+	m.mu.Unlock()
+	if !synced {
+		ctx, cancel := context.WithTimeout(ctx, markTimeout)
+		_, _ = m.readClock(ctx)
+		cancel()
+	}
+	m.line()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.host().Add(m.offset).UTC().Truncate(time.Millisecond)
+}
+
+// readClock reads the server's clock and updates the offset (against the
+// middle of the round trip); it returns the server's time.
+func (m *lowWater) readClock(ctx context.Context) (time.Time, error) {
+	before := m.host()
+	start := time.Now()
+	server, err := m.server(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	mid := before.Add(time.Since(start) / 2)
+	m.mu.Lock()
+	m.offset, m.synced = server.Sub(mid), true
+	m.mu.Unlock()
+	return server, nil
+}
+
+// written is told the time a transaction was stamped with and the time
+// the server wrote it (its lastModified): a gap wider than half the margin
+// means the offset is off (or the insert was slow), and the clock and the
+// mark are read again.
+func (m *lowWater) written(created, lastModified time.Time) {
+	if gap := lastModified.Sub(created); gap > m.margin/2 || gap < -m.margin/2 {
+		m.mu.Lock()
+		m.readAt = time.Time{}
+		m.mu.Unlock()
+		m.line()
+	}
+}
+
+// line returns the mark as last read (zero if never), and starts a new
+// reading in the background if the last is older than markEvery.
+func (m *lowWater) line() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.reading && !m.frozen && (m.readAt.IsZero() || time.Since(m.readAt) >= markEvery) {
+		m.reading = true
+		go m.read()
+	}
+	return m.mark
+}
+
+// read reads the mark (see lowWater): the server's clock, then the oldest
+// unfinished transaction in the log.
+func (m *lowWater) read() {
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+	defer cancel()
+	mark, err := m.readOnce(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reading = false
+	if err != nil {
+		m.logger.Debug("twopc: reading the low-water mark", "error", err)
+		return
+	}
+	m.mark, m.readAt = mark, time.Now()
+}
+
+// readNow reads the mark at once and keeps it (tests).
+func (m *lowWater) readNow(ctx context.Context) (time.Time, error) {
+	mark, err := m.readOnce(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mark, m.readAt = mark, time.Now()
+	return mark, nil
+}
+
+// readOnce computes the mark.
+func (m *lowWater) readOnce(ctx context.Context) (time.Time, error) {
+	server, err := m.readClock(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	mark := server.Add(-m.margin)
+	oldest, err := m.oldest(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !oldest.IsZero() && oldest.Add(-time.Millisecond).Before(mark) {
+		mark = oldest.Add(-time.Millisecond)
+	}
+	return mark.UTC().Truncate(time.Millisecond), nil
+}
+
+// oldestOpen returns the time of the oldest unfinished transaction in the
+// log (zero if none): one read by the {state, created} index.
+//
+// One find is not a snapshot: a transaction that moves between two of the
+// states it reads while it runs (pending to canceling) may be missed. Only
+// a move into pending could matter (its legs still apply), and the library
+// inserts transactions pending; initial is the tutorial's state, written
+// by hand.
+func (g *txnLog) oldestOpen(ctx context.Context) (time.Time, error) {
+	var first []struct {
+		Created time.Time `bson:"created"`
+	}
+	err := g.retry(ctx, func(ctx context.Context) error {
+		cur, err := g.txns.Find(ctx, bson.D{
+			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateCanceling}}}},
+			// A transaction written by hand with no time sorts first and
+			// would hide the others.
+			{Key: fieldCreated, Value: bson.D{{Key: "$type", Value: "date"}}},
+		}, options.Find().
+			SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: fieldCreated, Value: 1}}).
+			SetSort(bson.D{{Key: fieldCreated, Value: 1}}).
+			SetLimit(1).
+			SetComment(markComment))
+		if err != nil {
+			return err
+		}
+		first = first[:0]
+		return cur.All(ctx, &first)
+	})
+	if err != nil || len(first) == 0 {
+		return time.Time{}, err
+	}
+	return first[0].Created, nil
+}
+
+// lineFor is the line a write for transaction r moves its account's line
+// up to: the mark, but never to r's own time (r's other legs on the same
+// document must still apply). Zero: move nothing.
+func lineFor(mark time.Time, r *record) time.Time {
+	if mark.IsZero() {
+		return time.Time{}
+	}
+	if own := r.Created.Add(-time.Millisecond); own.Before(mark) {
+		mark = own
+	}
+	if mark.UnixMilli() <= 0 {
+		return time.Time{}
+	}
+	return mark
+}

@@ -12,9 +12,9 @@ import (
 
 // prune moves to the archive (or removes) the final transactions whose
 // recorded time to keep (WithHistory) has passed by now, since they were
-// last modified, and whose fences are off their accounts: the accounts'
-// fence lines are then at or past each one's time, so no leg of it can
-// apply however late it is delivered (see WithHistory). Only those
+// last modified (and, for one an earlier version finished, whose fences
+// are off their accounts): no leg of it can apply however late it is
+// delivered, its fences or the fence lines refuse it (see WithHistory). Only those
 // recorded for this coordinator's archive (or for removal, if it has
 // none) are taken. Placeholders and keyed transactions (WithKey, and the
 // reversals Reverse keys) are never removed: their _id would be free for

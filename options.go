@@ -243,15 +243,16 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 }
 
 // WithHistory bounds the transactions collection: each transaction this
-// coordinator creates records keep, and once it is final, its fences are
-// removed and keep has passed since it was last modified (by the server's
-// clock), a Recoverer's pass moves it to archive, or removes it if archive
-// is nil. Without WithHistory transactions are kept for good.
+// coordinator creates records keep, and once it is final and keep has
+// passed since it was last modified (by the server's clock), a Recoverer's
+// pass moves it to archive, or removes it if archive is nil (a transaction
+// an earlier version finished waits for its fences to be removed too).
+// Without WithHistory transactions are kept for good.
 //
-// With a Recoverer running every interval I, fence retention R, keep K and
-// f transfers a second, the collection then holds the unfinished
-// transactions plus about f×(R+K+I) final ones, plus every keyed
-// transaction and placeholder, which are kept for good.
+// With a Recoverer running every interval I, keep K and f transfers a
+// second, the collection then holds the unfinished transactions plus about
+// f×(K+I) final ones, plus every keyed transaction and placeholder, which
+// are kept for good.
 //
 // What it keeps: keyed transactions (WithKey, and the reversals Reverse
 // makes under derived keys) are never removed, so a key is honoured for
@@ -263,11 +264,12 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 // touch, so they are what refuses it. Bound the collection by using keys
 // where a caller needs them.
 //
-// What removal does not let happen: money moving. A transaction is removed
-// only after every account it touched has its fence line at or past the
-// transaction's time, so a leg write of it, delivered however late, is
-// refused by the server, and a late insert of it becomes a transaction
-// with no leg applied.
+// What removal does not let happen: money moving. Every leg write of a
+// final transaction, delivered however late, is refused by the server
+// whether the transaction is in the log or not: by the leg's fence on its
+// account and, once that is gone, by the account's fence line, which
+// passes the transaction in the very write that drops the fence. So a late
+// insert of a removed transaction becomes one with no leg applied.
 //
 // What it costs the log. With an archive, Get, Canceler.Cancel and Reverse
 // of an id the archive holds answer from the archive (Cancel writes

@@ -41,12 +41,15 @@ import (
 //   - voids each held hold past its expiry (see WithExpiry) as expired, and
 //     rolls it back to canceled. A held hold is never rolled back for being
 //     old: only its expiry, Capture or Void end it.
-//   - removes, from every account a final (done or canceled) transaction
-//     touched, the fences it left, once its fence retention has passed
-//     (see WithFenceRetention), moving the accounts' fence lines past it.
-//     Without a Recoverer, fences pile up on busy accounts.
-//   - with WithHistory, moves each final transaction whose fences are
-//     removed and whose time to keep has passed to the archive collection,
+//   - removes, from every account a final transaction that an earlier
+//     version of this library finished touched, the fences it left (markers
+//     with no time), once its fence retention has passed (see
+//     WithFenceRetention), moving the accounts' fence lines past it. This
+//     version's fences need no Recoverer: the writes that touch an account
+//     drop them (see PROTOCOL.md, Limits).
+//   - with WithHistory, moves each final transaction whose time to keep
+//     has passed (and, for an earlier version's, whose fences are removed)
+//     to the archive collection,
 //     or removes it (keyed transactions and Cancel's placeholders are kept
 //     for good; see WithHistory).
 //
@@ -98,7 +101,7 @@ type RecoveryReport struct {
 	Canceled      int // stale initial transactions canceled
 	Skipped       int // transactions another process took or moved first
 	Failed        int // transactions left as they were after an error (see the error)
-	Unfenced      int // settled transactions whose fences were removed
+	Unfenced      int // final transactions of an earlier version whose fences were removed
 	Removed       int // final transactions moved to the archive or removed (WithHistory)
 	Expired       int // held holds past their expiry voided to canceled (WithExpiry)
 }

@@ -220,6 +220,13 @@ func (r *auditReport) print(w io.Writer) {
 	if len(parts) == 0 {
 		parts = append(parts, "none")
 	}
+	tombstones := 0
+	for _, n := range r.Tombstones {
+		tombstones += n
+	}
+	if tombstones > 0 {
+		parts = append(parts, plural(int64(tombstones), "tombstone")+" (ids a rolled-back transfer named with no account there)")
+	}
 	fmt.Fprintf(w, "  accounts by ledger: %s; %s of legs in flight, %s\n",
 		strings.Join(parts, ", "), plural(int64(r.Markers), "marker"), plural(int64(r.Fences), "fence"))
 	for _, t := range r.Totals {

@@ -21,14 +21,14 @@ import (
 const (
 	// markEvery is how often the mark is read again, while the
 	// coordinator is used.
-	markEvery = 500 * time.Millisecond
+	markEvery = 250 * time.Millisecond
 	// markMargin is how far behind the server's clock the mark stays,
 	// whatever the log holds: it covers a transaction stamped (by a clock
 	// corrected to the server's) and not yet in the log when the mark is
 	// read. A transaction whose insert lands later than that after its
 	// stamp may find a line past its time: it is refused there and rolls
 	// back (ErrTooLate), moving nothing.
-	markMargin = time.Second
+	markMargin = 500 * time.Millisecond
 	// markTimeout bounds one reading of the mark.
 	markTimeout = 5 * time.Second
 	// markComment is the comment on the mark's read of the log, which

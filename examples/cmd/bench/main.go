@@ -80,6 +80,7 @@ type config struct {
 	warmup     int
 	hot        bool
 	batch      int
+	rtt        time.Duration
 	args       []string
 }
 
@@ -120,6 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.warmup, "warmup", 50, "transfers of each implementation run first and not reported (0: none)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "bound on one run")
 	fs.BoolVar(&c.hot, "hot", false, "hot account: every transfer pays into the same account, from one of the others picked at random")
+	fs.DurationVar(&c.rtt, "rtt", 0, "added to every round trip of the measured clients, for every implementation: each request waits this long before it is written (a network between application and server)")
 	fs.IntVar(&c.batch, "batch", 1, "twopc only: a worker sends up to this many of the transfers waiting for it in one TransferBatch call")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -155,6 +157,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-accounts must be at least 2")
 	case c.value < 1 || c.balance < 0:
 		return nil, errors.New("-value must be positive and -balance not negative")
+	case c.rtt < 0:
+		return nil, errors.New("-rtt must not be negative")
 	case c.batch < 1 || c.batch > twopc.MaxBatch:
 		return nil, fmt.Errorf("-batch must be between 1 and %d", twopc.MaxBatch)
 	}
@@ -258,7 +262,10 @@ func (c *config) describe() string {
 	}
 	s := fmt.Sprintf("%s, %d processes, %d accounts of %d, transfers of %d", load, c.processes, c.accounts, c.balance, c.value)
 	if c.hot {
-		s += ", every one into the same account"
+		s += ", every one into the same account (no Recoverer runs)"
+	}
+	if c.rtt > 0 {
+		s += fmt.Sprintf(", %v added to every round trip", c.rtt)
 	}
 	if c.batch > 1 {
 		s += fmt.Sprintf(", twopc in TransferBatch calls of up to %d", c.batch)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,4 +172,31 @@ func TestServerWork(t *testing.T) {
 	var none result
 	none.serverWork(nil)
 	assert.Zero(t, none.serverTime)
+}
+
+// TestThirds: the throughput of the first and the last third of the
+// transfers, by the times they returned, in any order.
+func TestThirds(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	// Six transfers: two by 100 ms, two more by 300 ms, the last two 400 ms
+	// after the fourth.
+	first, last := thirds(start, []time.Time{at(700), at(50), at(300), at(100), at(700), at(200)})
+	if first != 20 || last != 5 {
+		t.Fatalf("thirds = %v, %v; want 20, 5", first, last)
+	}
+	if first, last := thirds(start, []time.Time{at(1)}); first != 0 || last != 0 {
+		t.Fatalf("thirds of one transfer = %v, %v; want 0, 0", first, last)
+	}
+}
+
+// TestRTTFlag: -rtt is taken, a negative one refused.
+func TestRTTFlag(t *testing.T) {
+	c, err := parseFlags([]string{"-rtt", "1ms"}, io.Discard)
+	if err != nil || c.rtt != time.Millisecond {
+		t.Fatalf("-rtt 1ms: %v, %v", c, err)
+	}
+	if _, err := parseFlags([]string{"-rtt", "-1ms"}, io.Discard); err == nil {
+		t.Fatal("-rtt -1ms accepted")
+	}
 }

@@ -63,6 +63,13 @@ func (r *report) markdown(chartLink string) string {
 	for _, x := range r.results {
 		fmt.Fprintf(&b, "| %d | %s | %s |\n", x.workers, x.impl, x.shapes)
 	}
+	if r.cfg.hot {
+		b.WriteString("\nThe hot account: throughput of the first and the last third of the transfers (by the time each returned), and its document at the end:\n\n")
+		b.WriteString("| workers | implementation | first third (transfers/s) | last third (transfers/s) | last ÷ first | hot account's document (bytes) |\n| ---: | --- | ---: | ---: | ---: | ---: |\n")
+		for _, x := range r.results {
+			fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %.2f | %d |\n", x.workers, x.impl, x.firstRate, x.lastRate, ratio(x.lastRate, x.firstRate), x.hotBytes)
+		}
+	}
 	if slices.ContainsFunc(r.results, func(x result) bool { return x.serverTime > 0 }) {
 		b.WriteString("\nThe dev server's own time, from its front's clock (`GET /work`), per finished transfer; busy is the share of the run it was busy (one request at a time):\n\n")
 		b.WriteString("| workers | implementation | server time / finished transfer | busy | by command and collection |\n| ---: | --- | ---: | ---: | --- |\n")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -128,6 +129,11 @@ type result struct {
 	serverBusy float64
 	serverBy   string
 	check      string // why the final state is wrong; "" if right
+	// With -hot: the throughput of the first and the last third of the
+	// transfers, by the time each returned, and the hot account's document
+	// size at the end.
+	firstRate, lastRate float64
+	hotBytes            int
 }
 
 // serverWork sets the server's time from the front's work since the run
@@ -335,7 +341,11 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 		}
 	}()
 	for i := range ps {
-		client, err := mongo.Connect(options.Client().ApplyURI(cfg.uri).SetMaxPoolSize(pool).SetMonitor(cnt.monitor()))
+		opts := options.Client().ApplyURI(cfg.uri).SetMaxPoolSize(pool).SetMonitor(cnt.monitor())
+		if cfg.rtt > 0 {
+			opts.SetDialer(delayDialer{delay: cfg.rtt})
+		}
+		client, err := mongo.Connect(opts)
 		if err != nil {
 			return res, err
 		}
@@ -367,6 +377,7 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 
 	pairs := b.pairs(workers)
 	lat := make([]time.Duration, len(pairs))
+	ends := make([]time.Time, len(pairs)) // when each returned
 	failed := make([]bool, len(pairs))
 	var finished atomic.Int64
 	var errMu sync.Mutex
@@ -432,6 +443,7 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 						t0 = taken
 					}
 					lat[j.i] = time.Since(t0)
+					ends[j.i] = time.Now()
 					finished.Add(1)
 					if err := errs[k]; err != nil {
 						failed[j.i] = true
@@ -478,6 +490,14 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 		res.shapes = cnt.shapes(res.ok)
 		res.serverWork(work)
 	}
+	if cfg.hot {
+		res.firstRate, res.lastRate = thirds(start, ends)
+		raw, err := db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: accountID(0)}}).Raw()
+		if err != nil {
+			return res, fmt.Errorf("read the hot account: %w", err)
+		}
+		res.hotBytes = len(raw)
+	}
 	res.check = b.verify(ctx, db, res.ok)
 	if res.errors > 0 && res.check == "" {
 		res.check = fmt.Sprintf("%d transfers failed, the first with: %s", res.errors, res.firstErr)
@@ -494,6 +514,44 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 		label, impl, workers, res.ok, res.elapsed.Round(time.Millisecond), res.throughput(),
 		res.pct(50).Round(time.Millisecond), res.pct(99).Round(time.Millisecond), res.callerRTs, res.commands, res.statements, server, checkNote(res.check))
 	return res, nil
+}
+
+// thirds returns the throughput of the first and the last third of the
+// transfers, by the times they returned (ends), the run started at start.
+func thirds(start time.Time, ends []time.Time) (first, last float64) {
+	sorted := slices.Clone(ends)
+	slices.SortFunc(sorted, func(a, b time.Time) int { return a.Compare(b) })
+	third := len(sorted) / 3
+	if third == 0 {
+		return 0, 0
+	}
+	first = float64(third) / sorted[third-1].Sub(start).Seconds()
+	last = float64(third) / sorted[len(sorted)-1].Sub(sorted[len(sorted)-third-1]).Seconds()
+	return first, last
+}
+
+// delayDialer dials TCP and delays every write by delay: each request
+// reaches the server delay later, as over a network (-rtt).
+type delayDialer struct{ delay time.Duration }
+
+func (d delayDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return delayConn{Conn: c, delay: d.delay}, nil
+}
+
+// delayConn is a connection whose writes wait delay first.
+type delayConn struct {
+	net.Conn
+	delay time.Duration
+}
+
+func (c delayConn) Write(p []byte) (int, error) {
+	time.Sleep(c.delay)
+	return c.Conn.Write(p)
 }
 
 func checkNote(check string) string {

@@ -25,7 +25,7 @@ const (
 	// is only pendingTransactions. Each fence carries its transaction's
 	// time (schema.Fence), so that the writes that move the line drop the
 	// fences it passes (see lowWater): the array holds about the last
-	// second and a half of the account's traffic.
+	// three quarters of a second of the account's traffic.
 	fieldFencedLegs = schema.FencedLegs
 	// fieldFenced holds the markers of the legs that earlier versions
 	// closed on the account (the same guard, with no time). Nothing adds

@@ -87,11 +87,11 @@
 // on it, and the fences of the legs closed on it since its fence line,
 // which every apply and rollback there moves up to the coordinator's
 // low-water mark: the oldest unfinished transaction in the log, read about
-// twice a second, and never less than a second behind the server's clock.
-// So an account keeps the fences of about the last second and a half of
-// its traffic (17 bytes each), plus the age of the oldest unfinished
-// transaction, with no Recoverer running, and a write's cost does not grow
-// with the account's past traffic. The transactions collection grows with
+// four times a second, and never less than half a second behind the
+// server's clock. So an account keeps the fences of about the last three
+// quarters of a second of its traffic (17 bytes each), plus the age of the
+// oldest unfinished transaction, with no Recoverer running, and a write's
+// cost does not grow with the account's past traffic. The transactions collection grows with
 // every transfer unless WithHistory bounds it, which needs a Recoverer.
 //
 // PROTOCOL.md, in the repository, describes how: the documents, each

@@ -262,7 +262,7 @@ var dataCommands = map[string]bool{
 }
 
 // markRead reports whether e is the low-water mark's read of the log,
-// which a coordinator sends about twice a second, not per transfer.
+// which a coordinator sends four times a second, not per transfer.
 func markRead(e *event.CommandStartedEvent) bool {
 	c, _ := e.Command.Lookup("comment").StringValueOK()
 	return c == twopc.MarkComment

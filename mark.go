@@ -1,12 +1,12 @@
 package twopc
 
 // The low-water mark: a transaction time before which every transaction in
-// the log is finished, read about twice a second, and the clock corrected
+// the log is finished, read four times a second, and the clock corrected
 // to the server's that stamps each transaction's time. The writes that
 // touch an account anyway (a leg's apply, a rollback's undo) move its fence
 // line up to the mark and drop the fences below it, so an account keeps
-// the fences of about the last second and a half of its traffic, with no
-// Recoverer running.
+// the fences of about the last three quarters of a second of its traffic,
+// with no Recoverer running.
 
 import (
 	"context"

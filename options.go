@@ -139,7 +139,7 @@ func WithStaleAfter(d time.Duration) Option {
 // retention: the writes that touch an account anyway (an apply, a
 // rollback) move its fence line up to the coordinator's low-water mark and
 // drop the fences below it, so an account holds the fences of about the
-// last second and a half of its traffic, plus the age of the oldest
+// last three quarters of a second of its traffic, plus the age of the oldest
 // unfinished transaction, with no Recoverer running (see PROTOCOL.md,
 // Limits). Safety never depends on either: a leg write delivered after its
 // fence is gone meets the fence line.

@@ -134,7 +134,6 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 		case cur.State != StatePending:
 			t.answer(c.outcome(cur))
 		default:
-			c.mark.written(cur.Created, cur.LastModified)
 			t.o = &owned{rec: cur, claimedAt: claimedAt}
 			mine = append(mine, t)
 		}

@@ -273,6 +273,10 @@ func (g *txnLog) insertOne(ctx context.Context, r *record, sent *bool) (*record,
 		return nil, err
 	}
 	g.transition(ctx, r.ID, inserted, start, 1, cur.Claim == r.Claim, nil)
+	if cur.Claim == r.Claim {
+		// This call's insert: the server wrote lastModified by its clock.
+		g.mark.written(cur.Created, cur.LastModified)
+	}
 	return &cur, nil
 }
 

@@ -1,14 +1,16 @@
 // Package devserver runs a MongoDB-compatible server for development and
 // tests on machines without mongod or Docker: an embedded FerretDB v1
-// (SQLite storage, pure Go) behind a [Front] that lets one request through
-// at a time.
+// (SQLite storage, pure Go) behind a [Front] that lets one statement
+// through at a time.
 //
 // FerretDB v1 runs an update as read, change, write back, with nothing
 // stopping two connections from interleaving, so on its own it loses
 // concurrent $inc updates and lets two findAndModify calls claim the same
 // document. Serializing every request in the front restores the
-// single-document atomicity MongoDB guarantees (and more: a multi-document
-// command is atomic too, which code must not rely on).
+// single-document atomicity MongoDB guarantees, and no more: the front
+// takes its lock per statement of a write command, and per document of an
+// update of many or a delete of many, so other clients' requests land in
+// between, as they may on MongoDB.
 //
 // The front also runs every update, delete and insert command one statement
 // at a time, one FerretDB command per statement, and answers with the

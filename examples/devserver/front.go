@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // FrontOptions configures a [Front].
@@ -27,6 +29,14 @@ type FrontOptions struct {
 	// front warns that it (and so every client) is waiting on it. Zero
 	// means [DefaultStallWarning].
 	StallWarning time.Duration
+
+	// StatementPause, if positive, pauses a write command between its
+	// statements, and a multi-document statement between its documents,
+	// for a random time in [0, StatementPause), drawn from a source seeded
+	// by Seed, with the front's lock released: randomized runs use it to
+	// widen the windows in which other clients' requests land in the
+	// middle of a command, as they may on MongoDB.
+	StatementPause time.Duration
 }
 
 // DefaultStallWarning is the default [FrontOptions.StallWarning]. A request
@@ -58,12 +68,21 @@ type Stats struct {
 // connections, runs the request on the backend and reads the whole reply,
 // releases the lock and relays the reply. Put before a server whose updates
 // are read-modify-write, such as FerretDB v1, this makes every
-// single-document update and findAndModify atomic (and every whole
-// command, which code must not rely on: MongoDB does not promise it).
+// single-document update and findAndModify atomic, and no more: as on
+// MongoDB ("the modification of each document is atomic, but the
+// operation as a whole is not atomic", manual, Atomicity and
+// Transactions), a write command's statements each take the lock on their
+// own, and other clients' requests land between them; a multi-document
+// update (multi: true) or delete (limit: 0) reads the _ids its filter
+// matches under the lock, then writes each document under the lock on its
+// own, with {_id: id, $and: [filter]}, so a document that stopped matching
+// meanwhile is not touched, as MongoDB re-checks the filter on each
+// document. StatementPause widens those gaps.
 //
 // An update, delete or insert command sent as OP_MSG, its statements
-// inline or in a document sequence, runs statement by statement, still
-// under the lock: the front sends the backend one command per statement,
+// inline or in a document sequence, runs statement by statement: the
+// front sends the backend one command per statement (per document, for a
+// multi-document one),
 // carrying every other field of the client's command, and answers the
 // client with the reply MongoDB documents for the whole command: n (and
 // nModified), upserted and writeErrors entries under their statement's
@@ -101,8 +120,16 @@ type Front struct {
 	faults  *faultSet
 	stall   time.Duration
 
-	serial sync.Mutex // held while a request is at the backend
+	serial sync.Mutex // held while a request (or one statement of a write) is at the backend
 	work   workLog    // the backend's time under serial, by command and collection
+	pause  *pauser    // StatementPause; nil: none
+
+	// between, if set (tests only), is called between two statements of a
+	// write command and between the documents of a multi-document
+	// statement, with the lock released: stmt is the statement's index,
+	// doc the number of its documents already written (-1 before the
+	// statement starts).
+	between func(stmt, doc int)
 
 	forwarded, dropBefore, dropAfter, delayed atomic.Uint64
 	requestID                                 atomic.Int32 // of the messages the front writes itself
@@ -136,6 +163,7 @@ func NewFront(addr, backend string, opts FrontOptions) (*Front, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Front{
+		pause:   newPauser(opts.Seed, opts.StatementPause),
 		stall:   stall,
 		backend: backend,
 		ln:      ln,
@@ -328,17 +356,17 @@ var unserialized = map[string]bool{
 	"hello": true, "isMaster": true, "ismaster": true, "ping": true, "buildInfo": true, "buildinfo": true,
 }
 
-// roundTrip runs the client's request on the backend while holding the
-// front's lock (but see unserialized), so no other request reaches the
-// backend in between, and
-// returns the messages to relay to the client (none for a request with the
-// moreToCome flag). An update, delete or insert command runs statement by
-// statement (runWrite); anything else is forwarded as it is (forward). If
+// roundTrip runs the client's request on the backend and returns the
+// messages to relay to the client (none for a request with the moreToCome
+// flag). An update, delete or insert command runs statement by statement,
+// each under the front's lock (runWrite); anything else is forwarded as it
+// is, under the lock for the whole request (but see unserialized), so no
+// other request reaches the backend in between (forward). If
 // the request takes longer than the stall warning, the front says so in the
 // log: every client is waiting.
 func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, error) {
 	serialized := !unserialized[req.command]
-	if serialized {
+	if serialized && req.write == nil { // a write takes the lock per statement (runWrite)
 		f.serial.Lock()
 		defer f.serial.Unlock()
 	}
@@ -357,17 +385,13 @@ func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, 
 		}
 	}()
 
-	if serialized {
-		defer func() {
-			statements := 1
-			if req.write != nil {
-				statements = len(req.write.statements)
-			}
-			f.work.add(req.command, req.collection, statements, time.Since(start))
-		}()
-	}
 	if req.write != nil {
-		return f.runWrite(backend, req)
+		var busy time.Duration
+		defer func() { f.work.add(req.command, req.collection, len(req.write.statements), busy) }()
+		return f.runWrite(backend, req, &busy)
+	}
+	if serialized {
+		defer func() { f.work.add(req.command, req.collection, 1, time.Since(start)) }()
 	}
 	return f.forward(backend, msg, req)
 }
@@ -403,37 +427,39 @@ func (f *Front) forward(backend net.Conn, msg []byte, req request) ([][]byte, er
 }
 
 // runWrite runs the write command req.write on the backend one statement at
-// a time, each as a command of its own that carries every other field of
-// the client's command, and returns the reply MongoDB gives to the whole
-// command: n (and nModified for update) summed over the statements,
-// upserted and writeErrors entries under their statement's index, the last
-// writeConcernError, ok: 1. An ordered command stops at the first statement
-// that fails, an unordered one goes on. If the first statement fails with
-// ok: 0, the command's own fields are what FerretDB refused, so that reply
-// is relayed as the command's error (MongoDB's reply to a command error);
-// a later statement failing with ok: 0 becomes that statement's write
-// error.
-func (f *Front) runWrite(backend net.Conn, req request) ([][]byte, error) {
+// a time, each as a command of its own under the front's lock (taken and
+// released per statement: other clients' requests land in between), that
+// carries every other field of the client's command, and returns the
+// reply MongoDB gives to the whole command: n (and nModified for update)
+// summed over the statements, upserted and writeErrors entries under their
+// statement's index, the last writeConcernError, ok: 1. An ordered command
+// stops at the first statement that fails, an unordered one goes on. If
+// the first statement fails with ok: 0, the command's own fields are what
+// FerretDB refused, so that reply is relayed as the command's error
+// (MongoDB's reply to a command error); a later statement failing with ok:
+// 0 becomes that statement's write error. A multi-document statement runs
+// a document at a time (runMulti). It adds the time the backend held the
+// lock to *busy.
+func (f *Front) runWrite(backend net.Conn, req request, busy *time.Duration) ([][]byte, error) {
 	w := req.write
+	s := &statementRunner{f: f, backend: backend, w: w, busy: busy}
 	var res writeResult
 	for i, stmt := range w.statements {
-		cmd, err := w.statementCommand(stmt)
-		if err != nil {
-			return nil, fmt.Errorf("statement %d of %s: %w", i, w.kind.name, err)
+		if i > 0 {
+			f.gap(i, -1)
 		}
-		if _, err := backend.Write(opMsgMessage(f.nextRequestID(), 0, cmd)); err != nil {
-			return nil, fmt.Errorf("forwarding statement %d of %s: %w", i, w.kind.name, err)
+		var reply bson.Raw
+		var err error
+		if w.multi(stmt) {
+			reply, err = s.runMulti(i, stmt)
+		} else {
+			reply, err = s.run(i, stmt)
+		}
+		if err != nil {
+			return nil, err
 		}
 		if i == 0 {
 			f.forwarded.Add(1) // one per client request, however many statements
-		}
-		msg, err := readMessage(backend)
-		if err != nil {
-			return nil, fmt.Errorf("reading reply to statement %d of %s: %w", i, w.kind.name, err)
-		}
-		reply, err := opMsgReply(msg)
-		if err != nil {
-			return nil, fmt.Errorf("reply to statement %d of %s: %w", i, w.kind.name, err)
 		}
 		if ok, _ := reply.Lookup("ok").AsFloat64OK(); ok == 1 {
 			res.add(i, reply)
@@ -456,6 +482,115 @@ func (f *Front) runWrite(backend net.Conn, req request) ([][]byte, error) {
 		return nil, err
 	}
 	return f.replyTo(req, body), nil
+}
+
+// gap is the moment between two statements of a write, or two documents
+// of a multi-document statement, with the lock released: the test hook,
+// then the configured pause.
+func (f *Front) gap(stmt, doc int) {
+	if f.between != nil {
+		f.between(stmt, doc)
+	}
+	if d := f.pause.next(); d > 0 {
+		_ = sleep(f.ctx, d)
+	}
+}
+
+// statementRunner sends the statements of one write command to the
+// backend, each under the front's lock.
+type statementRunner struct {
+	f       *Front
+	backend net.Conn
+	w       *writeCommand
+	busy    *time.Duration
+}
+
+// command sends one command to the backend under the lock and returns its
+// reply.
+func (s *statementRunner) command(what string, cmd []byte) (bson.Raw, error) {
+	s.f.serial.Lock()
+	defer s.f.serial.Unlock()
+	start := time.Now()
+	defer func() { *s.busy += time.Since(start) }()
+	if _, err := s.backend.Write(opMsgMessage(s.f.nextRequestID(), 0, cmd)); err != nil {
+		return nil, fmt.Errorf("forwarding %s: %w", what, err)
+	}
+	msg, err := readMessage(s.backend)
+	if err != nil {
+		return nil, fmt.Errorf("reading reply to %s: %w", what, err)
+	}
+	reply, err := opMsgReply(msg)
+	if err != nil {
+		return nil, fmt.Errorf("reply to %s: %w", what, err)
+	}
+	return reply, nil
+}
+
+// run sends statement i as a command of its own.
+func (s *statementRunner) run(i int, stmt bson.Raw) (bson.Raw, error) {
+	what := fmt.Sprintf("statement %d of %s", i, s.w.kind.name)
+	cmd, err := s.w.statementCommand(stmt)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return s.command(what, cmd)
+}
+
+// runMulti runs statement i, an update with multi: true or a delete with
+// limit: 0, a document at a time, as MongoDB does: it reads the _ids the
+// filter matches (under the lock), then writes each document with
+// {_id: id, $and: [filter]} as a single-document statement (each under
+// the lock), so that a document another client changed in between is
+// written only if it still matches, and returns one reply for the
+// statement, its n and nModified summed. A write error stops the
+// statement there. An upsert that matched nothing is sent as the client
+// sent it, so that it inserts ("If upsert: true and no documents match the
+// filter, db.collection.updateMany() creates a new document", manual,
+// updateMany).
+func (s *statementRunner) runMulti(i int, stmt bson.Raw) (bson.Raw, error) {
+	what := fmt.Sprintf("statement %d of %s", i, s.w.kind.name)
+	find, err := s.w.findIDs(stmt)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	found, err := s.command("the _ids of "+what, find)
+	if err != nil {
+		return nil, err
+	}
+	if ok, _ := found.Lookup("ok").AsFloat64OK(); ok != 1 {
+		return found, nil // the filter is refused: the statement's error
+	}
+	ids, err := cursorIDs(found)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if len(ids) == 0 && s.w.upsert(stmt) {
+		return s.run(i, stmt)
+	}
+	var res writeResult
+	for k, id := range ids {
+		s.f.gap(i, k)
+		one, err := s.w.oneDocument(stmt, id)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		reply, err := s.run(i, one)
+		if err != nil {
+			return nil, err
+		}
+		if ok, _ := reply.Lookup("ok").AsFloat64OK(); ok != 1 {
+			return reply, nil
+		}
+		res.add(0, reply)
+		if len(res.writeErrors) > 0 {
+			break
+		}
+	}
+	body, err := res.reply(s.w.kind)
+	if err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // replyTo returns the OP_MSG that answers req with body, or nothing if req

@@ -41,6 +41,12 @@ type Config struct {
 	// front warns; see [FrontOptions.StallWarning].
 	StallWarning time.Duration
 
+	// StatementPause pauses a write command between its statements, and a
+	// multi-document statement between its documents, for a random time
+	// below it, with the front's lock released; see
+	// [FrontOptions.StatementPause].
+	StatementPause time.Duration
+
 	// Fsync makes SQLite flush every commit to disk (FerretDB's default).
 	// Without it (synchronous=OFF) writes are about 1.5 times as fast and
 	// survive a clean stop or a killed process, but not an operating system
@@ -127,9 +133,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 
 	s.front, err = NewFront(addr, backendURI.Host, FrontOptions{
-		Seed:         cfg.Seed,
-		Logger:       frontLogger.With(slog.String("component", "front")),
-		StallWarning: cfg.StallWarning,
+		Seed:           cfg.Seed,
+		Logger:         frontLogger.With(slog.String("component", "front")),
+		StallWarning:   cfg.StallWarning,
+		StatementPause: cfg.StatementPause,
 	})
 	if err != nil {
 		return nil, err

@@ -3,7 +3,10 @@ package devserver
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
+	"sync"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -319,4 +322,125 @@ func countValue(n int64) any {
 		return int32(n)
 	}
 	return n
+}
+
+// multi reports whether stmt writes many documents: an update with multi
+// (true, or a non-zero number), or a delete with limit 0.
+func (w *writeCommand) multi(stmt bson.Raw) bool {
+	switch w.kind.name {
+	case "update":
+		v, err := stmt.LookupErr("multi")
+		return err == nil && truthy(v)
+	case "delete":
+		n, ok := stmt.Lookup("limit").AsInt64OK()
+		return ok && n == 0
+	}
+	return false
+}
+
+// upsert reports whether update statement stmt is an upsert.
+func (w *writeCommand) upsert(stmt bson.Raw) bool {
+	v, err := stmt.LookupErr("upsert")
+	return w.kind.name == "update" && err == nil && truthy(v)
+}
+
+// findIDs returns the command that reads the _ids multi-document statement
+// stmt matches: its filter, and its collation and hint if it gives them,
+// in one batch.
+func (w *writeCommand) findIDs(stmt bson.Raw) ([]byte, error) {
+	cmd := bson.D{
+		{Key: "find", Value: w.coll},
+		{Key: "filter", Value: stmt.Lookup("q")},
+		{Key: "projection", Value: bson.D{{Key: "_id", Value: 1}}},
+		{Key: "batchSize", Value: int32(maxMultiDocuments)},
+		{Key: "singleBatch", Value: true},
+	}
+	for _, key := range []string{"collation", "hint"} {
+		if v, err := stmt.LookupErr(key); err == nil {
+			cmd = append(cmd, bson.E{Key: key, Value: v})
+		}
+	}
+	cmd = append(cmd, bson.E{Key: "$db", Value: w.db})
+	b, err := bson.Marshal(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the find of its _ids: %w", err)
+	}
+	return b, nil
+}
+
+// maxMultiDocuments bounds the documents one multi-document statement
+// writes on the dev server (the _ids are read in one batch).
+const maxMultiDocuments = 100_000
+
+// oneDocument returns multi-document statement stmt narrowed to the
+// document id: its filter {_id: id, $and: [filter]}, and multi: false,
+// upsert: false (update) or limit: 1 (delete).
+func (w *writeCommand) oneDocument(stmt bson.Raw, id bson.RawValue) (bson.Raw, error) {
+	elems, err := stmt.Elements()
+	if err != nil {
+		return nil, err
+	}
+	d := make(bson.D, 0, len(elems))
+	for _, e := range elems {
+		switch e.Key() {
+		case "q":
+			d = append(d, bson.E{Key: "q", Value: bson.D{{Key: "_id", Value: id}, {Key: "$and", Value: bson.A{e.Value()}}}})
+		case "multi", "upsert":
+			d = append(d, bson.E{Key: e.Key(), Value: false})
+		case "limit":
+			d = append(d, bson.E{Key: "limit", Value: int32(1)})
+		default:
+			d = append(d, bson.E{Key: e.Key(), Value: e.Value()})
+		}
+	}
+	return bson.Marshal(d)
+}
+
+// cursorIDs returns the _id of every document in a find reply's first
+// batch.
+func cursorIDs(reply bson.Raw) ([]bson.RawValue, error) {
+	batch, ok := reply.Lookup("cursor", "firstBatch").ArrayOK()
+	if !ok {
+		return nil, fmt.Errorf("find reply without cursor.firstBatch: %s", reply)
+	}
+	vals, err := batch.Values()
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]bson.RawValue, 0, len(vals))
+	for _, v := range vals {
+		doc, ok := v.DocumentOK()
+		if !ok {
+			return nil, fmt.Errorf("find reply with a non-document: %s", v)
+		}
+		ids = append(ids, doc.Lookup("_id"))
+	}
+	return ids, nil
+}
+
+// pauser draws the pauses of FrontOptions.StatementPause from a seeded
+// source.
+type pauser struct {
+	mu  sync.Mutex
+	rng *rand.Rand
+	max time.Duration
+}
+
+// newPauser returns a pauser of pauses in [0, max) seeded by seed, or nil
+// for no pauses.
+func newPauser(seed uint64, max time.Duration) *pauser {
+	if max <= 0 {
+		return nil
+	}
+	return &pauser{rng: rand.New(rand.NewPCG(seed, 0x5eed)), max: max}
+}
+
+// next returns the next pause; 0 for a nil pauser.
+func (p *pauser) next() time.Duration {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Duration(p.rng.Int64N(int64(p.max)))
 }

@@ -73,6 +73,18 @@ func StartDevServer(ctx context.Context, addr, dir string) (*DevServer, error) {
 	if dir != "" {
 		args = append(args, "-dir", dir)
 	}
+	if pause := os.Getenv("TWOPC_STATEMENT_PAUSE"); pause != "" {
+		// For randomized runs: the front pauses a write between its
+		// statements (and a multi-document one between its documents) for
+		// a random time below pause, with its lock released, so other
+		// clients' requests land there more often; TWOPC_STATEMENT_SEED
+		// seeds the pauses (default 1).
+		seed := os.Getenv("TWOPC_STATEMENT_SEED")
+		if seed == "" {
+			seed = "1"
+		}
+		args = append(args, "-statement-pause", pause, "-seed", seed)
+	}
 	if profile := os.Getenv("TWOPC_DEVSERVER_CPUPROFILE"); profile != "" {
 		// For diagnosis: the server writes its CPU profile there when it
 		// stops. Every dev server of the run writes to the same file.

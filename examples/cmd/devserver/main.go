@@ -52,6 +52,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	control := fs.String("control", "", "serve the fault injection HTTP API on this `address`, such as 127.0.0.1:0")
 	seed := fs.Uint64("seed", 0, "seed of the fault random source (0: random)")
 	fsync := fs.Bool("fsync", false, "flush every SQLite commit to disk (slower; only matters for OS crashes)")
+	pause := fs.Duration("statement-pause", 0, "pause a write command between its statements, and a multi-document one between its documents, for a random time below this (seeded by -seed), with the lock released")
 	cpuProfile := fs.String("cpuprofile", "", "write the server's CPU profile (FerretDB's and the front's) to `file` when it stops; read it with go tool pprof")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -91,11 +92,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 
 	srv, err := devserver.Start(ctx, devserver.Config{
-		Addr:   *addr,
-		Dir:    *dir,
-		Logger: serverLogger,
-		Seed:   *seed,
-		Fsync:  *fsync,
+		Addr:           *addr,
+		Dir:            *dir,
+		Logger:         serverLogger,
+		Seed:           *seed,
+		Fsync:          *fsync,
+		StatementPause: *pause,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,7 @@
+package devserver
+
+// SetBetween has s's front call f between two statements of a write
+// command and between the documents of a multi-document statement, with
+// its lock released (see Front.between), so that tests can put another
+// client's request there.
+func SetBetween(s *Server, f func(stmt, doc int)) { s.front.between = f }

@@ -73,8 +73,8 @@ func (c *collection) Query(ctx context.Context, params *backends.QueryParams) (*
 	// that logic should exist in one place
 	// TODO https://github.com/FerretDB/FerretDB/issues/3235
 	//
-	// twopc's dev server: see idPushdown.
-	whereClause, args, _ = idPushdown(params.Filter)
+	// twopc's dev server: see idPushdown and indexPushdown.
+	whereClause, args, _ = pushdown(params.Filter, meta.Settings.Indexes)
 
 	q += whereClause
 	q += prepareOrderByClause(params.Sort)
@@ -271,8 +271,8 @@ func (c *collection) Explain(ctx context.Context, params *backends.ExplainParams
 	// that logic should exist in one place
 	// TODO https://github.com/FerretDB/FerretDB/issues/3235
 	//
-	// twopc's dev server: see idPushdown.
-	whereClause, args, filterPushdown = idPushdown(params.Filter)
+	// twopc's dev server: see idPushdown and indexPushdown.
+	whereClause, args, filterPushdown = pushdown(params.Filter, meta.Settings.Indexes)
 
 	orderByClause := prepareOrderByClause(params.Sort)
 	sortPushdown := orderByClause != ""
@@ -608,4 +608,91 @@ func idsOf(filter *types.Document) ([]any, bool) {
 		return ids, true
 	}
 	return nil, false
+}
+
+// pushdown is twopc's dev server's patch: the WHERE clause that reads the
+// rows filter can match by an index, as MongoDB plans them: by the _id
+// index (idPushdown), else by the first key of another index
+// (indexPushdown); ok is false, and the clause empty, if neither applies.
+func pushdown(filter *types.Document, indexes []metadata.IndexInfo) (where string, args []any, ok bool) {
+	if where, args, ok = idPushdown(filter); ok {
+		return where, args, ok
+	}
+	return indexPushdown(filter, indexes)
+}
+
+// indexPushdown is twopc's dev server's patch: a filter whose top-level
+// field is the first key of an index of the collection (other than _id's),
+// and whose value there is a string or a boolean, or {$in: [...]} of those
+// alone, reads only the rows of those values by that index, as MongoDB
+// reads them by an index scan: recovery's and the low-water mark's reads
+// of the transactions collection by {state, ...} and {fences, ...}. The
+// handler applies the whole filter to the rows read, so the clause need
+// only keep every row that can match: those whose value is one of the
+// listed ones, and those whose value is an array (which MongoDB's equality
+// matches by an element, a multikey index scan). Both terms are on the
+// index's own expression, so SQLite searches the index for each: the
+// values by equality, the arrays by the range of JSON texts that begin
+// with "[".
+func indexPushdown(filter *types.Document, indexes []metadata.IndexInfo) (where string, args []any, ok bool) {
+	if filter == nil {
+		return "", nil, false
+	}
+	for _, index := range indexes {
+		if len(index.Key) == 0 || index.Key[0].Field == "_id" || strings.ContainsRune(index.Key[0].Field, '.') {
+			continue
+		}
+		field := index.Key[0].Field
+		if !filter.Has(field) {
+			continue
+		}
+		v, _ := filter.Get(field)
+		values, ok := equalities(v)
+		if !ok {
+			continue
+		}
+		expr := fmt.Sprintf("%s->%q", metadata.DefaultColumn, field)
+		placeholders := make([]string, len(values))
+		for i, x := range values {
+			placeholders[i] = "?"
+			args = append(args, string(must.NotFail(sjson.MarshalSingleValue(x))))
+		}
+		return fmt.Sprintf(` WHERE (%s IN (%s) OR (%s >= '[' AND %s < '\'))`,
+			expr, strings.Join(placeholders, ", "), expr, expr), args, true
+	}
+	return "", nil, false
+}
+
+// equalities returns the values a filter's field value v is an equality
+// to: v itself if a string or a boolean, or the elements of {$in: [...]}
+// if that is all v holds and they are all strings or booleans.
+func equalities(v any) ([]any, bool) {
+	scalar := func(x any) bool {
+		switch x.(type) {
+		case string, bool:
+			return true
+		}
+		return false
+	}
+	if scalar(v) {
+		return []any{v}, true
+	}
+	d, isDoc := v.(*types.Document)
+	if !isDoc || d.Len() != 1 || !d.Has("$in") {
+		return nil, false
+	}
+	in, _ := d.Get("$in")
+	arr, isArr := in.(*types.Array)
+	if !isArr || arr.Len() == 0 || arr.Len() > 100 {
+		return nil, false
+	}
+	values := make([]any, 0, arr.Len())
+	for i := 0; i < arr.Len(); i++ {
+		x, _ := arr.Get(i)
+		if !scalar(x) {
+			return nil, false
+		}
+		values = append(values, x)
+	}
+	return values, true
 }

@@ -581,3 +581,50 @@ func TestLedgersStalledOwnerResumes(t *testing.T) {
 		})
 	}
 }
+
+// TestMarkRollForwardAcrossDeploymentsAfterOneReturns: a transfer across
+// both banks applies its leg at Shanghai while Beijing's deployment is
+// down; it stays pending, holding the low-water mark back, while other
+// transfers at Shanghai move the line of its account there; once Beijing
+// is back, recovery rolls it forward: its Shanghai leg was not refused by
+// the line, nothing rolled back.
+func TestMarkRollForwardAcrossDeploymentsAfterOneReturns(t *testing.T) {
+	ctx := testCtx(t)
+	var bk *banks
+	var once sync.Once
+	bk = newBanks(t, twopc.WithSyncSettle(), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepApply {
+			once.Do(func() { bk.stop(1) })
+		}
+		return nil
+	}))
+	opening := map[string]map[string]int64{"shanghai": {"A": 1000, "C": 1000}, "beijing": {"B": 0}}
+	bk.open(opening)
+	_, err := bk.c.TransferLegs(ctx, crossLegs(100))
+	require.Error(t, err, "beijing is down")
+	var stuck twopc.Txn
+	require.NoError(t, bk.log.Collection("transactions").FindOne(ctx, bson.D{}).Decode(&stuck))
+	require.Equal(t, twopc.StatePending, stuck.State)
+
+	c := bk.coordinator(twopc.WithFrozenMark(), twopc.WithMarkMargin(0))
+	mark, err := twopc.ReadMark(ctx, c)
+	require.NoError(t, err)
+	require.True(t, mark.Before(stuck.Created), "the pending transfer holds the mark back")
+	_, err = c.TransferLegs(ctx, []twopc.Leg{{Ledger: "shanghai", Account: "C", Amount: -5}, {Ledger: "shanghai", Account: "A", Amount: 5}})
+	require.NoError(t, err)
+	var a struct {
+		FencedBefore time.Time `bson:"fencedBefore"`
+	}
+	require.NoError(t, bk.database(0).Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: "A"}}).Decode(&a))
+	require.False(t, a.FencedBefore.IsZero(), "the line at Shanghai moved")
+	require.True(t, a.FencedBefore.Before(stuck.Created), "and stays before the pending transfer")
+
+	bk.start(1)
+	rep := bk.recoverAll()
+	assert.Equal(t, 1, rep.RolledForward)
+	assert.Zero(t, rep.RolledBack)
+	var done twopc.Txn
+	require.NoError(t, bk.log.Collection("transactions").FindOne(ctx, bson.D{{Key: "_id", Value: stuck.ID}}).Decode(&done))
+	assert.Equal(t, twopc.StateDone, done.State)
+	bk.check(opening)
+}

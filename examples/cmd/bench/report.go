@@ -58,6 +58,17 @@ func (r *report) markdown(chartLink string) string {
 			x.workers, name, x.ok, x.throughput(), fmtDur(x.pct(50)), fmtDur(x.pct(95)), fmtDur(x.pct(99)), fmtDur(x.pct(100)),
 			x.callerRTs, x.commands, x.statements)
 	}
+	var marks int64
+	var markTime time.Duration
+	for _, x := range r.results {
+		marks += x.markReads
+		if x.markReads > 0 {
+			markTime += x.elapsed
+		}
+	}
+	if marks > 0 {
+		fmt.Fprintf(&b, "\nNot in the data commands: the low-water mark's reads of the log, which each coordinator sends about four times a second whatever its traffic (%d in %s of runs).\n", marks, markTime.Round(time.Millisecond))
+	}
 	b.WriteString("\nWrite statements per finished transfer, by command and collection:\n\n")
 	b.WriteString("| workers | implementation | statements |\n| ---: | --- | --- |\n")
 	for _, x := range r.results {

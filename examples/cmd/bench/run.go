@@ -42,6 +42,10 @@ var dataCommands = map[string]bool{
 	"find": true, "aggregate": true, "getMore": true, "bulkWrite": true, "count": true,
 }
 
+// markComment is the comment the library puts on the low-water mark's
+// read of the log (mark.go in the library).
+const markComment = "twopc: low-water mark"
+
 // callerKey marks the context of a caller's transfer, so that the command
 // monitor can tell the commands a caller waits for from background ones.
 type callerKey struct{}
@@ -51,6 +55,10 @@ type callerKey struct{}
 // (the command's name and collection).
 type counter struct {
 	caller, total, statements atomic.Int64
+	// mark counts the low-water mark's reads of the log: each coordinator
+	// sends about four a second whatever its traffic, so they are not a
+	// transfer's commands and are kept out of total.
+	mark atomic.Int64
 
 	mu      sync.Mutex
 	byShape map[string]int64
@@ -59,6 +67,10 @@ type counter struct {
 func (c *counter) monitor() *event.CommandMonitor {
 	return &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
 		if !dataCommands[e.CommandName] {
+			return
+		}
+		if comment, _ := e.Command.Lookup("comment").StringValueOK(); comment == markComment {
+			c.mark.Add(1)
 			return
 		}
 		c.total.Add(1)
@@ -83,6 +95,7 @@ func (c *counter) monitor() *event.CommandMonitor {
 func (c *counter) reset() {
 	c.caller.Store(0)
 	c.total.Store(0)
+	c.mark.Store(0)
 	c.statements.Store(0)
 	c.mu.Lock()
 	c.byShape = nil
@@ -121,6 +134,7 @@ type result struct {
 	commands   float64 // data commands per finished transfer
 	statements float64 // write statements per finished transfer
 	shapes     string  // statements per finished transfer by command and collection
+	markReads  int64   // the low-water mark's reads of the log, not in commands
 	// On the in-process dev server, from its front's clock (see
 	// devserver.Front.Work): the server's busy time per finished transfer,
 	// the share of elapsed it was busy, and its time by command and
@@ -488,6 +502,7 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 		res.commands = float64(cnt.total.Load()) / float64(res.ok)
 		res.statements = float64(cnt.statements.Load()) / float64(res.ok)
 		res.shapes = cnt.shapes(res.ok)
+		res.markReads = cnt.mark.Load()
 		res.serverWork(work)
 	}
 	if cfg.hot {

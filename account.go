@@ -44,10 +44,12 @@ const (
 	// int64 (see creditGuard).
 	fieldPendingDebit = schema.PendingDebit
 	// fieldFencedBefore is the account's fence line, a transaction time:
-	// no leg of a transaction created at or before it applies here. Fence
-	// removal moves it forward, past the transactions whose fences it
-	// removes, so that a leg write delivered however late after its fence
-	// is gone is still refused by the server (see unfence).
+	// no leg of a transaction created at or before it applies here. The
+	// writes that drop fences move it forward first, in the same update,
+	// past the transactions whose fences they drop (moveLine, and unfence
+	// for an earlier version's), so that a leg write delivered however
+	// late after its fence is gone is still refused by the server. Missing,
+	// null or a date (see fenceable).
 	fieldFencedBefore = schema.FencedBefore
 	// fieldTombstone marks a document that holds only fences, written by a
 	// rollback on an account that did not exist. It is never deleted: its
@@ -74,7 +76,7 @@ type account struct {
 	Fences        bson.RawValue `bson:"fencedLegs"`
 	PendingCredit bson.RawValue `bson:"pendingCredit"`
 	PendingDebit  bson.RawValue `bson:"pendingDebit"`
-	FencedBefore  time.Time     `bson:"fencedBefore"`
+	FencedBefore  bson.RawValue `bson:"fencedBefore"`
 	Tombstone     bool          `bson:"tombstone"`
 }
 
@@ -88,7 +90,26 @@ var accountProjection = bson.D{
 // closedTo reports whether the account's fence line refuses every leg of a
 // transaction created at created.
 func (a *account) closedTo(created time.Time) bool {
-	return !a.FencedBefore.IsZero() && !a.FencedBefore.Before(created)
+	line, ok := a.line()
+	return ok && !line.Before(created)
+}
+
+// line returns the account's fence line, and false if it has none (a
+// missing or null fencedBefore, or one of another type, which judge
+// refuses).
+func (a *account) line() (time.Time, bool) {
+	t, ok := a.FencedBefore.TimeOK()
+	return t, ok
+}
+
+// lineTyped reports whether the account's fence line is missing, null or
+// a date: what fenceable requires.
+func (a *account) lineTyped() bool {
+	switch a.FencedBefore.Type {
+	case 0, bson.TypeNull, bson.TypeDateTime:
+		return true
+	}
+	return false
 }
 
 // objectIDs returns the ObjectIDs in an array value, ignoring the rest.
@@ -238,13 +259,15 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 		// finished here (a slow clock, a very late insert). It cannot
 		// apply; the caller's guarded move to canceling tells which.
 		return legBlocked, errorf("%w: account %v is closed to transactions created at or before %v",
-			ErrTooLate, l.account, a.FencedBefore.UTC().Format(time.RFC3339Nano))
+			ErrTooLate, l.account, a.FencedBefore.Time().UTC().Format(time.RFC3339Nano))
 	case a == nil || a.Tombstone:
 		return legBlocked, errorf("%w: %v", ErrAccountNotFound, l.account)
 	case a.FencedIDs.Type != 0 && a.FencedIDs.Type != bson.TypeArray:
 		return legBlocked, errorf("%w: account %v has fencedTransactions of BSON type %s", ErrInvalidAccount, l.account, a.FencedIDs.Type)
 	case a.Fences.Type != 0 && a.Fences.Type != bson.TypeArray:
 		return legBlocked, errorf("%w: account %v has fencedLegs of BSON type %s", ErrInvalidAccount, l.account, a.Fences.Type)
+	case !a.lineTyped():
+		return legBlocked, errorf("%w: account %v has fencedBefore of BSON type %s", ErrInvalidAccount, l.account, a.FencedBefore.Type)
 	}
 	b, ok := a.balance()
 	switch {

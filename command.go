@@ -200,6 +200,8 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.Claim, ok = v.ObjectIDOK()
 	case fieldFences:
 		r.Fences, ok = v.BooleanOK()
+	case fieldLegFences:
+		r.LegFences, ok = v.BooleanOK()
 	case fieldLease:
 		r.LeaseMs, ok = v.Int64OK()
 	case fieldRetain:

@@ -231,11 +231,15 @@ func (c *Coordinator) Ledger(name string) (*Ledger, error) {
 func (c *Coordinator) Settle(ctx context.Context) error { return c.settler.flush(ctx) }
 
 // Close stops background settling after settling what was committed, and
-// makes later Transfers fail with ErrClosed. It does not disconnect the
+// the low-water mark's readings, and makes later Transfers fail with
+// ErrClosed. It does not disconnect the
 // database client.
 func (c *Coordinator) Close(ctx context.Context) error {
 	var err error
-	c.closeOnce.Do(func() { err = c.settler.close(ctx) })
+	c.closeOnce.Do(func() {
+		err = c.settler.close(ctx)
+		c.mark.close()
+	})
 	return err
 }
 

@@ -90,9 +90,13 @@
 // four times a second, and never less than half a second behind the
 // server's clock. So an account keeps the fences of about the last three
 // quarters of a second of its traffic (17 bytes each), plus the age of the
-// oldest unfinished transaction, with no Recoverer running, and a write's
-// cost does not grow with the account's past traffic. The transactions collection grows with
-// every transfer unless WithHistory bounds it, which needs a Recoverer.
+// oldest unfinished transaction, with no Recoverer running while callers
+// finish their transfers, and a write's cost does not grow with the
+// account's past traffic. A transfer whose caller died stays unfinished,
+// holding every account's fences back, until a Recoverer finishes it; the
+// coordinator logs a warning naming it once it is older than twice
+// StaleAfter. The transactions collection grows with every transfer
+// unless WithHistory bounds it, which needs a Recoverer.
 //
 // PROTOCOL.md, in the repository, describes how: the documents, each
 // step's guarded write, what each guarantee rests on, batching, holds,

@@ -50,6 +50,7 @@ func (c *Coordinator) newTransfer(t Txn, key string) *transfer {
 	return &transfer{rec: &record{
 		Txn:           t,
 		Claim:         bson.NewObjectID(),
+		LegFences:     true,
 		AllowNegative: c.allowNegative,
 		LeaseMs:       c.staleAfter.Milliseconds(),
 		RetainMs:      c.fenceRetention.Milliseconds(),

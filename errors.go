@@ -56,22 +56,25 @@ var (
 	ErrBalanceOverflow = errors.New("twopc: balance would overflow int64")
 
 	// ErrInvalidAccount reports an account document whose balance is missing
-	// or not an int32 or int64 (a float, a string), or whose
-	// fencedTransactions is not an array. The transaction ends canceled; no
-	// balance changes. Coordinator.Account and Ledger.Account return it for
+	// or not an int32 or int64 (a float, a string), whose fencedLegs or
+	// fencedTransactions is not an array, or whose fence line
+	// (fencedBefore) is neither a date nor null. The transaction ends
+	// canceled; no balance changes. Coordinator.Account and Ledger.Account return it for
 	// a balance that is not an integer.
 	ErrInvalidAccount = errors.New("twopc: account balance is missing or not an integer")
 
 	// ErrTooLate reports a leg refused by an account's fence line. Each
-	// transaction carries its creation time (Txn.Created, by the clock of
-	// the host that created it), and each account a fence line: once a
-	// finished transaction's fences are removed from an account, its line
-	// moves up to that transaction's time, and the account refuses every
-	// leg of a transaction created at or before it. It is what a leg write
-	// delivered after its transaction finished meets; a new transfer meets
-	// it only if the clock of the host that created it is behind the
-	// others' by more than the fence retention (see WithFenceRetention).
-	// The transaction ends canceled; no balance changes.
+	// transaction carries its transaction time (Txn.Created, stamped by a
+	// clock corrected to the server's), and each account a fence line,
+	// which the writes on it move up to the coordinator's low-water mark
+	// (the oldest unfinished transaction, and never within half a second
+	// of the server's clock), dropping the fences below it; the account
+	// then refuses every leg of a transaction created at or before its
+	// line. It is what a leg write delivered after its transaction
+	// finished meets; a new transfer meets it only if it reached the log
+	// more than that half second after its time (a failover during its
+	// insert, a server clock that could not be read and a host clock far
+	// behind). The transaction ends canceled; no balance changes.
 	ErrTooLate = errors.New("twopc: transaction older than the account's fence line")
 
 	// ErrCanceled reports that the transaction was canceled before it

@@ -17,6 +17,7 @@ import (
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/mongotest"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 // These tests replay, one each, the sequences of the second adversarial
@@ -450,6 +451,27 @@ func TestReviewOffShapeAccounts(t *testing.T) {
 	txn, err := b.c.Transfer(ctx, "A", "scalarFences", 10)
 	require.ErrorIs(t, err, twopc.ErrInvalidAccount)
 	assert.Equal(t, twopc.StateCanceled, b.txn(txn.ID).State)
+	// A fence line of a type that sorts above dates would never move
+	// ($max keeps it), so a write that dropped the fences below the mark
+	// would leave them refused by nothing: such an account takes no leg,
+	// and its fences stay. (MaxKey is one too; the dev server cannot
+	// store it, see DIFFERENCES.md.)
+	fence := schema.Fence(time.Now(), schema.Marker(bson.NewObjectID(), 0))
+	for id, line := range map[string]any{"regexLine": bson.Regex{Pattern: "x"}, "timestampLine": bson.Timestamp{T: 1}} {
+		_, err := b.db.Collection("accounts").InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "balance", Value: int64(0)},
+			{Key: "fencedLegs", Value: bson.A{fence}}, {Key: "fencedBefore", Value: line}})
+		require.NoError(t, err)
+		txn, err := b.c.Transfer(ctx, "A", id, 10)
+		require.ErrorIsf(t, err, twopc.ErrInvalidAccount, "%s", id)
+		assert.Equal(t, twopc.StateCanceled, b.txn(txn.ID).State)
+		var doc struct {
+			Fences  []bson.ObjectID `bson:"fencedLegs"`
+			Balance int64           `bson:"balance"`
+		}
+		require.NoError(t, b.db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&doc))
+		assert.Equalf(t, []bson.ObjectID{fence}, doc.Fences, "%s: its fence stays", id)
+		assert.Zero(t, doc.Balance)
+	}
 	_, err = b.c.Transfer(ctx, "A", "noPending", 10)
 	require.NoError(t, err, "nothing in flight: the exact bound applies")
 	assert.Equal(t, int64(math.MaxInt64/2+10), b.balance("noPending"))

@@ -205,6 +205,9 @@ func insertWrite(r *record) (filter, update bson.D) {
 		{Key: fieldLease, Value: r.LeaseMs},
 		{Key: fieldRetain, Value: r.RetainMs},
 	}...)
+	if r.LegFences {
+		doc = append(doc, bson.E{Key: fieldLegFences, Value: true})
+	}
 	if r.AllowNegative {
 		doc = append(doc, bson.E{Key: fieldAllowNegative, Value: true})
 	}

@@ -30,9 +30,23 @@ type leg struct {
 	// amount captured (positive); 0: the leg settles whole (see
 	// record.legs).
 	part int64
+	// legacy is set for a leg of a transaction an earlier version made
+	// (see record.LegFences): it is fenced in both forms.
+	legacy bool
 }
 
 func (l leg) debit() bool { return l.delta < 0 }
+
+// addFence is the $addToSet that fences l: its fence in fencedLegs and,
+// for a leg of an earlier version's transaction, its bare marker in
+// fencedTransactions too, which is what that version's leg writes read.
+func (l leg) addFence() bson.D {
+	d := bson.D{{Key: fieldFencedLegs, Value: l.fenceID}}
+	if l.legacy {
+		d = append(d, bson.E{Key: fieldFenced, Value: l.marker})
+	}
+	return d
+}
 
 // applyInc is what applying l adds: a debit comes off the balance at once
 // (the funds are held), a credit waits in pendingCredit.
@@ -72,10 +86,14 @@ func (l leg) undoInc() bson.D {
 
 // fenceable is the condition that an account can take a fence:
 // fencedLegs, and fencedTransactions (which earlier versions fenced in),
-// each missing or an array. Every leg write requires it, so that a leg
-// that applies can always be settled or undone and fenced: a committed
-// transfer always settles. An account that fails it refuses every leg, as
-// one past its fence line does.
+// each missing or an array, and its fence line missing, null or a date.
+// Every leg write requires it, so that a leg that applies can always be
+// settled or undone and fenced: a committed transfer always settles. An
+// account that fails it refuses every leg, as one past its fence line
+// does. The line's type matters because $max compares across BSON types:
+// a line of a type sorting above dates (a timestamp, a regular expression,
+// MaxKey) would never move, and fences dropped below a line that does not
+// refuse them would let a late duplicate apply.
 var fenceable = bson.E{Key: "$and", Value: bson.A{
 	bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: fieldFencedLegs, Value: bson.D{{Key: "$exists", Value: false}}}},
@@ -84,6 +102,10 @@ var fenceable = bson.E{Key: "$and", Value: bson.A{
 	bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$type", Value: "array"}}}},
+	}}},
+	bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: fieldFencedBefore, Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: fieldFencedBefore, Value: bson.D{{Key: "$type", Value: bson.A{"date", "null"}}}}},
 	}}},
 }}
 
@@ -171,7 +193,7 @@ func (r *record) legs() []leg {
 	}
 	for i, l := range all {
 		m := schema.Marker(r.ID, i)
-		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: m, fenceID: schema.Fence(r.Created, m), part: part}
+		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: m, fenceID: schema.Fence(r.Created, m), part: part, legacy: !r.LegFences}
 	}
 	return out
 }
@@ -184,7 +206,7 @@ func (r *record) legs() []leg {
 func closeModel(l leg) mongo.WriteModel {
 	update := bson.D{
 		{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
-		{Key: "$addToSet", Value: bson.D{{Key: fieldFencedLegs, Value: l.fenceID}}},
+		{Key: "$addToSet", Value: l.addFence()},
 	}
 	if inc := l.settleInc(); inc != nil {
 		update = append(update, bson.E{Key: "$inc", Value: inc})
@@ -204,10 +226,14 @@ func closeModel(l leg) mongo.WriteModel {
 func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 	markers := make(bson.A, len(legs))
 	fences := make(bson.A, len(legs))
+	var legacy bson.A // bare markers of earlier versions' legs (see leg.addFence)
 	var balance, credit, debit int64
 	for i, lg := range legs {
 		markers[i] = lg.marker
 		fences[i] = lg.fenceID
+		if lg.legacy {
+			legacy = append(legacy, lg.marker)
+		}
 		for _, e := range lg.settleInc() {
 			v := e.Value.(int64)
 			var sum *int64
@@ -233,9 +259,13 @@ func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 			inc = append(inc, e)
 		}
 	}
+	add := bson.D{{Key: fieldFencedLegs, Value: bson.D{{Key: "$each", Value: fences}}}}
+	if len(legacy) > 0 {
+		add = append(add, bson.E{Key: fieldFenced, Value: bson.D{{Key: "$each", Value: legacy}}})
+	}
 	update := bson.D{
 		{Key: "$pullAll", Value: bson.D{{Key: fieldPending, Value: markers}}},
-		{Key: "$addToSet", Value: bson.D{{Key: fieldFencedLegs, Value: bson.D{{Key: "$each", Value: fences}}}}},
+		{Key: "$addToSet", Value: add},
 	}
 	if len(inc) > 0 {
 		update = append(update, bson.E{Key: "$inc", Value: inc})
@@ -259,7 +289,7 @@ func fenceModel(r *record, l leg) mongo.WriteModel {
 		{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
 		fenceable,
 	}, bson.D{
-		{Key: "$addToSet", Value: bson.D{{Key: fieldFencedLegs, Value: l.fenceID}}},
+		{Key: "$addToSet", Value: l.addFence()},
 		{Key: "$setOnInsert", Value: bson.D{{Key: fieldTombstone, Value: true}}},
 	}).SetUpsert(true)
 }
@@ -296,8 +326,11 @@ func undoModel(l leg) mongo.WriteModel {
 // earlier version finished (their fences are markers in
 // fencedTransactions, with no time); this version's fences go with the
 // writes that move lines (moveLine).
+//
+// Only on an account that can take a line (fenceable): a fence pulled
+// below a line that does not refuse its leg would let a late one apply.
 func unfenceModel(r *record, l leg) mongo.WriteModel {
-	return updateByID(bson.D{{Key: "_id", Value: l.account}}, bson.D{
+	return updateByID(bson.D{{Key: "_id", Value: l.account}, fenceable}, bson.D{
 		{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: l.marker}, {Key: fieldFencedLegs, Value: l.fenceID}}},
 		{Key: "$max", Value: bson.D{{Key: fieldFencedBefore, Value: r.Created}}},
 	})

@@ -10,6 +10,7 @@ package twopc
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -49,25 +50,32 @@ const (
 // refuses (a leg it refuses rolls its transfer back, moving nothing), and
 // a fence goes only in the write that moves the line past it.
 type lowWater struct {
-	mu      sync.Mutex
-	mark    time.Time     // zero until first read
-	readAt  time.Time     // host time of the last reading (monotonic)
-	offset  time.Duration // the server's clock minus the host's
-	synced  bool          // offset was measured
-	reading bool          // a reading is under way
-	frozen  bool          // no reading in the background (tests)
+	mu       sync.Mutex
+	mark     time.Time          // zero until first read
+	readAt   time.Time          // host time of the last reading, or failed attempt (monotonic)
+	offset   time.Duration      // the server's clock minus the host's
+	synced   bool               // offset was measured
+	syncing  chan struct{}      // closed when the first reading of the clock under way ends
+	reading  bool               // a reading is under way
+	frozen   bool               // no reading in the background (tests)
+	closed   bool               // the coordinator is closed: no more readings
+	cancel   context.CancelFunc // cancels the reading under way
+	failing  bool               // the last reading failed (warned once)
+	warnedAt time.Time          // when a held-back mark was last warned about
 
-	margin time.Duration                            // markMargin; tests shorten it
-	host   func() time.Time                         // the host's clock; tests replace it
-	server func(context.Context) (time.Time, error) // the server's clock (hello)
-	oldest func(context.Context) (time.Time, error) // the oldest unfinished transaction's time, zero if none
-	logger interface{ Debug(string, ...any) }       // reading errors
+	margin time.Duration                                 // markMargin; tests shorten it
+	hold   time.Duration                                 // an unfinished transaction older than this is warned about
+	host   func() time.Time                              // the host's clock; tests replace it
+	server func(context.Context) (time.Time, error)      // the server's clock (hello)
+	oldest func(context.Context) (time.Time, any, error) // the oldest unfinished transaction's time and id, zero if none
+	logger *slog.Logger                                  // reading errors, a held-back mark
 }
 
 // newLowWater returns the mark and clock of coordinator c.
 func newLowWater(c *Coordinator) *lowWater {
 	return &lowWater{
 		margin: c.markMargin,
+		hold:   2 * c.staleAfter,
 		frozen: c.markFrozen,
 		host:   c.markClock,
 		server: func(ctx context.Context) (time.Time, error) { return schema.ServerNow(ctx, c.db) },
@@ -81,18 +89,40 @@ func newLowWater(c *Coordinator) *lowWater {
 // the server's clock (one hello, bounded by ctx); if that fails, it is
 // the host's clock until the next reading.
 func (m *lowWater) stamp(ctx context.Context) time.Time {
-	m.mu.Lock()
-	synced := m.synced
-	m.mu.Unlock()
-	if !synced {
-		ctx, cancel := context.WithTimeout(ctx, markTimeout)
-		_, _ = m.readClock(ctx)
-		cancel()
-	}
+	m.sync(ctx)
 	m.line()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.host().Add(m.offset).UTC().Truncate(time.Millisecond)
+}
+
+// sync reads the server's clock once, if it never was: the first of
+// concurrent callers reads it, the others wait for that reading (or for
+// their ctx) and go on with what it found.
+func (m *lowWater) sync(ctx context.Context) {
+	m.mu.Lock()
+	if m.synced {
+		m.mu.Unlock()
+		return
+	}
+	if wait := m.syncing; wait != nil {
+		m.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		return
+	}
+	done := make(chan struct{})
+	m.syncing = done
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, markTimeout)
+	_, _ = m.readClock(ctx)
+	cancel()
+	m.mu.Lock()
+	m.syncing = nil
+	m.mu.Unlock()
+	close(done)
 }
 
 // readClock reads the server's clock and updates the offset (against the
@@ -115,13 +145,25 @@ func (m *lowWater) readClock(ctx context.Context) (time.Time, error) {
 // the server wrote it (its lastModified): a gap wider than half the margin
 // means the offset is off (or the insert was slow), and the clock and the
 // mark are read again.
+//
+// A gap wider than the margin means that a transaction reached the log
+// later than the mark allows for (a slow insert, retries across a
+// failover, a host clock that jumped): it is logged, since a leg of such a
+// transaction may be refused by a line already past its time (ErrTooLate:
+// rolled back, nothing moved).
 func (m *lowWater) written(created, lastModified time.Time) {
-	if gap := lastModified.Sub(created); gap > m.margin/2 || gap < -m.margin/2 {
-		m.mu.Lock()
-		m.readAt = time.Time{}
-		m.mu.Unlock()
-		m.line()
+	gap := lastModified.Sub(created)
+	if gap <= m.margin/2 && gap >= -m.margin/2 {
+		return
 	}
+	if gap > m.margin {
+		m.logger.Warn("twopc: a transaction reached the log later than the low-water mark's margin after its time; its legs may be refused as too late",
+			"created", created, "lastModified", lastModified, "margin", m.margin)
+	}
+	m.mu.Lock()
+	m.readAt = time.Time{}
+	m.mu.Unlock()
+	m.line()
 }
 
 // line returns the mark as last read (zero if never), and starts a new
@@ -129,27 +171,49 @@ func (m *lowWater) written(created, lastModified time.Time) {
 func (m *lowWater) line() time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.reading && !m.frozen && (m.readAt.IsZero() || time.Since(m.readAt) >= markEvery) {
+	if !m.reading && !m.frozen && !m.closed && (m.readAt.IsZero() || time.Since(m.readAt) >= markEvery) {
 		m.reading = true
-		go m.read()
+		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+		m.cancel = cancel
+		go m.read(ctx)
 	}
 	return m.mark
 }
 
+// close stops the readings: the one under way is canceled, and no other
+// starts. The last mark read stays in use.
+func (m *lowWater) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	if m.cancel != nil {
+		m.cancel()
+	}
+}
+
 // read reads the mark (see lowWater): the server's clock, then the oldest
 // unfinished transaction in the log.
-func (m *lowWater) read() {
-	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
-	defer cancel()
+//
+// A reading that fails counts as one for when the next starts (markEvery
+// later), and is logged at warn level the first time after one that
+// succeeded, at debug level after that; the mark read last stays in use.
+func (m *lowWater) read(ctx context.Context) {
 	mark, err := m.readOnce(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.reading = false
-	if err != nil {
-		m.logger.Debug("twopc: reading the low-water mark", "error", err)
-		return
+	m.cancel()
+	m.reading, m.cancel, m.readAt = false, nil, time.Now()
+	switch {
+	case err != nil && m.closed:
+	case err != nil && !m.failing:
+		m.failing = true
+		m.logger.Warn("twopc: reading the low-water mark failed; accounts keep their fences until a reading succeeds", "error", err)
+	case err != nil:
+		m.logger.Debug("twopc: reading the low-water mark failed again", "error", err)
+	default:
+		m.failing = false
+		m.mark = mark
 	}
-	m.mark, m.readAt = mark, time.Now()
 }
 
 // readNow reads the mark at once and keeps it (tests).
@@ -171,27 +235,54 @@ func (m *lowWater) readOnce(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	mark := server.Add(-m.margin)
-	oldest, err := m.oldest(ctx)
+	oldest, id, err := m.oldest(ctx)
 	if err != nil {
 		return time.Time{}, err
 	}
 	if !oldest.IsZero() && oldest.Add(-time.Millisecond).Before(mark) {
 		mark = oldest.Add(-time.Millisecond)
+		m.heldBack(server, oldest, id)
 	}
 	return mark.UTC().Truncate(time.Millisecond), nil
 }
 
-// oldestOpen returns the time of the oldest unfinished transaction in the
-// log (zero if none): one read by the {state, created} index.
+// heldBack warns, at most once per hold (twice StaleAfter), when the
+// oldest unfinished transaction is older than hold by the server's clock:
+// its caller has most likely died, and until a Recoverer (or `twopc
+// recover`) finishes it, every account keeps the fences closed on it
+// since that transaction's time.
+func (m *lowWater) heldBack(server, oldest time.Time, id any) {
+	age := server.Sub(oldest)
+	if m.hold <= 0 || age < m.hold {
+		return
+	}
+	m.mu.Lock()
+	warn := m.warnedAt.IsZero() || time.Since(m.warnedAt) >= m.hold
+	if warn {
+		m.warnedAt = time.Now()
+	}
+	m.mu.Unlock()
+	if warn {
+		m.logger.Warn("twopc: an unfinished transaction holds the low-water mark back; accounts keep their fences until it is finished (run a Recoverer, or twopc recover)",
+			"txn", id, "created", oldest, "age", age.Round(time.Millisecond))
+	}
+}
+
+// oldestOpen returns the time and id of the oldest unfinished transaction
+// in the log (zero if none): one read by the {state, created} index. Only
+// transactions whose legs this library applies count: an ObjectID _id and
+// a date created, as recovery's scan requires (a document another program
+// wrote, which no recovery would ever finish, holds nothing back).
 //
 // One find is not a snapshot: a transaction that moves between two of the
 // states it reads while it runs (pending to canceling) may be missed. Only
 // a move into pending could matter (its legs still apply), and the library
 // inserts transactions pending; initial is the tutorial's state, written
 // by hand.
-func (g *txnLog) oldestOpen(ctx context.Context) (time.Time, error) {
+func (g *txnLog) oldestOpen(ctx context.Context) (time.Time, any, error) {
 	var first []struct {
-		Created time.Time `bson:"created"`
+		ID      bson.ObjectID `bson:"_id"`
+		Created time.Time     `bson:"created"`
 	}
 	err := g.retry(ctx, func(ctx context.Context) error {
 		cur, err := g.txns.Find(ctx, bson.D{
@@ -199,8 +290,9 @@ func (g *txnLog) oldestOpen(ctx context.Context) (time.Time, error) {
 			// A transaction written by hand with no time sorts first and
 			// would hide the others.
 			{Key: fieldCreated, Value: bson.D{{Key: "$type", Value: "date"}}},
+			{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}},
 		}, options.Find().
-			SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: fieldCreated, Value: 1}}).
+			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: fieldCreated, Value: 1}}).
 			SetSort(bson.D{{Key: fieldCreated, Value: 1}}).
 			SetLimit(1).
 			SetComment(markComment))
@@ -211,9 +303,9 @@ func (g *txnLog) oldestOpen(ctx context.Context) (time.Time, error) {
 		return cur.All(ctx, &first)
 	})
 	if err != nil || len(first) == 0 {
-		return time.Time{}, err
+		return time.Time{}, nil, err
 	}
-	return first[0].Created, nil
+	return first[0].Created, first[0].ID, nil
 }
 
 // lineFor is the line a write for transaction r moves its account's line

@@ -3,6 +3,7 @@ package twopc_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"testing"
@@ -414,4 +415,56 @@ func TestAccountStaysBoundedWithoutARecoverer(t *testing.T) {
 	assert.Less(t, lag, 10*time.Second, "the line keeps up")
 	assert.LessOrEqual(t, largest, 16<<10)
 	b.checkSettled(opening)
+}
+
+// A document in the log that no recovery would ever finish (an _id that is
+// not an ObjectID: another program's) holds the mark back for nothing, so
+// the mark ignores it; one of this library's that has been unfinished for
+// longer than twice StaleAfter holds the mark back, and is logged with its
+// id, since until it is finished every account keeps its fences.
+func TestMarkIgnoresForeignTransactionsAndWarnsOfAStuckOne(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 100})
+	now, err := schema.ServerNow(ctx, b.db)
+	require.NoError(t, err)
+	old := now.Add(-time.Hour).Truncate(time.Millisecond)
+	_, err = b.db.Collection("transactions").InsertOne(ctx, bson.D{
+		{Key: "_id", Value: "another program's"}, {Key: "state", Value: "pending"}, {Key: "created", Value: old}, {Key: "lastModified", Value: old},
+	})
+	require.NoError(t, err)
+	records := make(chan slog.Record, 16)
+	c := markCoordinator(b, nil, twopc.WithStaleAfter(time.Minute), twopc.WithLogger(slog.New(recordHandler(records))))
+	mark, err := twopc.ReadMark(ctx, c)
+	require.NoError(t, err)
+	require.False(t, mark.Before(now), "the mark %v is held back by a document no recovery finishes (server at %v)", mark, now)
+
+	stuck := bson.NewObjectID()
+	_, err = b.db.Collection("transactions").InsertOne(ctx, bson.D{
+		{Key: "_id", Value: stuck}, {Key: "state", Value: "pending"}, {Key: "created", Value: old}, {Key: "lastModified", Value: old},
+	})
+	require.NoError(t, err)
+	mark, err = twopc.ReadMark(ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, old.Add(-time.Millisecond), mark, "held back by this library's unfinished transaction")
+	var warned []slog.Record
+	for len(records) > 0 {
+		if r := <-records; r.Level == slog.LevelWarn {
+			warned = append(warned, r)
+		}
+	}
+	require.Len(t, warned, 1, "one warning")
+	var id any
+	warned[0].Attrs(func(a slog.Attr) bool {
+		if a.Key == "txn" {
+			id = a.Value.Any()
+		}
+		return true
+	})
+	assert.Equal(t, stuck, id, "it names the transaction")
+	_, err = twopc.ReadMark(ctx, c)
+	require.NoError(t, err)
+	for len(records) > 0 {
+		assert.NotEqual(t, slog.LevelWarn, (<-records).Level, "not again until StaleAfter×2 has passed")
+	}
 }

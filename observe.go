@@ -194,10 +194,13 @@ const (
 	RecoveryRollBack RecoveryAction = "roll_back"
 	// RecoveryCancelInitial: take a stale initial transaction to canceled.
 	RecoveryCancelInitial RecoveryAction = "cancel_initial"
-	// RecoveryUnfence: remove a final transaction's fences from its
-	// accounts once its retention has passed (in batches, as settling).
+	// RecoveryUnfence: remove the bare-marker fences of a final
+	// transaction an earlier version made (flagged fences) from its
+	// accounts once its retention has passed, moving their lines past it
+	// (in batches, as settling). This version's fences go with the writes
+	// that move lines, with no Recoverer.
 	RecoveryUnfence RecoveryAction = "unfence"
-	// RecoveryRemove: move a final, unfenced transaction past its time
+	// RecoveryRemove: move a final transaction (unfenced, if flagged) past its time
 	// to keep to the archive, or remove it (WithHistory), in batches. A
 	// batch whose guarded delete removed fewer than it named (another
 	// recoverer was first) reports all of them not_moved.

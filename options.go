@@ -140,8 +140,8 @@ func WithStaleAfter(d time.Duration) Option {
 // rollback) move its fence line up to the coordinator's low-water mark and
 // drop the fences below it, so an account holds the fences of about the
 // last three quarters of a second of its traffic, plus the age of the oldest
-// unfinished transaction, with no Recoverer running (see PROTOCOL.md,
-// Limits). Safety never depends on either: a leg write delivered after its
+// unfinished transaction, with no Recoverer running while callers finish
+// their transfers (see PROTOCOL.md, Limits). Safety never depends on either: a leg write delivered after its
 // fence is gone meets the fence line.
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) error {

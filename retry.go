@@ -24,10 +24,12 @@ func transient(ctx context.Context, err error) bool {
 
 // poolCleared reports whether err is the driver's "connection pool was
 // cleared because another operation failed": a network error of another
-// operation paused the pool, and this one gave up at its connection's
-// checkout, before sending anything (the driver returns it only from a
-// checkout, and on a retry of its own returns the earlier attempt's error
-// instead). It passes once the driver sees the server again.
+// operation paused the pool, and this one gave up at a connection's
+// checkout. It passes once the driver sees the server again, so it is
+// tried again. It does not say that nothing was sent: the driver retries
+// a checkout that failed so, and on a retryable write (a replica set) it
+// may return it after an earlier attempt of its own that was sent (see
+// unsent).
 func poolCleared(err error) bool {
 	var pool driver.RetryablePoolError
 	return errors.As(err, &pool) && pool.Retryable()
@@ -70,19 +72,20 @@ func (c *config) retry(ctx context.Context, op func(context.Context) error) erro
 var errNotSent = errors.New("nothing was sent to the server")
 
 // unsent reports whether err, an attempt's error, says the driver gave up
-// before a connection carried the command: it found no server, waited in
-// vain for a connection, or found the pool cleared by another operation's
-// failure (poolCleared). On a retry of its own the driver reports those
+// before a connection carried the command: it found no server, or waited
+// in vain for a connection. On a retry of its own the driver reports those
 // with the earlier attempt's error, so they mean that no attempt of this
 // operation was sent. Any other error may have come after the server
-// received the command: a context's that ended mid-round-trip, and the
+// received the command: a context's that ended mid-round-trip; the
 // driver's "operation not sent to server, as Timeout would be exceeded",
 // which a retry of the driver's own (retryable writes) returns even after
-// an earlier attempt was sent.
+// an earlier attempt was sent; and a cleared pool (poolCleared), which
+// the driver retries and may return in place of an earlier attempt's
+// error.
 func unsent(err error) bool {
 	var selection topology.ServerSelectionError
 	var pool topology.WaitQueueTimeoutError
-	return errors.As(err, &selection) || errors.As(err, &pool) || poolCleared(err)
+	return errors.As(err, &selection) || errors.As(err, &pool)
 }
 
 // retrySent is retry for a write whose caller must know whether it may

@@ -3,6 +3,7 @@ package twopc
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/twopc/twopc/internal/schema"
@@ -94,6 +95,7 @@ const (
 	fieldKey           = schema.Key
 	fieldReason        = schema.Reason
 	fieldFences        = schema.Fences
+	fieldLegFences     = schema.LegFences
 	fieldLease         = schema.Lease
 	fieldRetain        = schema.Retain
 	fieldKeep          = schema.Keep
@@ -117,16 +119,25 @@ type record struct {
 	Claim bson.ObjectID `bson:"claim,omitempty"`
 	// Fences says the transaction's fences may still be on its accounts.
 	Fences bool `bson:"fences,omitempty"`
+	// LegFences says the transaction was made by this version: its legs
+	// are fenced in fencedLegs only, with their time. Without it (an
+	// earlier version made it, and a leg write of that version may still
+	// be on its way, which reads only fencedTransactions), its fences go
+	// in both forms, and finishing it flags Fences, so that recovery later
+	// removes the bare markers and moves the lines past it.
+	LegFences bool `bson:"legFences,omitempty"`
 	// LeaseMs is the longest StaleAfter of any process that claimed the
 	// transaction: takeover and Cancel judge staleness by it, so a process
 	// configured with a short StaleAfter cannot take a transaction another
 	// process still holds by its own rules.
 	LeaseMs int64 `bson:"leaseMs,omitempty"`
 	// RetainMs is the longest fence retention of any process that claimed
-	// or finished it: fences stay at least that long after it is final.
+	// or finished it: the bare-marker fences of a transaction an earlier
+	// version made (Fences set) stay at least that long after it is final.
+	// This version's fences do not wait for it (see lowWater).
 	RetainMs int64 `bson:"retainMs,omitempty"`
-	// KeepMs is how long the transaction is kept once final and unfenced
-	// (WithHistory), written with it; 0: for good.
+	// KeepMs is how long the transaction is kept once final (and, with
+	// Fences set, unfenced) (WithHistory), written with it; 0: for good.
 	KeepMs int64 `bson:"keepMs,omitempty"`
 	// Archive names the collection it is moved to then; "": removed.
 	Archive string `bson:"archive,omitempty"`
@@ -342,8 +353,33 @@ func (g *txnLog) read(ctx context.Context, id bson.ObjectID) (*record, error) {
 func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
 	// No fences flag: this version's fences carry their transaction's time
 	// and go with the writes that move lines (lowWater), with no
-	// Recoverer. (Earlier versions flagged every final transaction for
-	// recovery's unfence, which still serves those.)
+	// Recoverer. Earlier versions flagged every final transaction for
+	// recovery's unfence, which still serves those, and the transactions
+	// they made that this version finishes: their legs were fenced in
+	// both forms too (see record.LegFences), and the bare markers go only
+	// by unfence.
+	var earlier, ours []*record
+	for _, r := range recs {
+		if r.LegFences {
+			ours = append(ours, r)
+		} else {
+			earlier = append(earlier, r)
+		}
+	}
+	if len(earlier) > 0 {
+		flagged := m
+		flagged.set = append(slices.Clone(m.set), bson.E{Key: fieldFences, Value: true})
+		if len(ours) == 0 {
+			m = flagged
+		} else {
+			done, err := g.finish(ctx, ours, m)
+			if err != nil {
+				return done, err
+			}
+			more, err := g.finish(ctx, earlier, flagged)
+			return append(done, more...), err
+		}
+	}
 	m.retain = g.fenceRetention
 	start := time.Now()
 	switch len(recs) {

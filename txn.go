@@ -30,8 +30,9 @@ type Txn struct {
 	Key          string        `bson:"key,omitempty"`
 	Reason       string        `bson:"reason,omitempty"`
 	// Created is the transaction time: when the coordinator that wrote the
-	// transaction created it, by that coordinator's clock, to the
-	// millisecond. It never changes. Accounts' fence lines are compared
+	// transaction created it, by that coordinator's clock corrected to the
+	// server's (see PROTOCOL.md, Clocks), to the millisecond. It never
+	// changes. Accounts' fence lines are compared
 	// with it: an account refuses every leg of a transaction created at or
 	// before its line (see ErrTooLate).
 	Created time.Time `bson:"created,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
@@ -68,6 +69,10 @@ func TestUnitJudge(t *testing.T) {
 		{"balance int32", bson.D{{Key: "balance", Value: int32(10)}}, debit, false, legRetry, nil},
 		{"fences not an array", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedTransactions", Value: "x"}}, debit, false, legBlocked, ErrInvalidAccount},
 		{"fencedLegs not an array", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedLegs", Value: "x"}}, debit, false, legBlocked, ErrInvalidAccount},
+		{"fence line null", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: nil}}, debit, false, legRetry, nil},
+		{"fence line a timestamp", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: bson.Timestamp{T: 1}}}, debit, false, legBlocked, ErrInvalidAccount},
+		{"fence line MaxKey", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: bson.MaxKey{}}}, debit, false, legBlocked, ErrInvalidAccount},
+		{"fence line a string", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: "2026"}}, debit, false, legBlocked, ErrInvalidAccount},
 		{"credit idle, fits", bson.D{{Key: "balance", Value: int64(math.MaxInt64 - 10)}}, credit, false, legRetry, nil},
 		{"credit idle, past int64", bson.D{{Key: "balance", Value: int64(math.MaxInt64 - 9)}}, credit, false, legBlocked, ErrBalanceOverflow},
 		{"credit busy, within quarters", bson.D{{Key: "balance", Value: int64(creditQuarter)}, {Key: "pendingTransactions", Value: bson.A{other}}}, credit, false, legRetry, nil},
@@ -191,6 +196,12 @@ func TestUnitLegWrites(t *testing.T) {
 	assert.Equal(t, bson.M{"_id": "A", fieldPending: l.marker}, f, "only while pending")
 	assert.Equal(t, bson.M{fieldPending: l.marker}, u["$pull"])
 	assert.Equal(t, bson.M{fieldFencedLegs: l.fenceID}, u["$addToSet"])
+	earlier := l
+	earlier.legacy = true
+	_, u, _ = updateOf(t, closeModel(earlier))
+	assert.Equal(t, bson.M{fieldFencedLegs: l.fenceID, fieldFenced: l.marker}, u["$addToSet"], "an earlier version's leg is fenced in both forms")
+	_, u, _ = updateOf(t, fenceModel(r, earlier))
+	assert.Equal(t, bson.M{fieldFencedLegs: l.fenceID, fieldFenced: l.marker}, u["$addToSet"], "an earlier version's leg is fenced in both forms")
 
 	f, u, upsert = updateOf(t, fenceModel(r, l))
 	assert.True(t, upsert, "a tombstone where the account is missing")
@@ -216,7 +227,8 @@ func TestUnitLegWrites(t *testing.T) {
 
 	f, u, upsert = updateOf(t, unfenceModel(r, l))
 	assert.False(t, upsert)
-	assert.Equal(t, bson.M{"_id": "A"}, f)
+	assert.Equal(t, "A", f["_id"])
+	assert.Contains(t, f, "$and", "only where the line refuses what it pulls")
 	assert.Equal(t, bson.M{fieldFencedBefore: bson.DateTime(created.UnixMilli())}, u["$max"], "the fence line only moves forward")
 
 	// A credit is held in pendingCredit until it settles, and a debit
@@ -348,8 +360,10 @@ func TestUnitUnsent(t *testing.T) {
 		{mongo.CommandError{Code: 1}, false}, // the server answered
 		{errors.New("connection reset"), false},
 		// The driver's checkout error when another operation's network
-		// error cleared the pool, wrapped as the driver wraps it.
-		{mongo.CommandError{Wrapped: driver.Error{Message: "pool cleared", Labels: []string{driver.TransientTransactionError}, Wrapped: poolClearedForTest{}}}, true},
+		// error cleared the pool, wrapped as the driver wraps it: on a
+		// retryable write the driver may return it after an attempt of
+		// its own that was sent.
+		{mongo.CommandError{Wrapped: driver.Error{Message: "pool cleared", Labels: []string{driver.TransientTransactionError}, Wrapped: poolClearedForTest{}}}, false},
 	} {
 		assert.Equal(t, c.want, unsent(c.err), "%v", c.err)
 	}
@@ -415,6 +429,9 @@ func TestUnitFence(t *testing.T) {
 	assert.True(t, below(f, schema.FenceFloor(at.Add(time.Millisecond))), "dropped by a line past it")
 	assert.True(t, below(schema.Fence(at.Add(-time.Millisecond), schema.Marker(newTxnID(), 3)), f), "older first, whatever the digests")
 	assert.Equal(t, "000000000000", schema.Fence(time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC), m).Hex()[:12], "a time before 1970 counts as 1970")
+	far := time.Date(10890, 1, 1, 0, 0, 0, 0, time.UTC) // past six bytes of milliseconds
+	assert.Equal(t, "ffffffffffff", schema.FenceFloor(far).Hex()[:12], "saturates, never wraps")
+	assert.False(t, below(schema.Fence(far, m), f), "a fence of a far future never sorts below one of today")
 }
 
 // TestUnitLineFor: a write for transaction r moves a line up to the mark,
@@ -426,4 +443,119 @@ func TestUnitLineFor(t *testing.T) {
 	assert.Equal(t, created.Add(-time.Second), lineFor(created.Add(-time.Second), r))
 	assert.Equal(t, created.Add(-time.Millisecond), lineFor(created.Add(time.Minute), r))
 	assert.True(t, lineFor(created, &record{}).IsZero(), "a transaction with no time moves no line")
+}
+
+// levels is a slog.Handler that counts records by level.
+type levels struct {
+	mu sync.Mutex
+	n  map[slog.Level]int
+}
+
+func (h *levels) Enabled(context.Context, slog.Level) bool { return true }
+func (h *levels) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = map[slog.Level]int{}
+	}
+	h.n[r.Level]++
+	return nil
+}
+func (h *levels) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *levels) WithGroup(string) slog.Handler      { return h }
+func (h *levels) count(l slog.Level) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[l]
+}
+
+// unitMark is a low-water mark whose server and log are functions.
+func unitMark(server func(context.Context) (time.Time, error), oldest func(context.Context) (time.Time, any, error)) (*lowWater, *levels) {
+	h := &levels{}
+	return &lowWater{margin: markMargin, hold: time.Minute, host: time.Now, server: server, oldest: oldest, logger: slog.New(h)}, h
+}
+
+// TestUnitMarkFirstStampReadsTheClockOnce: concurrent first stamps wait
+// for one reading of the server's clock and all use it.
+func TestUnitMarkFirstStampReadsTheClockOnce(t *testing.T) {
+	release := make(chan struct{})
+	var calls sync.WaitGroup
+	calls.Add(1)
+	var n int
+	var mu sync.Mutex
+	m, _ := unitMark(func(ctx context.Context) (time.Time, error) {
+		mu.Lock()
+		n++
+		first := n == 1
+		mu.Unlock()
+		if first {
+			calls.Done()
+			<-release
+		}
+		return time.Now().Add(time.Hour), nil
+	}, func(context.Context) (time.Time, any, error) { return time.Time{}, nil, nil })
+	m.frozen = true
+	stamps := make(chan time.Time, 8)
+	for range 8 {
+		go func() { stamps <- m.stamp(context.Background()) }()
+	}
+	calls.Wait() // one caller is reading; the others wait for it or are about to
+	close(release)
+	for range 8 {
+		s := <-stamps
+		assert.True(t, s.After(time.Now().Add(30*time.Minute)), "every stamp uses the server's clock, an hour ahead")
+	}
+	assert.Equal(t, 1, n, "one reading of the clock")
+}
+
+// TestUnitMarkFailedReadings: a failed reading keeps the last mark, waits
+// markEvery before the next, warns once until one succeeds, and no reading
+// starts once the mark is closed.
+func TestUnitMarkFailedReadings(t *testing.T) {
+	fail := errors.New("server down")
+	var failing bool
+	server := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	m, logs := unitMark(func(context.Context) (time.Time, error) {
+		if failing {
+			return time.Time{}, fail
+		}
+		return server, nil
+	}, func(context.Context) (time.Time, any, error) { return time.Time{}, nil, nil })
+	read := func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		m.mu.Lock()
+		m.reading, m.cancel = true, cancel
+		m.mu.Unlock()
+		m.read(ctx)
+	}
+	read()
+	want := server.Add(-markMargin)
+	require.Equal(t, want, m.line())
+
+	failing = true
+	read()
+	read()
+	assert.Equal(t, want, m.line(), "the last mark stays")
+	assert.Equal(t, 1, logs.count(slog.LevelWarn), "warned once")
+	assert.Equal(t, 1, logs.count(slog.LevelDebug), "then at debug level")
+	m.mu.Lock()
+	reading := m.reading
+	m.mu.Unlock()
+	assert.False(t, reading, "a failed reading waits markEvery before the next")
+
+	failing = false
+	read()
+	failing = true
+	read()
+	assert.Equal(t, 2, logs.count(slog.LevelWarn), "warned again after a success")
+
+	m.mu.Lock()
+	m.readAt = time.Time{}
+	m.mu.Unlock()
+	m.close()
+	m.line()
+	m.mu.Lock()
+	reading = m.reading
+	m.mu.Unlock()
+	assert.False(t, reading, "no reading once closed")
 }

@@ -28,8 +28,10 @@ spendable once settled). Then its markers: each leg in flight on it
 (pendingTransactions: the leg's marker, its transaction, the leg's
 index, and the transaction's state, application and the leg's amount,
 read from the log; a marker whose transaction the log does not hold is
-said so), and its fences (fencedTransactions, the legs settled or undone
-whose fences are still up) with its fence line, fencedBefore. A
+said so), and its fences (fencedLegs, the legs settled or undone since
+its fence line moved, each with its transaction's time; and
+fencedTransactions, the bare markers of an earlier version's) with its
+fence line, fencedBefore. A
 tombstone (fences written for an account that did not exist) is shown as
 one: the library reads it as no account.
 

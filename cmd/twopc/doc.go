@@ -171,7 +171,8 @@
 // twopc recover makes one recovery pass (Recoverer.RecoverOnce) and
 // prints what it did: applied transactions settled, stale pending ones
 // rolled forward (or back when no leg was applied), canceling ones
-// finished, fences past their retention removed, and final transactions
+// finished, an earlier version's fences past their retention removed
+// (this version's go with the writes), and final transactions
 // past the time to keep recorded in them (twopc.WithHistory) removed, or
 // moved to the archive given with --archive NAME if they were recorded for
 // that archive. A transaction is stale

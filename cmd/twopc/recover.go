@@ -24,7 +24,8 @@ canceling transaction untouched for longer than its lease and finishes
 it (a pending one rolls forward if a leg of it was applied, back if
 none was; a pending hold always rolls back), voids every hold held past
 its expiry (WithExpiry, by the server's clock), and removes the fences
-whose retention has passed. It prints
+an earlier version left (fencedTransactions) once their retention has
+passed (this version's go with the writes, with no pass). It prints
 what the pass did; progress goes to stderr.
 
 Taking a transaction over (or voiding a hold for its expiry) writes the

@@ -24,9 +24,10 @@ field of its document, where it found it, and, for each leg, the account documen
 leg's ledger: its balance, pendingCredit and pendingDebit (credits and
 debits applied and not yet settled), its markers, and what they say of
 the leg: applied and not settled (the leg's marker is in
-pendingTransactions), closed (settled or undone: the marker is in
-fencedTransactions, or the account's fence line fencedBefore is at or
-past the transaction's time), or not applied. A leg's marker is the
+pendingTransactions), closed (settled or undone: the leg's fence is in
+fencedLegs, or its marker in an earlier version's fencedTransactions, or
+the account's fence line fencedBefore is at or past the transaction's
+time), or not applied. A leg's marker is the
 transaction's id with its last byte set to the leg's index. A leg on a
 ledger not given with --ledger is listed without its account.
 
@@ -162,6 +163,9 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 // transaction created at created.
 func legState(acct bson.Raw, m bson.ObjectID, created time.Time) string {
 	fenced := hasMarker(acct, schema.FencedLegs, schema.Fence(created, m)) || hasMarker(acct, schema.Fenced, m)
+	if line, ok := acct.Lookup(schema.FencedBefore).TimeOK(); ok && !created.IsZero() && !line.Before(created) {
+		fenced = true // closed by the line: its fence, if any, was dropped
+	}
 	if tomb, _ := acct.Lookup(schema.Tombstone).BooleanOK(); tomb && !fenced {
 		return legNoAccount
 	}
@@ -169,9 +173,6 @@ func legState(acct bson.Raw, m bson.ObjectID, created time.Time) string {
 	case hasMarker(acct, "pendingTransactions", m):
 		return legApplied
 	case fenced:
-		return legClosed
-	}
-	if line, ok := acct.Lookup(schema.FencedBefore).TimeOK(); ok && !created.IsZero() && !line.Before(created) {
 		return legClosed
 	}
 	return legNotApplied

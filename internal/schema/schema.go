@@ -28,6 +28,7 @@ const (
 	Key           = "key"
 	Reason        = "reason"
 	Fences        = "fences"
+	LegFences     = "legFences" // fenced in fencedLegs only: written by this version
 	Lease         = "leaseMs"
 	Retain        = "retainMs"
 	Keep          = "keepMs"
@@ -73,10 +74,17 @@ func Fence(created time.Time, marker bson.ObjectID) bson.ObjectID {
 	return f
 }
 
-// FenceFloor is the lowest fence of a transaction created at t.
+// fenceTimeMax is the latest time a fence carries, in milliseconds since
+// 1970 (its six bytes' largest value, in the year 10889).
+const fenceTimeMax = 1<<48 - 1
+
+// FenceFloor is the lowest fence of a transaction created at t. A time
+// before 1970 counts as 1970, and one past six bytes of milliseconds as
+// the last they hold: fences saturate rather than wrap, so a fence never
+// sorts below an older one, and a line never drops one it does not refuse.
 func FenceFloor(t time.Time) bson.ObjectID {
 	var f bson.ObjectID
-	ms := max(t.UnixMilli(), 0)
+	ms := min(max(t.UnixMilli(), 0), fenceTimeMax)
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(ms))
 	copy(f[:6], b[2:])

@@ -668,9 +668,16 @@ func indexPushdown(filter *types.Document, indexes []metadata.IndexInfo) (where 
 // if that is all v holds and they are all strings or booleans.
 func equalities(v any) ([]any, bool) {
 	scalar := func(x any) bool {
-		switch x.(type) {
-		case string, bool:
+		switch x := x.(type) {
+		case bool:
 			return true
+		case string:
+			// Only a string whose JSON needs no escape: SQLite's ->
+			// writes its own escapes (it leaves <, > and & alone, where
+			// sjson writes \u003c), so an escaped string might not be
+			// equal as text to the stored one, and the document would
+			// be missed. Others go to the table scan.
+			return len(must.NotFail(sjson.MarshalSingleValue(x))) == len(x)+2
 		}
 		return false
 	}

@@ -2,6 +2,7 @@ package twopc
 
 import (
 	"context"
+	"maps"
 )
 
 // MaxBatch is the most transfers one TransferBatch call takes.
@@ -17,6 +18,8 @@ type TransferRequest struct {
 	Value       int64
 	Legs        []Leg
 	Key         string
+	// Metadata is the transfer's metadata, as WithMetadata gives it.
+	Metadata map[string]string
 }
 
 // TransferResult is one transfer's outcome in a batch: what Transfer (or
@@ -63,6 +66,12 @@ func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest)
 		t, err := c.requested(q)
 		if err == nil && q.Key != "" {
 			err = validateKey(q.Key)
+		}
+		if err == nil {
+			err = validateMetadata(q.Metadata)
+		}
+		if len(q.Metadata) > 0 {
+			t.Metadata = maps.Clone(q.Metadata)
 		}
 		if err == nil && q.Key != "" {
 			if j, ok := keys[q.Key]; ok {

@@ -186,6 +186,8 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.Key, ok = stringOK(v)
 	case fieldReason:
 		r.Reason, ok = stringOK(v)
+	case fieldMetadata:
+		r.Metadata, ok = decodeMetadata(v)
 	case fieldCreated:
 		r.Created, ok = timeOK(v)
 	case fieldHold:

@@ -8,6 +8,7 @@ package twopc
 import (
 	"context"
 	"errors"
+	"maps"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -413,7 +414,8 @@ func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
 	if prior.Placeholder {
 		return c.outcome(prior) // canceled before it arrived
 	}
-	if prior.Key != asked.Key || prior.Hold != asked.Hold || prior.ExpiryMs != asked.ExpiryMs || !sameLegs(prior.legs(), asked.legs()) {
+	if prior.Key != asked.Key || prior.Hold != asked.Hold || prior.ExpiryMs != asked.ExpiryMs || !sameLegs(prior.legs(), asked.legs()) ||
+		!maps.Equal(prior.Metadata, asked.Metadata) {
 		return prior.txn(), errorf("%w: key %q is transaction %s (legs %v)",
 			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.AllLegs())
 	}

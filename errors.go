@@ -14,7 +14,8 @@ var (
 	// the destination as the server sees ids, or an account id the library
 	// refuses (see Transfer); to TransferLegs and HoldLegs, legs that break
 	// its rules; an idempotency key that is empty, not valid UTF-8 or longer
-	// than MaxKeyLen; WithExpiry on a transfer that is not a hold; a Capture
+	// than MaxKeyLen; metadata past WithMetadata's limits; WithExpiry on a
+	// transfer that is not a hold; a Capture
 	// amount a hold cannot take; a TransferBatch of more than MaxBatch, or a
 	// request of it that repeats an earlier one's key. Nothing is written.
 	ErrInvalidTransfer = errors.New("twopc: invalid transfer")
@@ -104,8 +105,8 @@ var (
 	// ErrKeyConflict reports a call whose idempotency key (WithKey) was
 	// already used by a different transaction: other legs (accounts,
 	// ledgers or amounts; for Transfer, another source, destination or
-	// value), a hold where this is a transfer or the other way round, or a
-	// hold with another expiry. Keys are unique across the transactions
+	// value), a hold where this is a transfer or the other way round, a
+	// hold with another expiry, or other metadata (WithMetadata). Keys are unique across the transactions
 	// collection, whichever call made them: give each transfer its own. The
 	// returned Txn is the one that holds the key; nothing is written.
 	ErrKeyConflict = errors.New("twopc: idempotency key used for a different transfer")

@@ -152,6 +152,26 @@ func ExampleWithKey() {
 	// true A: 70
 }
 
+// Metadata travels with the transfer, written once, and comes back from
+// Get and GetByKey.
+func ExampleWithMetadata() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_metadata")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db)
+	defer c.Close(ctx)
+	_ = c.EnsureIndexes(ctx)
+	_ = c.OpenAccount(ctx, "alice", 5000)
+	_ = c.OpenAccount(ctx, "shop", 0)
+
+	_, _ = c.Transfer(ctx, "alice", "shop", 1250, twopc.WithKey("order/o-17"),
+		twopc.WithMetadata(map[string]string{"order": "o-17", "memo": "2 coffees"}))
+	txn, _ := c.GetByKey(ctx, "order/o-17")
+	fmt.Println(txn.Metadata["order"], txn.Metadata["memo"])
+	// Output:
+	// o-17 2 coffees
+}
+
 // A transfer that stopped before its commit point (here a step hook plays
 // the crash) can be canceled: its applied legs are undone.
 func ExampleCanceler_Cancel() {

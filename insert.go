@@ -226,6 +226,9 @@ func insertWrite(r *record) (filter, update bson.D) {
 	if r.Key != "" {
 		doc = append(doc, bson.E{Key: fieldKey, Value: r.Key})
 	}
+	if len(r.Metadata) > 0 {
+		doc = append(doc, bson.E{Key: fieldMetadata, Value: metadataDoc(r.Metadata)})
+	}
 	// A fresh _id is nobody else's: the filter is the _id alone, which
 	// every server serves from its index, and a retry that finds the
 	// document only refreshes this transfer's own lastModified. A key's _id

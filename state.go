@@ -96,6 +96,7 @@ const (
 	fieldReason        = schema.Reason
 	fieldFences        = schema.Fences
 	fieldLegFences     = schema.LegFences
+	fieldMetadata      = schema.Metadata
 	fieldLease         = schema.Lease
 	fieldRetain        = schema.Retain
 	fieldKeep          = schema.Keep

@@ -29,6 +29,9 @@ type Txn struct {
 	Application  string        `bson:"application,omitempty"`
 	Key          string        `bson:"key,omitempty"`
 	Reason       string        `bson:"reason,omitempty"`
+	// Metadata is the transfer's string metadata (WithMetadata), written
+	// once with it; nil if none.
+	Metadata map[string]string `bson:"metadata,omitempty"`
 	// Created is the transaction time: when the coordinator that wrote the
 	// transaction created it, by that coordinator's clock corrected to the
 	// server's (see PROTOCOL.md, Clocks), to the millisecond. It never
@@ -225,6 +228,7 @@ func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (
 	if err := holdOptions(&t, tc); err != nil {
 		return nil, err
 	}
+	t.Metadata = tc.metadata
 	if c.settler.isClosed() {
 		return nil, ErrClosed
 	}
@@ -331,6 +335,7 @@ const maxReverseAttempts = 100
 type TransferOption func(*transferConfig)
 
 type transferConfig struct {
+	metadata  map[string]string
 	key       string
 	keyed     bool // WithKey was given, maybe with ""
 	expiry    time.Duration
@@ -383,6 +388,12 @@ func transferOptions(opts []TransferOption) (transferConfig, error) {
 		if err := validateKey(tc.key); err != nil {
 			return tc, err
 		}
+	}
+	if err := validateMetadata(tc.metadata); err != nil {
+		return tc, err
+	}
+	if len(tc.metadata) == 0 {
+		tc.metadata = nil
 	}
 	return tc, nil
 }

@@ -101,7 +101,8 @@
 // reads as one; a document id as Extended JSON), --ledger NAME (a leg in
 // that ledger; "default" or "" for the default ledger; with --account,
 // that account in that ledger), --older-than DURATION (untouched for
-// longer, by the server's clock), --application NAME. With --archive
+// longer, by the server's clock), --application NAME, --meta KEY=VALUE
+// (repeatable: metadata given with twopc.WithMetadata). With --archive
 // COLLECTION it reads the archive that twopc.WithHistory moves final
 // transactions to, as well as the log, and says where it found each
 // (foundIn: log or archive); see Archived transactions.

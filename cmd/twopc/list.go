@@ -33,7 +33,9 @@ takes a name, not NAME=COLLECTION. --older-than keeps those
 untouched for longer than the duration, by the server's clock.
 --application keeps those whose application field (the process that
 created or last took over the transaction) is NAME; list has no
-application name of its own.
+application name of its own. --meta KEY=VALUE keeps the transfers whose
+metadata (twopc.WithMetadata) has KEY set to VALUE; repeat it to ask for
+several.
 
 With --archive COLLECTION, list reads the archive twopc.WithHistory moves
 final transactions to as well as the log (the log first: one archived in
@@ -47,8 +49,32 @@ Examples:
   twopc list --state held --older-than 24h
   twopc list --account alice --limit 10
   twopc list --account alice --archive transactions_archive
+  twopc list --meta order=o-17
   twopc list --state unfinished --application payments-1 --json | jq -r '.transactions[]._id'`,
 	run: runList,
+}
+
+// metaList is the repeatable --meta KEY=VALUE flag.
+type metaList bson.D
+
+func (l *metaList) String() string {
+	parts := make([]string, len(*l))
+	for i, e := range *l {
+		parts[i] = e.Key + "=" + fmt.Sprint(e.Value)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *metaList) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	switch {
+	case !ok:
+		return fmt.Errorf("%q is not KEY=VALUE", s)
+	case k == "" || strings.HasPrefix(k, "$") || strings.ContainsAny(k, ".\x00"):
+		return fmt.Errorf("metadata key %q: not empty, not starting with $, no . or NUL", k)
+	}
+	*l = append(*l, bson.E{Key: k, Value: v})
+	return nil
 }
 
 // stateList is the repeatable --state flag.
@@ -118,6 +144,8 @@ func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	olderThan := fs.Duration("older-than", 0, "only transactions untouched for longer than `DURATION`")
 	application := fs.String("application", "", "only transactions last written by application `NAME`")
 	limit := fs.Int("limit", 50, "print at most `N` transactions (0: all)")
+	var meta metaList
+	fs.Var(&meta, "meta", "only transfers whose metadata has `KEY=VALUE` (repeatable)")
 	if _, err := cl.parse(cmd, fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -170,6 +198,9 @@ func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	}
 	if *application != "" {
 		filter = append(filter, bson.E{Key: schema.Application, Value: *application})
+	}
+	for _, e := range meta {
+		filter = append(filter, bson.E{Key: schema.Metadata + "." + e.Key, Value: e.Value})
 	}
 	// A leg's account and ledger are matched together here: the filter
 	// above matches them on any legs (FerretDB v1 has no $elemMatch on

@@ -29,6 +29,7 @@ const (
 	Reason        = "reason"
 	Fences        = "fences"
 	LegFences     = "legFences" // fenced in fencedLegs only: written by this version
+	Metadata      = "metadata"  // a transfer's string metadata
 	Lease         = "leaseMs"
 	Retain        = "retainMs"
 	Keep          = "keepMs"

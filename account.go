@@ -55,6 +55,9 @@ const (
 	// rollback on an account that did not exist. It is never deleted: its
 	// fence line keeps refusing late legs, and OpenAccount adopts it.
 	fieldTombstone = schema.Tombstone
+	// fieldOpening is what OpenAccount opened the account with:
+	// {balance, at}, where a statement starts.
+	fieldOpening = schema.Opening
 )
 
 // creditQuarter is a quarter of int64's range. A credit applies when

@@ -188,6 +188,8 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.Reason, ok = stringOK(v)
 	case fieldMetadata:
 		r.Metadata, ok = decodeMetadata(v)
+	case fieldCommittedAt:
+		r.CommittedAt, ok = timeOK(v)
 	case fieldCreated:
 		r.Created, ok = timeOK(v)
 	case fieldHold:

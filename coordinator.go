@@ -120,7 +120,7 @@ func (c *Coordinator) Application() string { return c.application }
 // EnsureIndexes creates the indexes the protocol's scans use, idempotently:
 // {state, lastModified} for recovery, {state, created} for the unfinished
 // transactions fence removal must wait for, and {fences, lastModified} for
-// fence removal. That last one is partial ({fences: true}: only the
+// fence removal, and {accounts, committedAt} for statements. The fences one is partial ({fences: true}: only the
 // transactions whose fences are still up) where the server has partial
 // indexes, as MongoDB has; where it refuses them (FerretDB), it is sparse,
 // which holds every transaction. An index of the same name and keys made
@@ -150,6 +150,7 @@ func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 		{keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}, opts: options.Index().SetName("state_1_lastModified_1")},
 		{keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldCreated, Value: 1}}, opts: options.Index().SetName("state_1_created_1")},
 		{keys: bson.D{{Key: fieldFences, Value: 1}, {Key: fieldLastModified, Value: 1}}, opts: partial, fallback: sparse},
+		{keys: bson.D{{Key: fieldEntryKeys, Value: 1}, {Key: fieldCommittedAt, Value: 1}}, opts: options.Index().SetName("accounts_1_committedAt_1")},
 	} {
 		if err := c.ensureIndex(ctx, have, ix.keys, ix.opts, ix.fallback); err != nil {
 			return errorf("twopc: ensure indexes: %w", err)

@@ -144,3 +144,16 @@ func LetKeysOverlap(c *Coordinator) {
 	defer c.keys.mu.Unlock()
 	c.keys.off = true
 }
+
+// WithStatementHorizon sets how old an entry must be for a statement's page
+// to list it (a second by default).
+func WithStatementHorizon(d time.Duration) Option {
+	return func(c *config) error {
+		c.statementHorizon = d
+		return nil
+	}
+}
+
+// EntryKey is the key a transaction lists in its accounts field for a leg
+// on account id of ledger.
+func EntryKey(ledger string, id any) (string, error) { return entryKey(ledger, id) }

@@ -229,6 +229,9 @@ func insertWrite(r *record) (filter, update bson.D) {
 	if len(r.Metadata) > 0 {
 		doc = append(doc, bson.E{Key: fieldMetadata, Value: metadataDoc(r.Metadata)})
 	}
+	if keys := entryKeys(r); len(keys) > 0 {
+		doc = append(doc, bson.E{Key: fieldEntryKeys, Value: keys})
+	}
 	// A fresh _id is nobody else's: the filter is the _id alone, which
 	// every server serves from its index, and a retry that finds the
 	// document only refreshes this transfer's own lastModified. A key's _id

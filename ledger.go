@@ -49,14 +49,18 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64) error {
 	if balance < 0 {
 		return errorf("twopc: open account %v: %w: %d", id, ErrNegativeBalance, balance)
 	}
+	// The opening a statement starts from (see Coordinator.Statement):
+	// the balance, and the time by the clock corrected to the server's.
+	opening := bson.D{{Key: "balance", Value: balance}, {Key: "at", Value: l.mark.stamp(ctx)}}
 	_, err := l.accounts.InsertOne(ctx, bson.D{
 		{Key: "_id", Value: id},
 		{Key: fieldBalance, Value: balance},
 		{Key: fieldPending, Value: bson.A{}},
+		{Key: fieldOpening, Value: opening},
 	})
 	if mongo.IsDuplicateKeyError(err) {
 		res, uerr := l.accounts.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: fieldTombstone, Value: true}}, bson.D{
-			{Key: "$set", Value: bson.D{{Key: fieldBalance, Value: balance}, {Key: fieldPending, Value: bson.A{}}}},
+			{Key: "$set", Value: bson.D{{Key: fieldBalance, Value: balance}, {Key: fieldPending, Value: bson.A{}}, {Key: fieldOpening, Value: opening}}},
 			{Key: "$unset", Value: bson.D{{Key: fieldTombstone, Value: ""}}},
 		})
 		if uerr == nil && res.ModifiedCount == 1 {

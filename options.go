@@ -49,6 +49,9 @@ type config struct {
 	markClock      func() time.Time // the host clock the mark's clock corrects; tests replace it
 	markMargin     time.Duration    // see markMargin; tests shorten it
 	markFrozen     bool             // no background readings of the mark (tests)
+	// statementHorizon is how old an entry must be for a statement's
+	// page to list it (see statementHorizon); tests shorten it.
+	statementHorizon time.Duration
 }
 
 // history is WithHistory's setting.
@@ -75,18 +78,19 @@ type ledgerSpec struct {
 func defaultConfig() config {
 	host, _ := os.Hostname()
 	return config{
-		application:  fmt.Sprintf("%s:%d:%s", host, os.Getpid(), bson.NewObjectID().Hex()[18:]),
-		staleAfter:   DefaultStaleAfter,
-		accounts:     DefaultAccounts,
-		transactions: DefaultTransactions,
-		retries:      DefaultRetries,
-		writeConcern: writeconcern.Majority(),
-		writeBatch:   DefaultWriteBatch,
-		logger:       slog.New(slog.DiscardHandler),
-		now:          time.Now,
-		newID:        newTxnID,
-		markClock:    time.Now,
-		markMargin:   markMargin,
+		application:      fmt.Sprintf("%s:%d:%s", host, os.Getpid(), bson.NewObjectID().Hex()[18:]),
+		staleAfter:       DefaultStaleAfter,
+		accounts:         DefaultAccounts,
+		transactions:     DefaultTransactions,
+		retries:          DefaultRetries,
+		writeConcern:     writeconcern.Majority(),
+		writeBatch:       DefaultWriteBatch,
+		logger:           slog.New(slog.DiscardHandler),
+		now:              time.Now,
+		newID:            newTxnID,
+		markClock:        time.Now,
+		markMargin:       markMargin,
+		statementHorizon: statementHorizon,
 	}
 }
 

@@ -97,6 +97,8 @@ const (
 	fieldFences        = schema.Fences
 	fieldLegFences     = schema.LegFences
 	fieldMetadata      = schema.Metadata
+	fieldCommittedAt   = schema.CommittedAt
+	fieldEntryKeys     = schema.EntryKeys
 	fieldLease         = schema.Lease
 	fieldRetain        = schema.Retain
 	fieldKeep          = schema.Keep
@@ -127,6 +129,11 @@ type record struct {
 	// in both forms, and finishing it flags Fences, so that recovery later
 	// removes the bare markers and moves the lines past it.
 	LegFences bool `bson:"legFences,omitempty"`
+	// CommittedAt is the commit point (pending → applied, or a hold's
+	// capture), stamped by the log server's clock in the commit write
+	// ($currentDate): the time a statement orders the transfer's entries
+	// by. Zero before it committed, and for earlier versions'.
+	CommittedAt time.Time `bson:"committedAt,omitempty"`
 	// LeaseMs is the longest StaleAfter of any process that claimed the
 	// transaction: takeover and Cancel judge staleness by it, so a process
 	// configured with a short StaleAfter cannot take a transaction another
@@ -248,6 +255,9 @@ func (m move) update() bson.D {
 	}
 	set = append(set, m.set...)
 	stamps := bson.D{{Key: fieldLastModified, Value: true}}
+	if m.to == StateApplied {
+		stamps = append(stamps, bson.E{Key: fieldCommittedAt, Value: true})
+	}
 	if m.stampHeldAt {
 		stamps = append(stamps, bson.E{Key: fieldHeldAt, Value: true})
 	}

@@ -28,8 +28,11 @@ const (
 	Key           = "key"
 	Reason        = "reason"
 	Fences        = "fences"
-	LegFences     = "legFences" // fenced in fencedLegs only: written by this version
-	Metadata      = "metadata"  // a transfer's string metadata
+	LegFences     = "legFences"   // fenced in fencedLegs only: written by this version
+	Metadata      = "metadata"    // a transfer's string metadata
+	CommittedAt   = "committedAt" // the commit point, by the log server's clock
+	EntryKeys     = "accounts"    // a key per account a leg is on (see statement.go)
+	Opening       = "opening"     // an account's opening {balance, at}, by OpenAccount
 	Lease         = "leaseMs"
 	Retain        = "retainMs"
 	Keep          = "keepMs"

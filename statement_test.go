@@ -1,0 +1,375 @@
+package twopc_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/twopc/twopc"
+)
+
+// statementCoordinator is a coordinator whose statements list entries as
+// soon as they are committed (no horizon), settling before each call
+// returns.
+func statementCoordinator(b *bank, opts ...twopc.Option) *twopc.Coordinator {
+	return b.coordinator(append([]twopc.Option{twopc.WithStatementHorizon(0), twopc.WithSyncSettle()}, opts...)...)
+}
+
+// fullStatement is every entry of account, in one page.
+func fullStatement(t *testing.T, c *twopc.Coordinator, account any, reverse bool) []twopc.Entry {
+	t.Helper()
+	p, err := c.Statement(testCtx(t), "", account, twopc.StatementQuery{Limit: twopc.MaxStatementLimit, Reverse: reverse})
+	require.NoError(t, err)
+	return p.Entries
+}
+
+// paged is every entry of account in q's window, page after page of size.
+func paged(t *testing.T, c *twopc.Coordinator, account any, q twopc.StatementQuery) []twopc.Entry {
+	t.Helper()
+	var all []twopc.Entry
+	for range 1000 {
+		p, err := c.Statement(testCtx(t), "", account, q)
+		require.NoError(t, err)
+		all = append(all, p.Entries...)
+		if p.Next == "" {
+			return all
+		}
+		q.After = p.Next
+	}
+	t.Fatal("pages never ended")
+	return nil
+}
+
+// checkStatement checks account's statement against the account: running
+// balances from its opening, order, pages of every size, Reverse, a
+// partition by time, and BalanceAt at every entry and now. The account
+// must be quiet (nothing in flight but held holds).
+func checkStatement(t *testing.T, c *twopc.Coordinator, account any, opening int64, sizes ...int) []twopc.Entry {
+	t.Helper()
+	ctx := testCtx(t)
+	all := fullStatement(t, c, account, false)
+	sum := opening
+	for i, e := range all {
+		sum += e.Amount
+		require.Equalf(t, sum, e.Balance, "%v: entry %d's running balance", account, i)
+		if i > 0 {
+			require.Falsef(t, e.At.Before(all[i-1].At), "%v: entry %d is out of order", account, i)
+		}
+		assert.Equal(t, account, e.Account)
+	}
+	a, err := c.Account(ctx, account)
+	require.NoError(t, err)
+	now, err := c.BalanceAt(ctx, "", account, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	assert.Equalf(t, a.Balance+a.Held, now, "%v: BalanceAt(now) is Balance + Held at a quiet moment", account)
+	assert.Equalf(t, sum, now, "%v: the last entry's balance is BalanceAt(now)", account)
+
+	if len(sizes) == 0 {
+		sizes = []int{1, 2, 3, 7}
+	}
+	for _, size := range sizes {
+		assert.Equalf(t, all, paged(t, c, account, twopc.StatementQuery{Limit: size}), "%v: pages of %d", account, size)
+		back := paged(t, c, account, twopc.StatementQuery{Limit: size, Reverse: true})
+		slices.Reverse(back)
+		assert.Equalf(t, all, back, "%v: Reverse pages of %d", account, size)
+	}
+	if len(all) > 1 {
+		split := all[len(all)/2].At
+		before := paged(t, c, account, twopc.StatementQuery{Until: split, Limit: sizes[len(sizes)-1]})
+		after := paged(t, c, account, twopc.StatementQuery{Since: split, Limit: sizes[len(sizes)-1]})
+		assert.Equalf(t, all, append(before, after...), "%v: Since and Until partition it", account)
+	}
+	for i, e := range all {
+		if len(all) > 20 && i%(len(all)/10) != 0 {
+			continue // a tenth of a long statement's entries
+		}
+		at, err := c.BalanceAt(ctx, "", account, e.At)
+		require.NoError(t, err)
+		want := e.Balance
+		for _, later := range all[i+1:] {
+			if later.At.Equal(e.At) {
+				want = later.Balance // the last entry at that millisecond
+			}
+		}
+		assert.Equalf(t, want, at, "%v: BalanceAt entry %d", account, i)
+	}
+	if len(all) > 0 {
+		at, err := c.BalanceAt(ctx, "", account, all[0].At.Add(-time.Millisecond))
+		require.NoError(t, err)
+		assert.Equalf(t, opening, at, "%v: before the first entry, the opening balance", account)
+	}
+	return all
+}
+
+// TestStatementOfEveryKindOfTransfer: transfers, several legs, a hold
+// captured in part, one voided, a reversal and a canceled transfer make
+// the entries they should, with their keys and metadata, and the
+// statement agrees with the accounts.
+func TestStatementOfEveryKindOfTransfer(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	c := statementCoordinator(b)
+	b.open(map[string]int64{"A": 1000, "B": 0, "C": 0})
+
+	t1, err := c.Transfer(ctx, "A", "B", 100, twopc.WithKey("t1"), twopc.WithMetadata(map[string]string{"order": "1"}))
+	require.NoError(t, err)
+	t2, err := c.Transfer(ctx, "B", "C", 30)
+	require.NoError(t, err)
+	t3, err := c.TransferLegs(ctx, []twopc.Leg{{Account: "A", Amount: -20}, {Account: "B", Amount: 10}, {Account: "C", Amount: 10}})
+	require.NoError(t, err)
+	h1, err := c.Hold(ctx, "A", "B", 40)
+	require.NoError(t, err)
+	_, err = c.Capture(ctx, h1.ID, 25)
+	require.NoError(t, err)
+	h2, err := c.Hold(ctx, "A", "C", 10)
+	require.NoError(t, err)
+	_, err = c.Void(ctx, h2.ID)
+	require.NoError(t, err)
+	rev, err := c.Reverse(ctx, t3.ID)
+	require.NoError(t, err)
+	_, err = c.Transfer(ctx, "C", "A", 10_000)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	held, err := c.Hold(ctx, "A", "C", 7) // still held: not an entry, in Held
+	require.NoError(t, err)
+
+	type row struct {
+		txn    bson.ObjectID
+		amount int64
+	}
+	rows := func(es []twopc.Entry) []row {
+		out := make([]row, len(es))
+		for i, e := range es {
+			out[i] = row{e.Txn, e.Amount}
+		}
+		return out
+	}
+	a := checkStatement(t, c, "A", 1000)
+	assert.Equal(t, []row{{t1.ID, -100}, {t3.ID, -20}, {h1.ID, -25}, {rev.ID, 20}}, rows(a))
+	assert.Equal(t, "t1", a[0].Key)
+	assert.Equal(t, map[string]string{"order": "1"}, a[0].Metadata)
+	assert.Equal(t, int64(1000-100-20-25+20), a[len(a)-1].Balance)
+	bs := checkStatement(t, c, "B", 0)
+	assert.Equal(t, []row{{t1.ID, 100}, {t2.ID, -30}, {t3.ID, 10}, {h1.ID, 25}, {rev.ID, -10}}, rows(bs))
+	cs := checkStatement(t, c, "C", 0)
+	assert.Equal(t, []row{{t2.ID, 30}, {t3.ID, 10}, {rev.ID, -10}}, rows(cs))
+	for _, es := range [][]twopc.Entry{a, bs, cs} {
+		for _, e := range es {
+			assert.NotEqual(t, held.ID, e.Txn, "a hold still held is not an entry")
+			assert.NotEqual(t, h2.ID, e.Txn, "a voided hold is not an entry")
+		}
+	}
+}
+
+// TestStatementConcurrentTransfers: transfers racing between accounts
+// with no overdraft leave statements whose running balances never go
+// below zero and end at each account's balance.
+func TestStatementConcurrentTransfers(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	c := statementCoordinator(b)
+	opening := map[string]int64{}
+	var ids []string
+	for i := range 6 {
+		id := fmt.Sprintf("acct-%d", i)
+		ids = append(ids, id)
+		opening[id] = int64(100 * i)
+	}
+	b.open(opening)
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for range 20 {
+				from, to := ids[rng.IntN(len(ids))], ids[rng.IntN(len(ids))]
+				if from == to {
+					continue
+				}
+				_, _ = c.Transfer(ctx, from, to, 1+rng.Int64N(150))
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, c.Settle(ctx))
+	var total int64
+	for _, id := range ids {
+		es := checkStatement(t, c, id, opening[id], 5, 13)
+		for i, e := range es {
+			require.GreaterOrEqualf(t, e.Balance, int64(0), "%s: entry %d shows a balance the account never had", id, i)
+		}
+		total += b.balance(id)
+	}
+	assert.Equal(t, int64(1500), total)
+}
+
+// TestStatementBadQueries: each bad query gets a clear error.
+func TestStatementBadQueries(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	c := statementCoordinator(b)
+	b.open(map[string]int64{"A": 100, "B": 0})
+	for range 3 {
+		_, err := c.Transfer(ctx, "A", "B", 1)
+		require.NoError(t, err)
+	}
+	p, err := c.Statement(ctx, "", "A", twopc.StatementQuery{Limit: 1})
+	require.NoError(t, err)
+	require.NotEmpty(t, p.Next)
+	now := time.Now()
+	for name, q := range map[string]twopc.StatementQuery{
+		"negative limit":          {Limit: -1},
+		"limit past the most":     {Limit: twopc.MaxStatementLimit + 1},
+		"since after until":       {Since: now, Until: now.Add(-time.Second)},
+		"a token that is garbage": {After: "not a token"},
+		"a token of base64 junk":  {After: "eyJrIjo"},
+		"the other direction":     {After: p.Next, Reverse: true},
+	} {
+		_, err := c.Statement(ctx, "", "A", q)
+		assert.ErrorIsf(t, err, twopc.ErrInvalidQuery, "%s", name)
+	}
+	_, err = c.Statement(ctx, "", "B", twopc.StatementQuery{After: p.Next})
+	assert.ErrorIs(t, err, twopc.ErrInvalidQuery, "a token of another account")
+	_, err = c.Statement(ctx, "nowhere", "A", twopc.StatementQuery{})
+	assert.ErrorIs(t, err, twopc.ErrUnknownLedger)
+	_, err = c.Statement(ctx, "", nil, twopc.StatementQuery{})
+	assert.ErrorIs(t, err, twopc.ErrInvalidAccountID)
+	_, err = c.Statement(ctx, "", "nobody", twopc.StatementQuery{})
+	assert.ErrorIs(t, err, twopc.ErrAccountNotFound)
+	_, err = c.BalanceAt(ctx, "", "nobody", now)
+	assert.ErrorIs(t, err, twopc.ErrAccountNotFound)
+	p, err = c.Statement(ctx, "", "A", twopc.StatementQuery{Since: now.Add(time.Hour)})
+	require.NoError(t, err)
+	assert.Empty(t, p.Entries)
+	assert.Empty(t, p.Next)
+}
+
+// TestStatementHandInsertedAccount: an account inserted by hand has no
+// recorded opening; it is derived (balance, legs in flight, entries), a
+// hold held on it counted, and the statement agrees with the account.
+func TestStatementHandInsertedAccount(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	c := statementCoordinator(b)
+	_, err := b.db.Collection("accounts").InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "hand"}, {Key: "balance", Value: int64(500)}, {Key: "pendingTransactions", Value: bson.A{}}},
+		bson.D{{Key: "_id", Value: "other"}, {Key: "balance", Value: int64(500)}, {Key: "pendingTransactions", Value: bson.A{}}},
+	})
+	require.NoError(t, err)
+	_, err = c.Transfer(ctx, "hand", "other", 120)
+	require.NoError(t, err)
+	_, err = c.Transfer(ctx, "other", "hand", 20)
+	require.NoError(t, err)
+	_, err = c.Hold(ctx, "hand", "other", 50) // held: out of the balance, in no entry
+	require.NoError(t, err)
+	h, err := c.Hold(ctx, "other", "hand", 30)
+	require.NoError(t, err)
+	_, err = c.Capture(ctx, h.ID, 10)
+	require.NoError(t, err)
+	es := checkStatement(t, c, "hand", 500)
+	require.Len(t, es, 3)
+	checkStatement(t, c, "other", 500)
+}
+
+// TestStatementWithArchive: statements read the archive as well as the
+// log, answer the same before and after pruning, and count once a
+// transaction whose late copy the log holds again.
+func TestStatementWithArchive(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	archive := b.db.Collection("archive")
+	c := statementCoordinator(b, twopc.WithHistory(time.Millisecond, archive))
+	b.open(map[string]int64{"A": 300, "B": 0})
+	var first bson.ObjectID
+	for i := range 5 {
+		txn, err := c.Transfer(ctx, "A", "B", int64(10+i))
+		require.NoError(t, err)
+		if i == 0 {
+			first = txn.ID
+		}
+	}
+	beforeA, beforeB := checkStatement(t, c, "A", 300), checkStatement(t, c, "B", 0)
+	ageFinalIn(t, b.db)
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithHistory(time.Millisecond, archive)))
+	rep, err := r.RecoverOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, rep.Removed)
+	require.Empty(t, b.txns())
+	assert.Equal(t, beforeA, checkStatement(t, c, "A", 300), "the same from the archive")
+	assert.Equal(t, beforeB, checkStatement(t, c, "B", 0))
+
+	// A late copy of the first in the log, committed again later.
+	var doc bson.D
+	require.NoError(t, archive.FindOne(ctx, bson.D{{Key: "_id", Value: first}}).Decode(&doc))
+	for i := range doc {
+		if doc[i].Key == "committedAt" {
+			doc[i].Value = time.Now().UTC()
+		}
+	}
+	_, err = b.db.Collection("transactions").InsertOne(ctx, doc)
+	require.NoError(t, err)
+	assert.Equal(t, beforeA, checkStatement(t, c, "A", 300), "the log's copy counts once, as the archive has it")
+}
+
+// TestStatementHorizon: a page lists only entries older than the horizon
+// (a second by default); BalanceAt counts every entry.
+func TestStatementHorizon(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	c := b.coordinator(twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	_, err := c.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	p, err := c.Statement(ctx, "", "A", twopc.StatementQuery{})
+	require.NoError(t, err)
+	assert.Empty(t, p.Entries, "committed less than a second ago")
+	at, err := c.BalanceAt(ctx, "", "A", time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	assert.Equal(t, int64(90), at)
+	ctxDone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = c.Statement(ctxDone, "", "A", twopc.StatementQuery{})
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// TestStatementReadsByTheIndex: on MongoDB a statement's read of the log
+// is served by the {accounts, committedAt} index (a multikey index scan,
+// no collection scan and no in-memory sort); on the dev server, whose
+// FerretDB cannot index an array's elements, the index gives only the
+// range of every array-valued entry, which every transaction's accounts
+// is (DIFFERENCES.md), with the same answer.
+func TestStatementReadsByTheIndex(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t) // EnsureIndexes
+	c := statementCoordinator(b)
+	b.open(map[string]int64{"A": 100, "B": 0})
+	_, err := c.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	key, err := twopc.EntryKey("", "A")
+	require.NoError(t, err)
+	var plan bson.M
+	require.NoError(t, b.db.RunCommand(ctx, bson.D{{Key: "explain", Value: bson.D{
+		{Key: "find", Value: "transactions"},
+		{Key: "filter", Value: bson.D{{Key: "accounts", Value: key}, {Key: "committedAt", Value: bson.D{{Key: "$type", Value: "date"}}}}},
+		{Key: "sort", Value: bson.D{{Key: "committedAt", Value: 1}}},
+	}}}).Decode(&plan))
+	text := fmt.Sprint(plan["queryPlanner"])
+	if isFerretDB(t, b.db) {
+		assert.Contains(t, text, "USING INDEX transactions_")
+		assert.Contains(t, text, "(<expr>>? AND <expr><?)", "every array's entry")
+	} else {
+		assert.Contains(t, text, "accounts_1_committedAt_1")
+		assert.Contains(t, text, "IXSCAN")
+		assert.NotContains(t, text, "COLLSCAN")
+		assert.NotContains(t, text, "stage:SORT")
+	}
+	assert.Len(t, fullStatement(t, c, "A", false), 1)
+}

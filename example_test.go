@@ -172,6 +172,28 @@ func ExampleWithMetadata() {
 	// o-17 2 coffees
 }
 
+// BalanceAt answers an account's balance at any time from its entries:
+// its opening balance before the first.
+func ExampleCoordinator_BalanceAt() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_balance_at")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db, twopc.WithSyncSettle())
+	defer c.Close(ctx)
+	_ = c.EnsureIndexes(ctx)
+	_ = c.OpenAccount(ctx, "alice", 5000)
+	_ = c.OpenAccount(ctx, "shop", 0)
+
+	before := time.Now().Add(-time.Minute)
+	_, _ = c.Transfer(ctx, "alice", "shop", 1250)
+	_, _ = c.Transfer(ctx, "alice", "shop", 250)
+	then, _ := c.BalanceAt(ctx, "", "alice", before)
+	now, _ := c.BalanceAt(ctx, "", "alice", time.Now().Add(time.Minute))
+	fmt.Println(then, now)
+	// Output:
+	// 5000 3500
+}
+
 // A transfer that stopped before its commit point (here a step hook plays
 // the crash) can be canceled: its applied legs are undone.
 func ExampleCanceler_Cancel() {

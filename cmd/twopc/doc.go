@@ -20,6 +20,8 @@
 //	list     transactions, filtered, least recently touched first
 //	show     one transaction, every field, and the account of each of its legs
 //	account  one account: balance, held and pending amounts, and its markers
+//	statement  an account's entries with their running balance
+//	balance  an account's balance at a time, from its entries
 //	recover  finish stale transactions: one recovery pass, or a pass every --interval
 //	cancel   roll back a transaction that has not reached its commit point
 //	reverse  undo a committed transfer with a transfer back
@@ -144,6 +146,21 @@
 // "held", "heldByHolds", "pendingCredit", "pendingLegs": [...],
 // "fencedLegs": [...], "fencedTransactions": [...], "fencedBefore",
 // "tombstone"}]}.
+//
+// # Statement and balance
+//
+// twopc statement ACCOUNT prints the account's entries (Coordinator.Statement):
+// one per leg of a committed transfer on it, in commit order, with its
+// time, transaction, signed amount, the balance after it, and the
+// transfer's key and metadata; entries less than a second old are not
+// listed yet. --since and --until (RFC 3339) bound their times, --limit N
+// (default 100) prints a page and, when more may follow, the --after TOKEN
+// of the next; --reverse lists newest first. twopc balance ACCOUNT --at
+// TIME prints its balance then (Coordinator.BalanceAt; default now).
+// --ledger NAME reads another ledger, --archive COLLECTION the archive
+// too. With --json: {"ledger", "account", "entries": [{"txn", "at",
+// "amount", "balance", "key", "metadata"}], "next"} and {"ledger",
+// "account", "at", "balance"}.
 //
 // # Archived transactions
 //

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twopc/twopc"
+)
+
+var statementCommand = &command{
+	name:    "statement",
+	args:    "ACCOUNT",
+	summary: "an account's entries with their running balance",
+	help: `Statement prints the entries of account ACCOUNT (twopc's
+Coordinator.Statement): one per leg of a committed transfer on it, in
+commit order, each with its time, transaction, signed amount, the
+account's balance after it, and the transfer's key and metadata. Canceled
+transfers and holds not captured are not entries. Entries less than a
+second old are not listed yet.
+
+--since and --until (RFC 3339 times) bound the entries' times, --since
+included, --until not. --limit N prints at most N entries (default 100,
+at most 1000); when more follow, the last line gives the --after TOKEN
+that prints the next ones. --reverse lists newest first.
+
+--ledger NAME reads the account in ledger NAME (give its collection with
+--ledger NAME=COLLECTION or NAME=mongodb://HOST:PORT/DB.COLLECTION too,
+unless it is the default). With --archive COLLECTION, the archive
+twopc.WithHistory moves final transactions to is read too.
+
+ACCOUNT is a string, or a document id as Extended JSON ('{"region": "eu",
+"n": 7}'); if no account has it as a string, it is tried as a number
+(an integer) and as an ObjectID (24 hexadecimal digits).
+
+Examples:
+  twopc statement alice --since 2026-11-01T00:00:00Z --until 2026-12-01T00:00:00Z
+  twopc statement alice --limit 20 --reverse
+  twopc statement --ledger beijing=mongodb://127.0.0.1:27018/bank.accounts --ledger beijing B --json`,
+	run: runStatement,
+}
+
+var balanceCommand = &command{
+	name:    "balance",
+	args:    "ACCOUNT",
+	summary: "an account's balance at a time, from its entries",
+	help: `Balance prints the balance of account ACCOUNT at time --at (RFC 3339;
+default: now), as its statement counts it (twopc's Coordinator.BalanceAt):
+its opening balance plus the entries committed at or before then. At a
+quiet moment the balance now is the account's balance plus what it holds.
+ACCOUNT, --ledger and --archive are as for statement.
+
+Examples:
+  twopc balance alice --at 2026-11-30T23:59:59Z
+  twopc balance alice --json`,
+	run: runBalance,
+}
+
+// statementReport is what statement --json prints.
+type statementReport struct {
+	Ledger  string      `json:"ledger"` // "default" for the default ledger
+	Account string      `json:"account"`
+	Entries []entryJSON `json:"entries"`
+	Next    string      `json:"next,omitempty"`
+	entries []twopc.Entry
+}
+
+type entryJSON struct {
+	Txn      string            `json:"txn"`
+	At       time.Time         `json:"at"`
+	Amount   int64             `json:"amount"`
+	Balance  int64             `json:"balance"`
+	Key      string            `json:"key,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// accountArgs registers statement's and balance's flags.
+type accountArgs struct {
+	g       globals
+	pick    []string
+	account []any
+	ledger  string
+}
+
+func (a *accountArgs) parse(ctx context.Context, cl *cli, cmd *command, args []string, more func(fsAdder)) (*conn, error) {
+	fs := cl.flagSet(cmd)
+	a.g.register(fs, withArchive)
+	fs.Var(accountLedgers{&a.g, &a.pick}, "ledger", "the ledger `NAME` to read the account in (default: the default one); "+
+		"NAME=COLLECTION or NAME=mongodb://HOST:PORT/DB.COLLECTION gives its collection")
+	if more != nil {
+		more(fs)
+	}
+	pos, err := cl.parse(cmd, fs, args, 1, 1)
+	if err != nil {
+		return nil, err
+	}
+	if a.account, err = accountValues(pos[0]); err != nil {
+		return nil, cl.usage(cmd, fs, "account %s: %v", pos[0], err)
+	}
+	switch len(a.pick) {
+	case 0:
+	case 1:
+		a.ledger = a.pick[0]
+		if _, ok := a.g.ledger(a.ledger); !ok {
+			return nil, cl.usage(cmd, fs, "--ledger %s: ledger %q is not given: give its accounts with --ledger %s=COLLECTION", a.ledger, a.ledger, a.ledger)
+		}
+	default:
+		return nil, cl.usage(cmd, fs, "one --ledger NAME at a time")
+	}
+	if err := a.g.check(); err != nil {
+		return nil, err
+	}
+	return a.g.connect(ctx, cl)
+}
+
+// fsAdder is the part of a flag set the commands add their flags with.
+type fsAdder interface {
+	String(name, value, usage string) *string
+	Int(name string, value int, usage string) *int
+	Bool(name string, value bool, usage string) *bool
+}
+
+// first calls fn with each of the account's candidate ids until one is an
+// account (fn's error is not ErrAccountNotFound).
+func (a *accountArgs) first(fn func(id any) error) error {
+	var err error
+	for _, id := range a.account {
+		if err = fn(id); !errors.Is(err, twopc.ErrAccountNotFound) {
+			return err
+		}
+	}
+	return refused(err)
+}
+
+// parseTime reads an RFC 3339 flag value; "" is the zero time.
+func parseTime(flag, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--%s %q is not an RFC 3339 time (2026-11-25T10:00:00Z)", flag, s)
+	}
+	return t, nil
+}
+
+func runStatement(ctx context.Context, cl *cli, cmd *command, args []string) error {
+	var a accountArgs
+	var since, until, after *string
+	var limit *int
+	var reverse *bool
+	cn, err := a.parse(ctx, cl, cmd, args, func(fs fsAdder) {
+		since = fs.String("since", "", "only entries at or after `TIME` (RFC 3339)")
+		until = fs.String("until", "", "only entries before `TIME` (RFC 3339)")
+		limit = fs.Int("limit", twopc.DefaultStatementLimit, "print at most `N` entries")
+		after = fs.String("after", "", "continue after the page that gave `TOKEN`")
+		reverse = fs.Bool("reverse", false, "newest first")
+	})
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	q := twopc.StatementQuery{Limit: *limit, After: *after, Reverse: *reverse}
+	if q.Since, err = parseTime("since", *since); err == nil {
+		q.Until, err = parseTime("until", *until)
+	}
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	c, err := cn.coordinator()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closeCoordinator(c) }()
+	rep := &statementReport{Ledger: ledgerName(a.ledger), Entries: []entryJSON{}}
+	err = a.first(func(id any) error {
+		p, err := c.Statement(ctx, a.ledger, id, q)
+		if err != nil {
+			return err
+		}
+		rep.Account = fmt.Sprint(id)
+		rep.Next, rep.entries = p.Next, p.Entries
+		return nil
+	})
+	if errors.Is(err, twopc.ErrInvalidQuery) {
+		return usageErrorf("%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range rep.entries {
+		rep.Entries = append(rep.Entries, entryJSON{Txn: e.Txn.Hex(), At: e.At, Amount: e.Amount, Balance: e.Balance, Key: e.Key, Metadata: e.Metadata})
+	}
+	if a.g.json {
+		return cl.printJSON(rep)
+	}
+	rep.print(cl.stdout)
+	return nil
+}
+
+func (r *statementReport) print(w io.Writer) {
+	fmt.Fprintf(w, "Account %s, ledger %s\n", r.Account, r.Ledger)
+	if len(r.Entries) == 0 {
+		fmt.Fprintln(w, "No entries.")
+		return
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "AT\tTRANSACTION\tAMOUNT\tBALANCE\tKEY\tMETADATA")
+	for _, e := range r.Entries {
+		fmt.Fprintf(tw, "%s\t%s\t%+d\t%d\t%s\t%s\n", timestamp(e.At), e.Txn, e.Amount, e.Balance, e.Key, metaString(e.Metadata))
+	}
+	_ = tw.Flush()
+	if r.Next != "" {
+		fmt.Fprintf(w, "More may follow: --after %s\n", r.Next)
+	}
+}
+
+// metaString is metadata as key=value pairs, sorted by key.
+func metaString(m map[string]string) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+// balanceReport is what balance --json prints.
+type balanceReport struct {
+	Ledger  string    `json:"ledger"`
+	Account string    `json:"account"`
+	At      time.Time `json:"at"`
+	Balance int64     `json:"balance"`
+}
+
+func runBalance(ctx context.Context, cl *cli, cmd *command, args []string) error {
+	var a accountArgs
+	var at *string
+	cn, err := a.parse(ctx, cl, cmd, args, func(fs fsAdder) {
+		at = fs.String("at", "", "the balance at `TIME` (RFC 3339; default: now)")
+	})
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	when, err := parseTime("at", *at)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	if when.IsZero() {
+		if when, err = cn.serverNow(ctx); err != nil {
+			return err
+		}
+	}
+	c, err := cn.coordinator()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closeCoordinator(c) }()
+	rep := balanceReport{Ledger: ledgerName(a.ledger), At: when.UTC()}
+	err = a.first(func(id any) error {
+		b, err := c.BalanceAt(ctx, a.ledger, id, when)
+		rep.Account, rep.Balance = fmt.Sprint(id), b
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if a.g.json {
+		return cl.printJSON(rep)
+	}
+	fmt.Fprintf(cl.stdout, "Account %s, ledger %s, at %s: %d\n", rep.Account, rep.Ledger, timestamp(rep.At), rep.Balance)
+	return nil
+}

@@ -373,3 +373,59 @@ func TestStatementReadsByTheIndex(t *testing.T) {
 	}
 	assert.Len(t, fullStatement(t, c, "A", false), 1)
 }
+
+// TestStatementAcrossDeployments: legs of one transfer on ledgers of two
+// deployments are entries of each account in its own ledger, one
+// deployment restarted between transfers; the statements agree with the
+// accounts.
+func TestStatementAcrossDeployments(t *testing.T) {
+	ctx := testCtx(t)
+	bk := newBanks(t, twopc.WithStatementHorizon(0), twopc.WithSyncSettle())
+	sh, err := bk.c.Ledger(bankNames[0])
+	require.NoError(t, err)
+	bj, err := bk.c.Ledger(bankNames[1])
+	require.NoError(t, err)
+	require.NoError(t, sh.OpenAccount(ctx, "A", 1000))
+	require.NoError(t, sh.OpenAccount(ctx, "B", 0))
+	require.NoError(t, bj.OpenAccount(ctx, "C", 0))
+	require.NoError(t, bj.OpenAccount(ctx, "D", 500))
+
+	t1, err := bk.c.TransferLegs(ctx, []twopc.Leg{{Ledger: bankNames[0], Account: "A", Amount: -100}, {Ledger: bankNames[1], Account: "C", Amount: 100}})
+	require.NoError(t, err)
+	bk.restart(1)
+	c := bk.coordinator(twopc.WithStatementHorizon(0), twopc.WithSyncSettle()) // clients of its own after the restart
+	t2, err := c.TransferLegs(ctx, []twopc.Leg{{Ledger: bankNames[1], Account: "D", Amount: -50}, {Ledger: bankNames[0], Account: "B", Amount: 30}, {Ledger: bankNames[0], Account: "A", Amount: 20}})
+	require.NoError(t, err)
+
+	type row struct {
+		txn              bson.ObjectID
+		amount, balance int64
+	}
+	for _, tc := range []struct {
+		ledger, account string
+		want            []row
+	}{
+		{bankNames[0], "A", []row{{t1.ID, -100, 900}, {t2.ID, 20, 920}}},
+		{bankNames[0], "B", []row{{t2.ID, 30, 30}}},
+		{bankNames[1], "C", []row{{t1.ID, 100, 100}}},
+		{bankNames[1], "D", []row{{t2.ID, -50, 450}}},
+	} {
+		p, err := c.Statement(ctx, tc.ledger, tc.account, twopc.StatementQuery{})
+		require.NoError(t, err)
+		var got []row
+		for _, e := range p.Entries {
+			assert.Equal(t, tc.ledger, e.Ledger)
+			got = append(got, row{e.Txn, e.Amount, e.Balance})
+		}
+		assert.Equalf(t, tc.want, got, "%s/%s", tc.ledger, tc.account)
+		l, err := c.Ledger(tc.ledger)
+		require.NoError(t, err)
+		a, err := l.Account(ctx, tc.account)
+		require.NoError(t, err)
+		now, err := c.BalanceAt(ctx, tc.ledger, tc.account, time.Now().Add(time.Hour))
+		require.NoError(t, err)
+		assert.Equalf(t, a.Balance+a.Held, now, "%s/%s", tc.ledger, tc.account)
+	}
+	_, err = c.Statement(ctx, bankNames[1], "A", twopc.StatementQuery{})
+	assert.ErrorIs(t, err, twopc.ErrAccountNotFound, "A is not in Beijing's ledger")
+}

@@ -398,7 +398,7 @@ func TestStatementAcrossDeployments(t *testing.T) {
 	require.NoError(t, err)
 
 	type row struct {
-		txn              bson.ObjectID
+		txn             bson.ObjectID
 		amount, balance int64
 	}
 	for _, tc := range []struct {

@@ -38,6 +38,9 @@ type Coordinator struct {
 	applies *applyStages        // see applyRound
 	commits *stage[*commitCall] // see commitAll
 	keys    keyCalls            // the keyed calls running, one at a time a key
+	// checkpoints holds statements' checkpoints: an account's balance
+	// through a time (see statement.go).
+	checkpoints *mongo.Collection
 
 	closeOnce sync.Once
 }
@@ -93,6 +96,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		db:     db,
 	}
 	c.log = &txnLog{config: &c.config, txns: db.Collection(cfg.transactions, majority)}
+	c.checkpoints = db.Collection(cfg.transactions+checkpointsSuffix, majority)
 	if c.history.archive != nil {
 		a := c.history.archive
 		if a.Name() == cfg.transactions && a.Database().Name() == db.Name() {
@@ -120,7 +124,9 @@ func (c *Coordinator) Application() string { return c.application }
 // EnsureIndexes creates the indexes the protocol's scans use, idempotently:
 // {state, lastModified} for recovery, {state, created} for the unfinished
 // transactions fence removal must wait for, and {fences, lastModified} for
-// fence removal, and {accounts, committedAt} for statements. The fences one is partial ({fences: true}: only the
+// fence removal, and {accounts, committedAt} for statements, with
+// {key, at} on the statements' checkpoints (the transactions collection's
+// name with "_checkpoints"). The fences one is partial ({fences: true}: only the
 // transactions whose fences are still up) where the server has partial
 // indexes, as MongoDB has; where it refuses them (FerretDB), it is sparse,
 // which holds every transaction. An index of the same name and keys made
@@ -152,16 +158,28 @@ func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 		{keys: bson.D{{Key: fieldFences, Value: 1}, {Key: fieldLastModified, Value: 1}}, opts: partial, fallback: sparse},
 		{keys: bson.D{{Key: fieldEntryKeys, Value: 1}, {Key: fieldCommittedAt, Value: 1}}, opts: options.Index().SetName("accounts_1_committedAt_1")},
 	} {
-		if err := c.ensureIndex(ctx, have, ix.keys, ix.opts, ix.fallback); err != nil {
+		if err := c.ensureIndex(ctx, c.log.txns, have, ix.keys, ix.opts, ix.fallback); err != nil {
 			return errorf("twopc: ensure indexes: %w", err)
 		}
+	}
+	// Statements' checkpoints, by account and time.
+	specs, err = c.checkpoints.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return errorf("twopc: ensure indexes: %w", err)
+	}
+	have = map[string]bool{}
+	for _, ix := range specs {
+		have[ix.Name] = true
+	}
+	if err := c.ensureIndex(ctx, c.checkpoints, have, bson.D{{Key: "key", Value: 1}, {Key: "at", Value: -1}}, options.Index().SetName("key_1_at_-1"), nil); err != nil {
+		return errorf("twopc: ensure indexes: %w", err)
 	}
 	return nil
 }
 
 // ensureIndex creates one index unless have names it; if the server
 // refuses its options and fallback is set, it creates fallback instead.
-func (c *Coordinator) ensureIndex(ctx context.Context, have map[string]bool, keys bson.D, opts, fallback *options.IndexOptionsBuilder) error {
+func (c *Coordinator) ensureIndex(ctx context.Context, coll *mongo.Collection, have map[string]bool, keys bson.D, opts, fallback *options.IndexOptionsBuilder) error {
 	var o options.IndexOptions
 	for _, set := range opts.List() {
 		if err := set(&o); err != nil {
@@ -171,7 +189,7 @@ func (c *Coordinator) ensureIndex(ctx context.Context, have map[string]bool, key
 	if o.Name != nil && have[*o.Name] {
 		return nil
 	}
-	_, err := c.log.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: opts})
+	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: opts})
 	var se mongo.ServerError
 	// The server has no such option (NotImplemented, CommandNotSupported,
 	// InvalidOptions, BadValue, CannotCreateIndex,
@@ -185,7 +203,7 @@ func (c *Coordinator) ensureIndex(ctx context.Context, have map[string]bool, key
 		return errors.As(err, &se) && (se.HasErrorCode(codeIndexOptionsConflict) || se.HasErrorCode(codeIndexKeySpecsConflict))
 	}
 	if fallback != nil && refused() {
-		_, err = c.log.txns.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: fallback})
+		_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: fallback})
 	}
 	if conflict() {
 		return nil // made meanwhile by another process, of the other kind: it serves

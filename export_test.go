@@ -157,3 +157,13 @@ func WithStatementHorizon(d time.Duration) Option {
 // EntryKey is the key a transaction lists in its accounts field for a leg
 // on account id of ledger.
 func EntryKey(ledger string, id any) (string, error) { return entryKey(ledger, id) }
+
+// WithCheckpoints sets after how many entries summed past the last
+// checkpoint a statement's read records one, and how old its entries must
+// be (1,000 and a minute by default).
+func WithCheckpoints(every int, horizon time.Duration) Option {
+	return func(c *config) error {
+		c.checkpointEvery, c.checkpointHorizon = every, horizon
+		return nil
+	}
+}

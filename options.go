@@ -52,6 +52,10 @@ type config struct {
 	// statementHorizon is how old an entry must be for a statement's
 	// page to list it (see statementHorizon); tests shorten it.
 	statementHorizon time.Duration
+	// checkpointEvery and checkpointHorizon: see statement.go; tests
+	// shorten them.
+	checkpointEvery   int
+	checkpointHorizon time.Duration
 }
 
 // history is WithHistory's setting.
@@ -78,19 +82,21 @@ type ledgerSpec struct {
 func defaultConfig() config {
 	host, _ := os.Hostname()
 	return config{
-		application:      fmt.Sprintf("%s:%d:%s", host, os.Getpid(), bson.NewObjectID().Hex()[18:]),
-		staleAfter:       DefaultStaleAfter,
-		accounts:         DefaultAccounts,
-		transactions:     DefaultTransactions,
-		retries:          DefaultRetries,
-		writeConcern:     writeconcern.Majority(),
-		writeBatch:       DefaultWriteBatch,
-		logger:           slog.New(slog.DiscardHandler),
-		now:              time.Now,
-		newID:            newTxnID,
-		markClock:        time.Now,
-		markMargin:       markMargin,
-		statementHorizon: statementHorizon,
+		application:       fmt.Sprintf("%s:%d:%s", host, os.Getpid(), bson.NewObjectID().Hex()[18:]),
+		staleAfter:        DefaultStaleAfter,
+		accounts:          DefaultAccounts,
+		transactions:      DefaultTransactions,
+		retries:           DefaultRetries,
+		writeConcern:      writeconcern.Majority(),
+		writeBatch:        DefaultWriteBatch,
+		logger:            slog.New(slog.DiscardHandler),
+		now:               time.Now,
+		newID:             newTxnID,
+		markClock:         time.Now,
+		markMargin:        markMargin,
+		statementHorizon:  statementHorizon,
+		checkpointEvery:   checkpointEvery,
+		checkpointHorizon: checkpointHorizon,
 	}
 }
 

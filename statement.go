@@ -153,25 +153,21 @@ func (c *Coordinator) Entries(ctx context.Context, ledger string, account any, q
 // (see Statement; unlike a page, it counts entries however recent). At a
 // quiet moment, BalanceAt(now) is Account.Balance plus Account.Held.
 //
-// It sums the account's entries up to at, from the log and the archive:
-// its cost grows with the account's history. Transactions WithHistory
-// removed without an archive are not in either: for an account whose
-// transfers were removed so, the answer is wrong, so do not use statements
-// with removal.
+// It sums the account's entries from the log and the archive, from the
+// account's last checkpoint at or before at (its balance through a time,
+// recorded by a read that summed a thousand entries or more past the
+// previous one, through entries at least a minute old), or from its
+// opening: its cost grows with the entries since that checkpoint, not
+// with the account's whole history. Transactions WithHistory removed
+// without an archive are in neither: an account whose transfers were
+// removed so after its last checkpoint gets a wrong answer, so do not
+// use statements with removal.
 func (c *Coordinator) BalanceAt(ctx context.Context, ledger string, account any, at time.Time) (int64, error) {
 	s, err := c.statement(ctx, ledger, account)
 	if err != nil {
 		return 0, err
 	}
-	open, err := s.opening(ctx)
-	if err != nil {
-		return 0, err
-	}
-	sum, err := s.sum(ctx, func(e *entry) bool { return !e.At.After(at) })
-	if err != nil {
-		return 0, err
-	}
-	return open + sum, nil
+	return s.balanceAt(ctx, at)
 }
 
 // statement is one account's statement reader.
@@ -183,7 +179,8 @@ type statement struct {
 	horizon  time.Duration
 	archive  *mongo.Collection
 	txns     *mongo.Collection
-	openings int // readings of a derived opening before they agree (tests)
+	doc      bson.Raw // the account, as first read
+	openings int      // readings of a derived opening before they agree (tests)
 }
 
 func (c *Coordinator) statement(ctx context.Context, ledger string, account any) (*statement, error) {
@@ -201,8 +198,12 @@ func (c *Coordinator) statement(ctx context.Context, ledger string, account any)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return &statement{c: c, ledger: l, account: account, key: key, horizon: c.statementHorizon,
-		archive: c.log.history.archive, txns: c.log.txns}, nil
+	s := &statement{c: c, ledger: l, account: account, key: key, horizon: c.statementHorizon,
+		archive: c.log.history.archive, txns: c.log.txns}
+	if s.doc, err = s.readAccount(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // entryKey is what a transaction lists in its accounts field for a leg on
@@ -299,6 +300,29 @@ func (s *statement) decode(t string, reverse bool) (*entry, error) {
 	return &entry{Entry: Entry{Txn: id, At: time.UnixMilli(tk.At).UTC(), Amount: amount}, leg: tk.Leg}, nil
 }
 
+// checkpointsSuffix names the checkpoints collection after the
+// transactions collection: "transactions_checkpoints" by default.
+const checkpointsSuffix = "_checkpoints"
+
+// Checkpoints: once a read has summed checkpointEvery entries or more
+// past an account's last checkpoint, it records the account's balance
+// through the last whole millisecond of them at least checkpointHorizon
+// old (a commit is visible well within it), so that later reads sum only
+// the entries after it.
+const (
+	checkpointEvery   = 1000
+	checkpointHorizon = time.Minute
+)
+
+// checkpoint is an account's balance through a time: its opening plus
+// every entry with At at or before it.
+type checkpoint struct {
+	ID      string    `bson:"_id"` // key|at in ms, zero-padded
+	Key     string    `bson:"key"`
+	At      time.Time `bson:"at"`
+	Balance int64     `bson:"balance"`
+}
+
 // page answers q.
 func (s *statement) page(ctx context.Context, q StatementQuery) (StatementPage, error) {
 	limit := q.Limit
@@ -324,82 +348,107 @@ func (s *statement) page(ctx context.Context, q StatementQuery) (StatementPage, 
 	if err != nil {
 		return StatementPage{}, err
 	}
-	// The window: [Since, Until), and no newer than the horizon.
-	horizon := now.Add(-s.horizon)
-	in := func(e *entry) bool {
-		return (q.Since.IsZero() || !e.At.Before(q.Since)) &&
-			(q.Until.IsZero() || e.At.Before(q.Until)) && !e.At.After(horizon)
-	}
-	clipped := q.Until.IsZero() || q.Until.After(horizon)
-	open, err := s.opening(ctx)
-	if err != nil {
-		return StatementPage{}, err
-	}
-	// Running balances over every entry of the account up to the window's
-	// end, then the window.
-	every, err := s.entries(ctx, func(e *entry) bool { return q.Until.IsZero() || e.At.Before(q.Until) })
-	if err != nil {
-		return StatementPage{}, err
-	}
-	all := make([]entry, 0, len(every))
-	sum := open
-	for _, e := range every {
-		sum += e.Amount
-		e.Balance = sum
-		if in(&e) {
-			all = append(all, e)
+	// The window, in whole milliseconds: [Since, Until), and no newer
+	// than the horizon; from the token on.
+	lo, hi := msCeil(q.Since), now.Add(-s.horizon).Truncate(time.Millisecond)
+	clipped := true
+	if !q.Until.IsZero() {
+		if u := msCeil(q.Until).Add(-time.Millisecond); !u.After(hi) {
+			hi, clipped = u, false
 		}
 	}
-	if q.Reverse {
-		slices.Reverse(all)
-	}
-	start := 0
 	if after != nil {
-		start = len(all)
-		for i := range all {
-			c := all[i].compare(after)
-			if (!q.Reverse && c > 0) || (q.Reverse && c < 0) {
-				start = i
-				break
-			}
+		if q.Reverse && after.At.Before(hi) {
+			hi = after.At
+		} else if !q.Reverse && after.At.After(lo) {
+			lo = after.At
 		}
 	}
-	rest := all[start:]
 	page := StatementPage{Entries: []Entry{}}
-	n := min(limit, len(rest))
-	for i := range n {
-		page.Entries = append(page.Entries, rest[i].Entry)
+	if !lo.IsZero() && lo.After(hi) {
+		return page, nil
 	}
-	if n > 0 && (len(rest) > n || (clipped && !q.Reverse)) {
-		page.Next = s.encode(&rest[n-1], q.Reverse)
+	var rest []entry
+	for need := limit + 1; ; need *= 2 {
+		got, cut, err := s.scan(ctx, lo, hi, q.Reverse, need)
+		if err != nil {
+			return StatementPage{}, err
+		}
+		rest = got[:0:0]
+		for _, e := range got {
+			if after != nil && ((!q.Reverse && e.compare(after) <= 0) || (q.Reverse && e.compare(after) >= 0)) {
+				continue
+			}
+			rest = append(rest, e)
+		}
+		if len(rest) > limit || !cut {
+			break
+		}
+	}
+	if len(rest) == 0 {
+		return page, nil
+	}
+	n := min(limit, len(rest))
+	shown := rest[:n]
+	// Balances: through the first shown entry, from the last checkpoint
+	// before it, then onward in the page's direction.
+	through, err := s.through(ctx, &shown[0], now)
+	if err != nil {
+		return StatementPage{}, err
+	}
+	for i := range shown {
+		if q.Reverse {
+			shown[i].Balance = through
+			through -= shown[i].Amount
+		} else {
+			if i > 0 {
+				through += shown[i].Amount
+			}
+			shown[i].Balance = through
+		}
+		page.Entries = append(page.Entries, shown[i].Entry)
+	}
+	if len(rest) > n || (clipped && !q.Reverse) {
+		page.Next = s.encode(&shown[n-1], q.Reverse)
 	}
 	return page, nil
 }
 
-// entries returns the account's entries that in keeps, in order, from the
-// log and the archive: a transaction both hold counts once, as the
-// archive has it. The log is read first: a transaction moving to the
-// archive meanwhile is inserted there before it leaves the log, so it is
-// found in one or the other.
-func (s *statement) entries(ctx context.Context, in func(*entry) bool) ([]entry, error) {
-	logged, err := s.read(ctx, s.txns)
+// msCeil rounds t up to a whole millisecond, as commit times are.
+func msCeil(t time.Time) time.Time {
+	if c := t.Truncate(time.Millisecond); !c.Equal(t) {
+		return c.Add(time.Millisecond)
+	}
+	return t
+}
+
+// scan returns the account's entries with At in [lo, hi] (lo zero:
+// unbounded), from the log and the archive, counted once (see entries),
+// in order (reversed if desc): at least need of them if there are as
+// many (need < 0: all), each millisecond whole. cut reports that entries
+// past those returned may exist.
+func (s *statement) scan(ctx context.Context, lo, hi time.Time, desc bool, need int) (out []entry, cut bool, err error) {
+	logged, logCut, err := s.read(ctx, s.txns, lo, hi, desc, need)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	byID := map[bson.ObjectID]*record{}
 	for _, r := range logged {
 		byID[r.ID] = r
 	}
+	cut = logCut
 	if s.archive != nil {
-		archived, err := s.read(ctx, s.archive)
+		archived, archiveCut, err := s.read(ctx, s.archive, lo, hi, desc, need)
 		if err != nil {
-			return nil, errorf("twopc: read the archive: %w", err)
+			return nil, false, errorf("twopc: read the archive: %w", err)
 		}
+		cut = cut || archiveCut
 		for _, r := range archived {
 			byID[r.ID] = r
 		}
-		// A late copy in the log of a transaction the archive holds
-		// outside the window read above is not an entry either.
+		// A copy in the log of a transaction the archive holds (a late
+		// duplicate's, see WithHistory) is not an entry, wherever the
+		// archive's record falls.
 		var ids bson.A
 		for _, r := range logged {
 			if byID[r.ID] == r {
@@ -407,16 +456,20 @@ func (s *statement) entries(ctx context.Context, in func(*entry) bool) ([]entry,
 			}
 		}
 		if len(ids) > 0 {
-			cur, err := s.archive.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-				options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-			if err != nil {
-				return nil, errorf("twopc: read the archive: %w", err)
-			}
 			var found []struct {
 				ID bson.ObjectID `bson:"_id"`
 			}
-			if err := cur.All(ctx, &found); err != nil {
-				return nil, errorf("twopc: read the archive: %w", err)
+			err := s.c.retry(ctx, func(ctx context.Context) error {
+				cur, err := s.archive.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+					options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+				if err != nil {
+					return err
+				}
+				found = found[:0]
+				return cur.All(ctx, &found)
+			})
+			if err != nil {
+				return nil, false, errorf("twopc: read the archive: %w", err)
 			}
 			for _, f := range found {
 				if r := byID[f.ID]; r != nil && slices.Contains(logged, r) {
@@ -425,7 +478,6 @@ func (s *statement) entries(ctx context.Context, in func(*entry) bool) ([]entry,
 			}
 		}
 	}
-	var out []entry
 	for _, r := range byID {
 		if r.CommittedAt.IsZero() || !r.State.Committed() {
 			continue
@@ -434,64 +486,168 @@ func (s *statement) entries(ctx context.Context, in func(*entry) bool) ([]entry,
 			if l.Ledger != s.ledger.name || !schema.SameID(l.Account, s.account) {
 				continue
 			}
-			e := entry{Entry: Entry{Txn: r.ID, Ledger: l.Ledger, Account: l.Account, Amount: l.Amount,
-				At: r.CommittedAt, Key: r.Key, Metadata: r.Metadata}, leg: i}
-			if in(&e) {
-				out = append(out, e)
-			}
+			out = append(out, entry{Entry: Entry{Txn: r.ID, Ledger: l.Ledger, Account: l.Account, Amount: l.Amount,
+				At: r.CommittedAt, Key: r.Key, Metadata: r.Metadata}, leg: i})
 		}
 	}
-	slices.SortFunc(out, func(a, b entry) int { return a.compare(&b) })
-	return out, nil
+	slices.SortFunc(out, func(a, b entry) int {
+		if desc {
+			return b.compare(&a)
+		}
+		return a.compare(&b)
+	})
+	return out, cut, nil
 }
 
 // read returns the committed transactions of coll with a leg on the
-// account, by the {accounts, committedAt} index.
-func (s *statement) read(ctx context.Context, coll *mongo.Collection) ([]*record, error) {
+// account and committedAt in [lo, hi], by the {accounts, committedAt}
+// index, in committedAt order (descending if desc): at least need legs'
+// worth of transactions if there are as many (need < 0: all), each
+// millisecond whole. cut reports that more may follow.
+func (s *statement) read(ctx context.Context, coll *mongo.Collection, lo, hi time.Time, desc bool, need int) ([]*record, bool, error) {
+	at := bson.D{{Key: "$type", Value: "date"}, {Key: "$lte", Value: hi}}
+	if !lo.IsZero() {
+		at = append(at, bson.E{Key: "$gte", Value: lo})
+	}
+	dir := 1
+	if desc {
+		dir = -1
+	}
 	var out []*record
+	var cut bool
 	err := s.c.retry(ctx, func(ctx context.Context) error {
-		cur, err := coll.Find(ctx, bson.D{
-			{Key: fieldEntryKeys, Value: s.key},
-			{Key: fieldCommittedAt, Value: bson.D{{Key: "$type", Value: "date"}}},
-		}, options.Find().SetSort(bson.D{{Key: fieldCommittedAt, Value: 1}}))
+		opts := options.Find().SetSort(bson.D{{Key: fieldCommittedAt, Value: dir}})
+		if need > 0 {
+			opts.SetBatchSize(int32(min(need+1, 1000)))
+		}
+		cur, err := coll.Find(ctx, bson.D{{Key: fieldEntryKeys, Value: s.key}, {Key: fieldCommittedAt, Value: at}}, opts)
 		if err != nil {
 			return err
 		}
 		defer cur.Close(ctx)
-		out = out[:0]
+		out, cut = out[:0], false
 		for cur.Next(ctx) {
 			var r record
 			if err := cur.Decode(&r); err != nil {
 				return errorf("%w: %v: %v", ErrMalformedTxn, cur.Current.Lookup("_id"), err)
 			}
+			if need > 0 && len(out) >= need && !r.CommittedAt.Equal(out[len(out)-1].CommittedAt) {
+				cut = true // the last millisecond is whole
+				break
+			}
 			out = append(out, &r)
 		}
 		return cur.Err()
 	})
-	return out, err
+	return out, cut, err
 }
 
-// sum is the sum of the amounts of the account's entries that in keeps.
-func (s *statement) sum(ctx context.Context, in func(*entry) bool) (int64, error) {
-	all, err := s.entries(ctx, in)
+// through returns the account's balance through entry e: its opening (or
+// the last checkpoint before e's millisecond) plus every entry up to and
+// including e. It may write a checkpoint (see checkpointEvery).
+func (s *statement) through(ctx context.Context, e *entry, now time.Time) (int64, error) {
+	cp, err := s.lastCheckpoint(ctx, e.At.Add(-time.Millisecond))
 	if err != nil {
 		return 0, err
 	}
-	var sum int64
-	for _, e := range all {
-		sum += e.Amount
+	return s.sumFrom(ctx, cp, e.At, now, func(x *entry) bool { return x.compare(e) <= 0 })
+}
+
+// balanceAt is BalanceAt's answer: the balance through every entry with
+// At at or before at.
+func (s *statement) balanceAt(ctx context.Context, at time.Time) (int64, error) {
+	now, err := s.c.log.serverNow(ctx)
+	if err != nil {
+		return 0, err
+	}
+	at = at.Truncate(time.Millisecond)
+	cp, err := s.lastCheckpoint(ctx, at)
+	if err != nil {
+		return 0, err
+	}
+	return s.sumFrom(ctx, cp, at, now, func(*entry) bool { return true })
+}
+
+// sumFrom is cp's balance (the opening if cp is nil) plus the entries
+// after cp's time through the millisecond hi that in keeps; if that summed
+// checkpointEvery entries or more, it records a checkpoint through the
+// last whole millisecond of them at least checkpointHorizon old.
+func (s *statement) sumFrom(ctx context.Context, cp *checkpoint, hi, now time.Time, in func(*entry) bool) (int64, error) {
+	var base int64
+	var lo time.Time
+	if cp != nil {
+		base, lo = cp.Balance, cp.At.Add(time.Millisecond)
+	} else {
+		open, err := s.opening(ctx)
+		if err != nil {
+			return 0, err
+		}
+		base = open
+	}
+	if !lo.IsZero() && lo.After(hi) {
+		return base, nil
+	}
+	all, _, err := s.scan(ctx, lo, hi, false, -1)
+	if err != nil {
+		return 0, err
+	}
+	sum := base
+	var mark *checkpoint
+	limit := now.Add(-s.c.checkpointHorizon)
+	running := base
+	for i := range all {
+		e := &all[i]
+		running += e.Amount
+		if in(e) {
+			sum += e.Amount
+		}
+		// A checkpoint through e's millisecond, if it is whole here and old enough.
+		if i >= s.c.checkpointEvery-1 && !e.At.After(limit) && (i == len(all)-1 || !all[i+1].At.Equal(e.At)) && e.At.Before(hi) {
+			mark = &checkpoint{Key: s.key, At: e.At, Balance: running}
+		}
+	}
+	if mark != nil {
+		s.saveCheckpoint(ctx, mark)
 	}
 	return sum, nil
+}
+
+// lastCheckpoint returns the account's latest checkpoint at or before
+// at; nil if none.
+func (s *statement) lastCheckpoint(ctx context.Context, at time.Time) (*checkpoint, error) {
+	var cps []checkpoint
+	err := s.c.retry(ctx, func(ctx context.Context) error {
+		cur, err := s.c.checkpoints.Find(ctx, bson.D{{Key: "key", Value: s.key}, {Key: "at", Value: bson.D{{Key: "$lte", Value: at}}}},
+			options.Find().SetSort(bson.D{{Key: "at", Value: -1}}).SetLimit(1))
+		if err != nil {
+			return err
+		}
+		cps = cps[:0]
+		return cur.All(ctx, &cps)
+	})
+	if err != nil {
+		return nil, errorf("twopc: read checkpoints: %w", err)
+	}
+	if len(cps) == 0 {
+		return nil, nil
+	}
+	return &cps[0], nil
+}
+
+// saveCheckpoint records cp, once: a checkpoint that exists already (the
+// same key and time) is the same. A failure only costs the next read.
+func (s *statement) saveCheckpoint(ctx context.Context, cp *checkpoint) {
+	cp.ID = fmt.Sprintf("%s|%020d", cp.Key, cp.At.UnixMilli())
+	if _, err := s.c.checkpoints.InsertOne(ctx, cp); err != nil && !mongo.IsDuplicateKeyError(err) {
+		s.c.logger.Debug("twopc: writing a statement checkpoint", "error", err)
+	}
 }
 
 // opening is the account's opening balance: the one OpenAccount recorded,
 // or, for an account with none, the one derived from its document, the
 // transactions in flight on it and its entries (see derivedOpening).
 func (s *statement) opening(ctx context.Context) (int64, error) {
-	a, err := s.readAccount(ctx)
-	if err != nil {
-		return 0, err
-	}
+	a := s.doc
 	if b, ok := a.Lookup(fieldOpening, "balance").AsInt64OK(); ok {
 		return b, nil
 	}
@@ -541,9 +697,13 @@ func (s *statement) derivedOpening(ctx context.Context, first bson.Raw) (int64, 
 		if err != nil {
 			return 0, err
 		}
-		sum, err := s.sum(ctx, func(*entry) bool { return true })
+		all, _, err := s.scan(ctx, time.Time{}, time.Now().Add(24*time.Hour), false, -1)
 		if err != nil {
 			return 0, err
+		}
+		var sum int64
+		for _, e := range all {
+			sum += e.Amount
 		}
 		again, err := s.readAccount(ctx)
 		if err != nil {

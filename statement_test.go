@@ -429,3 +429,54 @@ func TestStatementAcrossDeployments(t *testing.T) {
 	_, err = c.Statement(ctx, bankNames[1], "A", twopc.StatementQuery{})
 	assert.ErrorIs(t, err, twopc.ErrAccountNotFound, "A is not in Beijing's ledger")
 }
+
+// TestStatementCheckpoints: a read that summed enough entries records a
+// checkpoint (the balance through a whole millisecond old enough), and
+// later reads start from it: the statement and every balance stay the
+// same, and a checkpoint altered by hand shows in them, which proves it
+// is read. Entries newer than the checkpoint horizon get none.
+func TestStatementCheckpoints(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	young := statementCoordinator(b, twopc.WithCheckpoints(5, time.Hour))
+	c := statementCoordinator(b, twopc.WithCheckpoints(5, 0))
+	for i := range 12 {
+		_, err := c.Transfer(ctx, "A", "B", int64(1+i))
+		require.NoError(t, err)
+	}
+	cps := b.db.Collection("transactions_checkpoints")
+	checkStatement(t, young, "A", 1000, 4)
+	n, err := cps.CountDocuments(ctx, bson.D{})
+	require.NoError(t, err)
+	require.Zero(t, n, "no checkpoint through entries younger than the horizon")
+
+	first := checkStatement(t, c, "A", 1000, 4)
+	n, err = cps.CountDocuments(ctx, bson.D{})
+	require.NoError(t, err)
+	require.Positive(t, n, "a checkpoint was recorded")
+	assert.Equal(t, first, checkStatement(t, c, "A", 1000, 3), "the same from the checkpoint")
+	assert.Equal(t, first, checkStatement(t, c, "A", 1000, 5))
+
+	var cp struct {
+		ID      string    `bson:"_id"`
+		At      time.Time `bson:"at"`
+		Balance int64     `bson:"balance"`
+	}
+	require.NoError(t, cps.FindOne(ctx, bson.D{}).Decode(&cp))
+	var want int64 = 1000
+	for _, e := range first {
+		if !e.At.After(cp.At) {
+			want = e.Balance
+		}
+	}
+	assert.Equal(t, want, cp.Balance, "the balance through the checkpoint's millisecond")
+	_, err = cps.UpdateMany(ctx, bson.D{}, bson.D{{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(1_000_000)}}}})
+	require.NoError(t, err)
+	now, err := c.BalanceAt(ctx, "", "A", time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, first[len(first)-1].Balance+1_000_000, now, "read from the checkpoint")
+	before, err := c.BalanceAt(ctx, "", "A", first[0].At.Add(-time.Millisecond))
+	require.NoError(t, err)
+	assert.Equal(t, int64(1000), before, "before the checkpoint: from the opening")
+}

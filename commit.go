@@ -51,10 +51,11 @@ type commitCall struct {
 // the commits of one Coordinator are grouped.
 func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 	// A hold's move (pending → held) is written alone: a group's update
-	// sets one state.
+	// sets one state. So is an earlier version's transaction's, which
+	// sets its accounts keys too (see commitMove).
 	var group []*commitCall
 	for _, q := range calls {
-		if q.rec.Hold {
+		if q.rec.Hold || !q.rec.LegFences {
 			q.cur, q.moved, q.err = g.advanceHooked(ctx, q.rec, commitMove(q.rec), true)
 			continue
 		}
@@ -146,5 +147,16 @@ func commitMove(r *record) move {
 	if r.Hold {
 		return move{step: StepCommit, from: StatePending, to: StateHeld, claim: r.Claim, stampHeldAt: true}
 	}
-	return move{step: StepCommit, from: StatePending, to: StateApplied, claim: r.Claim}
+	return move{step: StepCommit, from: StatePending, to: StateApplied, claim: r.Claim, set: earlierKeys(r)}
+}
+
+// earlierKeys is, for a transaction an earlier version made (no
+// legFences), the $set of its accounts keys, which this version's inserts
+// write and statements find entries by: its move to applied (a commit, a
+// capture) stamps committedAt, and so makes it an entry. Nil otherwise.
+func earlierKeys(r *record) bson.D {
+	if r.LegFences {
+		return nil
+	}
+	return bson.D{{Key: fieldEntryKeys, Value: entryKeys(r)}}
 }

@@ -188,7 +188,7 @@ func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int6
 		cur, moved, err := c.log.advance(ctx, r, move{
 			step: StepCapture, from: StateHeld, to: StateApplied, anyClaim: true,
 			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
-			set: bson.D{{Key: fieldCaptured, Value: amount}},
+			set: append(bson.D{{Key: fieldCaptured, Value: amount}}, earlierKeys(r)...),
 		})
 		if err != nil {
 			return cur.txn(), errorf("twopc: capture %s: %w", id.Hex(), err)

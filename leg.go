@@ -107,6 +107,9 @@ var fenceable = bson.E{Key: "$and", Value: bson.A{
 		bson.D{{Key: fieldFencedBefore, Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: fieldFencedBefore, Value: bson.D{{Key: "$type", Value: bson.A{"date", "null"}}}}},
 	}}},
+	// $type matches an array holding a date: an array line is refused too
+	// ($max would replace it with an earlier date).
+	bson.D{{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "array"}}}}}},
 }}
 
 // moveLine is the part of an update that moves an account's fence line up

@@ -80,7 +80,7 @@ func decodeMetadata(v bson.RawValue) (map[string]string, bool) {
 	}
 	m := make(map[string]string, len(elems))
 	for _, e := range elems {
-		s, ok := e.Value().StringValueOK()
+		s, ok := stringOK(e.Value())
 		if !ok {
 			return nil, false
 		}

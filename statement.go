@@ -67,7 +67,7 @@ const (
 // ErrInvalidQuery reports a statement query that cannot be answered: a
 // negative Limit or one above MaxStatementLimit, Since after Until, or a
 // page token that does not parse, or was made for another account or
-// direction. Nothing is read.
+// direction. Nothing is written.
 var ErrInvalidQuery = errors.New("twopc: invalid statement query")
 
 // statementHorizon is how old an entry must be, by the server's clock, for
@@ -179,6 +179,7 @@ type statement struct {
 	horizon  time.Duration
 	archive  *mongo.Collection
 	txns     *mongo.Collection
+	cpKey    string   // the key of its checkpoints: key and the archive read
 	doc      bson.Raw // the account, as first read
 	openings int      // readings of a derived opening before they agree (tests)
 }
@@ -200,6 +201,12 @@ func (c *Coordinator) statement(ctx context.Context, ledger string, account any)
 	}
 	s := &statement{c: c, ledger: l, account: account, key: key, horizon: c.statementHorizon,
 		archive: c.log.history.archive, txns: c.log.txns}
+	// A checkpoint sums what its reader reads: one with the archive and
+	// one without are different sums.
+	s.cpKey = key + "|-"
+	if a := s.archive; a != nil {
+		s.cpKey = key + "|" + a.Database().Name() + "." + a.Name()
+	}
 	if s.doc, err = s.readAccount(ctx); err != nil {
 		return nil, err
 	}
@@ -432,6 +439,20 @@ func (s *statement) scan(ctx context.Context, lo, hi time.Time, desc bool, need 
 	if err != nil {
 		return nil, false, err
 	}
+	// edge is the last millisecond every collection was read through:
+	// past a cut collection's last record, its entries are unknown, so
+	// merged entries past it are dropped (else a late copy dropped below
+	// could let an archived entry past a log entry not read yet).
+	var edge time.Time
+	cutAt := func(recs []*record) {
+		last := recs[len(recs)-1].CommittedAt
+		if edge.IsZero() || (!desc && last.Before(edge)) || (desc && last.After(edge)) {
+			edge = last
+		}
+	}
+	if logCut {
+		cutAt(logged)
+	}
 	byID := map[bson.ObjectID]*record{}
 	for _, r := range logged {
 		byID[r.ID] = r
@@ -443,6 +464,9 @@ func (s *statement) scan(ctx context.Context, lo, hi time.Time, desc bool, need 
 			return nil, false, errorf("twopc: read the archive: %w", err)
 		}
 		cut = cut || archiveCut
+		if archiveCut {
+			cutAt(archived)
+		}
 		for _, r := range archived {
 			byID[r.ID] = r
 		}
@@ -484,6 +508,9 @@ func (s *statement) scan(ctx context.Context, lo, hi time.Time, desc bool, need 
 		}
 		for i, l := range r.SettledLegs() {
 			if l.Ledger != s.ledger.name || !schema.SameID(l.Account, s.account) {
+				continue
+			}
+			if !edge.IsZero() && ((!desc && r.CommittedAt.After(edge)) || (desc && r.CommittedAt.Before(edge))) {
 				continue
 			}
 			out = append(out, entry{Entry: Entry{Txn: r.ID, Ledger: l.Ledger, Account: l.Account, Amount: l.Amount,
@@ -603,7 +630,7 @@ func (s *statement) sumFrom(ctx context.Context, cp *checkpoint, hi, now time.Ti
 		}
 		// A checkpoint through e's millisecond, if it is whole here and old enough.
 		if i >= s.c.checkpointEvery-1 && !e.At.After(limit) && (i == len(all)-1 || !all[i+1].At.Equal(e.At)) && e.At.Before(hi) {
-			mark = &checkpoint{Key: s.key, At: e.At, Balance: running}
+			mark = &checkpoint{Key: s.cpKey, At: e.At, Balance: running}
 		}
 	}
 	if mark != nil {
@@ -617,7 +644,7 @@ func (s *statement) sumFrom(ctx context.Context, cp *checkpoint, hi, now time.Ti
 func (s *statement) lastCheckpoint(ctx context.Context, at time.Time) (*checkpoint, error) {
 	var cps []checkpoint
 	err := s.c.retry(ctx, func(ctx context.Context) error {
-		cur, err := s.c.checkpoints.Find(ctx, bson.D{{Key: "key", Value: s.key}, {Key: "at", Value: bson.D{{Key: "$lte", Value: at}}}},
+		cur, err := s.c.checkpoints.Find(ctx, bson.D{{Key: "key", Value: s.cpKey}, {Key: "at", Value: bson.D{{Key: "$lte", Value: at}}}},
 			options.Find().SetSort(bson.D{{Key: "at", Value: -1}}).SetLimit(1))
 		if err != nil {
 			return err
@@ -648,7 +675,7 @@ func (s *statement) saveCheckpoint(ctx context.Context, cp *checkpoint) {
 // transactions in flight on it and its entries (see derivedOpening).
 func (s *statement) opening(ctx context.Context) (int64, error) {
 	a := s.doc
-	if b, ok := a.Lookup(fieldOpening, "balance").AsInt64OK(); ok {
+	if b, ok := integerOK(a.Lookup(fieldOpening, "balance")); ok {
 		return b, nil
 	}
 	return s.derivedOpening(ctx, a)
@@ -671,6 +698,31 @@ func (s *statement) readAccount(ctx context.Context) (bson.Raw, error) {
 		return nil, errorf("twopc: statement: %w: %v", ErrAccountNotFound, s.account)
 	}
 	return a, nil
+}
+
+// integerOK is v as an int64 if it is an int32 or an int64, as the
+// protocol takes a balance; a double is not.
+func integerOK(v bson.RawValue) (int64, bool) {
+	switch v.Type {
+	case bson.TypeInt64:
+		return v.Int64(), true
+	case bson.TypeInt32:
+		return int64(v.Int32()), true
+	}
+	return 0, false
+}
+
+// saveOpening records a derived opening in the account, where no opening
+// is: later reads take it as OpenAccount's, with no derivation. The
+// opening of an account this library alone moves does not change (see
+// inFlight), so any two readings that agree give the same. A failure
+// only costs the next read a derivation.
+func (s *statement) saveOpening(ctx context.Context, open int64) {
+	_, err := s.ledger.accounts.UpdateOne(ctx, bson.D{{Key: "_id", Value: s.account}, {Key: fieldOpening, Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: fieldOpening, Value: bson.D{{Key: "balance", Value: open}, {Key: "derived", Value: true}}}}}})
+	if err != nil {
+		s.c.logger.Debug("twopc: recording a derived opening", "account", s.account, "error", err)
+	}
 }
 
 // maxOpeningReads bounds the readings of a derived opening.
@@ -717,13 +769,15 @@ func (s *statement) derivedOpening(ctx context.Context, first bson.Raw) (int64, 
 			a = again
 			continue
 		}
-		b, ok := a.Lookup(fieldBalance).AsInt64OK()
+		b, ok := integerOK(a.Lookup(fieldBalance))
 		if !ok {
 			return 0, errorf("%w: account %v has balance of BSON type %s", ErrInvalidAccount, s.account, a.Lookup(fieldBalance).Type)
 		}
-		return b - sum + inflight, nil
+		open := b - sum + inflight
+		s.saveOpening(ctx, open)
+		return open, nil
 	}
-	return 0, errorf("%w: account %v kept changing while its opening balance was derived", ErrInProgress, s.account)
+	return 0, errorf("%w: account %v kept changing while its opening balance was derived; try again when it is quieter", ErrInProgress, s.account)
 }
 
 // inFlight reads the transactions of the legs in flight on account
@@ -768,18 +822,22 @@ func (s *statement) inFlight(ctx context.Context, a bson.Raw) (map[bson.ObjectID
 		i := int(id[len(id)-1])
 		id[len(id)-1] = 0
 		r := byID[id]
-		if r == nil {
-			return nil, 0, errorf("%w: account %v has a leg in flight of transaction %s, which the log does not hold", ErrInProgress, s.account, id.Hex())
+		if r == nil || r.foreign() {
+			continue // another program's marker: its moves are not counted
 		}
 		all, settled := r.AllLegs(), r.SettledLegs()
-		if i >= len(all) {
+		if i >= len(all) || all[i].Ledger != s.ledger.name || !schema.SameID(all[i].Account, s.account) {
 			continue
 		}
 		if all[i].Amount < 0 {
 			diff -= all[i].Amount // a debit is out of the balance since it applied
 		}
-		if r.State.Committed() && !r.CommittedAt.IsZero() {
-			diff += settled[i].Amount // and in an entry once committed
+		if r.State.Committed() {
+			// What settling will do to the balance: an entry, or for a
+			// transfer an earlier version committed (no committedAt, never
+			// an entry) a move the opening counts, before and after it
+			// settles alike.
+			diff += settled[i].Amount
 		}
 	}
 	return states, diff, nil

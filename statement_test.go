@@ -480,3 +480,135 @@ func TestStatementCheckpoints(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1000), before, "before the checkpoint: from the opening")
 }
+
+// TestStatementOpeningStable: the derived opening of an account inserted
+// by hand counts a transfer an earlier version committed (no commit time:
+// never an entry) the same before and after it settles; markers of
+// another program (a tutorial transfer, whose document has no transaction
+// time) and of a transaction the log does not hold are not counted; the
+// derived opening is recorded in the account once two readings agree.
+func TestStatementOpeningStable(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepSettle)), twopc.WithSyncSettle())
+	c := statementCoordinator(b)
+	tut, missing := bson.NewObjectID(), bson.NewObjectID()
+	tut[11], missing[11] = 0, 0
+	_, err := b.db.Collection("accounts").InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "h"}, {Key: "balance", Value: int64(60)}, {Key: "pendingTransactions", Value: bson.A{tut, missing}}},
+		bson.D{{Key: "_id", Value: "o"}, {Key: "balance", Value: int64(40)}, {Key: "pendingTransactions", Value: bson.A{tut}}},
+	})
+	require.NoError(t, err)
+	_, err = b.db.Collection("transactions").InsertOne(ctx, bson.D{{Key: "_id", Value: tut}, {Key: "source", Value: "h"},
+		{Key: "destination", Value: "o"}, {Key: "value", Value: int64(40)}, {Key: "state", Value: "applied"}, {Key: "lastModified", Value: time.Now()}})
+	require.NoError(t, err)
+	_, err = b.c.Transfer(ctx, "h", "o", 30)
+	require.ErrorIs(t, err, errCrash, "committed, left applied")
+	txn := b.txns()[1]
+	_, err = b.db.Collection("transactions").UpdateOne(ctx, bson.D{{Key: "_id", Value: txn.ID}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "committedAt", Value: ""}, {Key: "legFences", Value: ""}, {Key: "accounts", Value: ""}}}})
+	require.NoError(t, err, "as an earlier version committed it")
+
+	balances := func() (int64, int64) {
+		h, err := c.BalanceAt(ctx, "", "h", time.Now().Add(time.Hour))
+		require.NoError(t, err)
+		o, err := c.BalanceAt(ctx, "", "o", time.Now().Add(time.Hour))
+		require.NoError(t, err)
+		return h, o
+	}
+	h, o := balances()
+	assert.Equal(t, int64(30), h, "60 − 30, the transfer counted in its opening")
+	assert.Equal(t, int64(70), o)
+	var acct struct {
+		Opening struct {
+			Balance int64 `bson:"balance"`
+			Derived bool  `bson:"derived"`
+		} `bson:"opening"`
+	}
+	require.NoError(t, b.db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: "h"}}).Decode(&acct))
+	assert.Equal(t, int64(30), acct.Opening.Balance, "recorded")
+	assert.True(t, acct.Opening.Derived)
+
+	// Settled, and derived again from scratch: the same.
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer")))
+	_, err = r.RecoverOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, twopc.StateDone, b.txn(txn.ID).State)
+	_, err = b.db.Collection("accounts").UpdateMany(ctx, bson.D{}, bson.D{{Key: "$unset", Value: bson.D{{Key: "opening", Value: ""}}}})
+	require.NoError(t, err)
+	h, o = balances()
+	assert.Equal(t, int64(30), h)
+	assert.Equal(t, int64(70), o)
+}
+
+// TestStatementEarlierVersionsCommittedHere: a transfer an earlier version
+// left pending, rolled forward by this version's recovery, and a hold it
+// left held, captured by this version, are entries: their move to applied
+// sets their accounts keys with the commit time.
+func TestStatementEarlierVersionsCommittedHere(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepCommit)), twopc.WithSyncSettle())
+	c := statementCoordinator(b)
+	b.open(map[string]int64{"A": 100, "B": 0})
+	_, err := b.c.Transfer(ctx, "A", "B", 10)
+	require.ErrorIs(t, err, errCrash)
+	hold, err := c.Hold(ctx, "A", "B", 20)
+	require.NoError(t, err)
+	_, err = b.db.Collection("transactions").UpdateMany(ctx, bson.D{},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "legFences", Value: ""}, {Key: "accounts", Value: ""}}}})
+	require.NoError(t, err, "as an earlier version made them")
+	rep := b.recoverAll()
+	require.Equal(t, 1, rep.RolledForward)
+	_, err = c.Capture(ctx, hold.ID, 20)
+	require.NoError(t, err)
+	a := checkStatement(t, c, "A", 100)
+	require.Len(t, a, 2)
+	assert.Equal(t, hold.ID, a[1].Txn)
+	checkStatement(t, c, "B", 0)
+}
+
+// TestStatementPagesPastLateCopies: a page whose log read stops at late
+// copies (dropped: the archive holds their transactions) does not let the
+// archive's later entries pass an entry of the log not read yet: pages of
+// one concatenate to the whole.
+func TestStatementPagesPastLateCopies(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	archive := b.db.Collection("archive")
+	c := statementCoordinator(b, twopc.WithHistory(time.Millisecond, archive))
+	b.open(map[string]int64{"A": 300, "B": 0})
+	var archived []bson.ObjectID
+	for i := range 2 {
+		txn, err := c.Transfer(ctx, "A", "B", int64(10+i))
+		require.NoError(t, err)
+		archived = append(archived, txn.ID)
+	}
+	ageFinalIn(t, b.db)
+	rep, err := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithHistory(time.Millisecond, archive))).RecoverOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.Removed)
+	kept, err := c.Transfer(ctx, "A", "B", 5, twopc.WithKey("kept")) // keyed: never removed
+	require.NoError(t, err)
+	var k struct {
+		At time.Time `bson:"committedAt"`
+	}
+	require.NoError(t, b.db.Collection("transactions").FindOne(ctx, bson.D{{Key: "_id", Value: kept.ID}}).Decode(&k))
+	// The archived ones committed after it, and late copies of them in
+	// the log committed before it.
+	for i, id := range archived {
+		var doc bson.D
+		require.NoError(t, archive.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&doc))
+		_, err := archive.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "committedAt", Value: k.At.Add(time.Duration(i+1) * time.Millisecond)}}}})
+		require.NoError(t, err)
+		for j := range doc {
+			if doc[j].Key == "committedAt" {
+				doc[j].Value = k.At.Add(-time.Duration(2-i) * time.Minute)
+			}
+		}
+		_, err = b.db.Collection("transactions").InsertOne(ctx, doc)
+		require.NoError(t, err)
+	}
+	all := checkStatement(t, c, "A", 300, 1, 2)
+	require.Len(t, all, 3)
+	assert.Equal(t, kept.ID, all[0].Txn)
+}

@@ -262,7 +262,9 @@ func validateTransfer(source, destination any, value int64) error {
 // ("reverse:<id>", then "reverse:<id>:2", ...), so reversing twice moves
 // the money back once: a reversal that committed or is in progress is
 // returned, and one that was canceled (say the destination lacked the
-// funds then) is followed by a new attempt under the next key. A key given
+// funds then) is followed by a new attempt under the next key; a repeat
+// with other metadata (WithMetadata) than the reversal's is, like any
+// keyed repeat, ErrKeyConflict, with that reversal as the Txn. A key given
 // in opts is used as it is. The reversal is a transfer of its own, with
 // Transfer's errors (ErrInsufficientFunds if the destination cannot cover
 // it now, ...). An id that names no transaction gives ErrTxnNotFound; a

@@ -45,7 +45,11 @@
 // transaction again. A hold reserves
 // money now and moves it later: [Coordinator.Hold] and
 // [Coordinator.HoldLegs] leave it held until [Coordinator.Capture] (all or
-// part), [Coordinator.Void] or its expiry ([WithExpiry]).
+// part), [Coordinator.Void] or its expiry ([WithExpiry]). [WithMetadata]
+// attaches string metadata to a transfer. [Coordinator.Statement] and
+// [Coordinator.Entries] list an account's entries (the legs of committed
+// transfers on it) in commit order with a running balance, and
+// [Coordinator.BalanceAt] gives its balance at any time.
 //
 // A [Recoverer] finishes what a stopped process left: it settles committed
 // transfers, rolls stale ones forward or back, voids expired holds and,
@@ -56,7 +60,8 @@
 // accounts collections in other databases or deployments, which a [Leg]
 // names; the coordinator's transactions collection stays the one log. The
 // twopc command (github.com/twopc/twopc/cmd/twopc) lists, shows, recovers,
-// cancels, reverses, captures, voids and audits transactions from a shell.
+// cancels, reverses, captures, voids and audits transactions, and prints
+// statements and balances, from a shell.
 //
 // # Guarantees
 //

@@ -41,12 +41,20 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 	err := r.each(ctx, filter, func(err error) { firstErr = cmpErr(firstErr, err) }, func(recs []*record) {
 		start := time.Now()
 		var due bson.A
+		var dueRecs []*record
 		states := map[any]State{}
 		for _, t := range recs {
 			if t.Fences || t.Placeholder || t.Key != "" || t.Archive != c.history.archiveName() ||
 				!t.LastModified.Before(now.Add(-time.Duration(t.KeepMs)*time.Millisecond)) {
 				continue
 			}
+			dueRecs = append(dueRecs, t)
+		}
+		if c.history.archive == nil {
+			// Removal: statements keep what they need first.
+			dueRecs = r.checkpointRemoval(ctx, dueRecs, now)
+		}
+		for _, t := range dueRecs {
 			due = append(due, t.ID)
 			states[t.ID] = t.State
 		}
@@ -93,6 +101,70 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 		}
 	})
 	return total, cmpErr(firstErr, err)
+}
+
+// checkpointRemoval records, for each account with an entry among recs
+// (transactions about to be removed without an archive), a removal
+// checkpoint: its balance through the latest of those entries (see
+// ErrHistoryRemoved), so that statements and BalanceAt answer the same
+// from there on and refuse times before it. It returns the transactions
+// that may be removed: not those committed within the checkpoint horizon
+// (a commit stamped earlier might not be visible yet) or on an account
+// whose checkpoint could not be written; they wait for a later pass.
+func (r *Recoverer) checkpointRemoval(ctx context.Context, recs []*record, now time.Time) []*record {
+	c := r.c
+	limit := now.Add(-c.checkpointHorizon)
+	type acct struct {
+		ledger  string
+		account any
+		through time.Time
+		recs    []*record
+	}
+	accts := map[string]*acct{}
+	var out []*record
+	for _, t := range recs {
+		if t.CommittedAt.IsZero() || !t.State.Committed() {
+			out = append(out, t) // no entry
+			continue
+		}
+		if t.CommittedAt.After(limit) {
+			continue
+		}
+		for _, l := range t.AllLegs() {
+			k, err := entryKey(l.Ledger, l.Account)
+			if err != nil {
+				continue
+			}
+			a := accts[k]
+			if a == nil {
+				a = &acct{ledger: l.Ledger, account: l.Account}
+				accts[k] = a
+			}
+			if t.CommittedAt.After(a.through) {
+				a.through = t.CommittedAt
+			}
+			a.recs = append(a.recs, t)
+		}
+	}
+	refused := map[*record]bool{}
+	for _, a := range accts {
+		if err := c.checkpointThrough(ctx, a.ledger, a.account, a.through); err != nil {
+			r.logger.Warn("twopc: history: no checkpoint for an account, its transactions are kept", "ledger", a.ledger, "account", a.account, "error", err)
+			for _, t := range a.recs {
+				refused[t] = true
+			}
+		}
+	}
+	seen := map[*record]bool{}
+	for _, a := range accts {
+		for _, t := range a.recs {
+			if !refused[t] && !seen[t] {
+				seen[t] = true
+				out = append(out, t)
+			}
+		}
+	}
+	return out
 }
 
 // lookup reads transaction id for Get, GetByKey, Cancel, Reverse, Capture

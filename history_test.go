@@ -158,7 +158,7 @@ func TestHistoryRemovedTransactionCannotReturn(t *testing.T) {
 	_, err = twopc.NewCanceler(c).Cancel(ctx, placeholder)
 	require.NoError(t, err)
 
-	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer")))
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithCheckpoints(1000, 0)))
 	removed := 0
 	for i := 0; i < 3; i++ {
 		b.ageFinal()
@@ -484,7 +484,7 @@ func TestHistoryHeldCopyEndsCanceled(t *testing.T) {
 			c := b.coordinator(twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle())
 			_, err = c.Capture(ctx, hold.ID, 30)
 			require.NoError(t, err)
-			r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithHistory(time.Millisecond, archive)))
+			r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithHistory(time.Millisecond, archive), twopc.WithCheckpoints(1000, 0)))
 			passes := func() {
 				for i := 0; i < 4; i++ {
 					b.backdateAll(time.Hour)

@@ -257,7 +257,12 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 // passed since it was last modified (by the server's clock), a Recoverer's
 // pass moves it to archive, or removes it if archive is nil (a transaction
 // an earlier version finished waits for its fences to be removed too).
-// Without WithHistory transactions are kept for good.
+// Without WithHistory transactions are kept for good. Before removing
+// committed transfers (archive nil), the pass records for each of their
+// accounts a checkpoint of its balance through them, so that statements
+// and BalanceAt answer the same afterwards and give ErrHistoryRemoved for
+// earlier times (see Coordinator.Statement); a transfer committed less
+// than a minute before the pass waits for the next one.
 //
 // With a Recoverer running every interval I, keep K and f transfers a
 // second, the collection then holds the unfinished transactions plus about

@@ -70,6 +70,13 @@ const (
 // direction. Nothing is written.
 var ErrInvalidQuery = errors.New("twopc: invalid statement query")
 
+// ErrHistoryRemoved reports a statement or balance asked for a time whose
+// entries WithHistory removed without an archive: the Recoverer records
+// each account's balance through the entries it removes (a checkpoint)
+// before it removes them, and answers only from there on. Nothing is
+// written.
+var ErrHistoryRemoved = errors.New("twopc: history removed before this time")
+
 // statementHorizon is how old an entry must be, by the server's clock, for
 // a page to list it: a commit stamped earlier can become visible a little
 // later (it is stamped before it is written), and a page token must never
@@ -328,6 +335,9 @@ type checkpoint struct {
 	Key     string    `bson:"key"`
 	At      time.Time `bson:"at"`
 	Balance int64     `bson:"balance"`
+	// Removal marks a checkpoint written before entries through At were
+	// removed (WithHistory, no archive): no answer before it.
+	Removal bool `bson:"removal,omitempty"`
 }
 
 // page answers q.
@@ -372,6 +382,11 @@ func (s *statement) page(ctx context.Context, q StatementQuery) (StatementPage, 
 		}
 	}
 	page := StatementPage{Entries: []Entry{}}
+	if removed, err := s.removedThrough(ctx); err != nil {
+		return StatementPage{}, err
+	} else if !removed.IsZero() && !lo.After(removed) {
+		return StatementPage{}, errorf("%w: entries through %v were removed; ask from after it (Since)", ErrHistoryRemoved, removed.UTC().Format(time.RFC3339Nano))
+	}
 	if !lo.IsZero() && lo.After(hi) {
 		return page, nil
 	}
@@ -588,6 +603,11 @@ func (s *statement) balanceAt(ctx context.Context, at time.Time) (int64, error) 
 		return 0, err
 	}
 	at = at.Truncate(time.Millisecond)
+	if removed, err := s.removedThrough(ctx); err != nil {
+		return 0, err
+	} else if at.Before(removed) {
+		return 0, errorf("%w: entries through %v were removed", ErrHistoryRemoved, removed.UTC().Format(time.RFC3339Nano))
+	}
 	cp, err := s.lastCheckpoint(ctx, at)
 	if err != nil {
 		return 0, err
@@ -659,6 +679,59 @@ func (s *statement) lastCheckpoint(ctx context.Context, at time.Time) (*checkpoi
 		return nil, nil
 	}
 	return &cps[0], nil
+}
+
+// checkpointThrough records a removal checkpoint of account in ledger at
+// time at (see Recoverer.checkpointRemoval). An account that is gone (or
+// a tombstone) needs none.
+func (c *Coordinator) checkpointThrough(ctx context.Context, ledger string, account any, at time.Time) error {
+	s, err := c.statement(ctx, ledger, account)
+	if errors.Is(err, ErrAccountNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	cp, err := s.lastCheckpoint(ctx, at)
+	if err != nil {
+		return err
+	}
+	now, err := c.log.serverNow(ctx)
+	if err != nil {
+		return err
+	}
+	bal, err := s.sumFrom(ctx, cp, at, now, func(*entry) bool { return true })
+	if err != nil {
+		return err
+	}
+	mark := &checkpoint{Key: s.cpKey, At: at, Balance: bal, Removal: true}
+	mark.ID = fmt.Sprintf("%s|%020d|removal", mark.Key, at.UnixMilli())
+	if _, err := c.checkpoints.InsertOne(ctx, mark); err != nil && !mongo.IsDuplicateKeyError(err) {
+		return err
+	}
+	return nil
+}
+
+// removedThrough is the time of the account's latest removal checkpoint
+// (see ErrHistoryRemoved); zero if none.
+func (s *statement) removedThrough(ctx context.Context) (time.Time, error) {
+	var cps []checkpoint
+	err := s.c.retry(ctx, func(ctx context.Context) error {
+		cur, err := s.c.checkpoints.Find(ctx, bson.D{{Key: "key", Value: s.cpKey}, {Key: "removal", Value: true}},
+			options.Find().SetSort(bson.D{{Key: "at", Value: -1}}).SetLimit(1))
+		if err != nil {
+			return err
+		}
+		cps = cps[:0]
+		return cur.All(ctx, &cps)
+	})
+	if err != nil {
+		return time.Time{}, errorf("twopc: read checkpoints: %w", err)
+	}
+	if len(cps) == 0 {
+		return time.Time{}, nil
+	}
+	return cps[0].At, nil
 }
 
 // saveCheckpoint records cp, once: a checkpoint that exists already (the

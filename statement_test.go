@@ -612,3 +612,62 @@ func TestStatementPagesPastLateCopies(t *testing.T) {
 	require.Len(t, all, 3)
 	assert.Equal(t, kept.ID, all[0].Txn)
 }
+
+// TestStatementAfterRemoval: WithHistory without an archive removes done
+// transfers only after recording, for each of their accounts, a removal
+// checkpoint (the balance through them); balances and statements from
+// there on are the same as before the removal, and a time before it gets
+// ErrHistoryRemoved, never a wrong number. Transfers committed within the
+// checkpoint horizon are kept for a later pass.
+func TestStatementAfterRemoval(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	c := statementCoordinator(b, twopc.WithHistory(time.Millisecond, nil), twopc.WithCheckpoints(1000, 0))
+	b.open(map[string]int64{"A": 500, "B": 0})
+	for i := range 4 {
+		_, err := c.Transfer(ctx, "A", "B", int64(10+i))
+		require.NoError(t, err)
+	}
+	before := fullStatement(t, c, "A", false)
+	require.Len(t, before, 4)
+	removal := before[3].At
+
+	young := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithHistory(time.Millisecond, nil),
+		twopc.WithCheckpoints(1000, time.Hour)))
+	ageFinalIn(t, b.db)
+	rep, err := young.RecoverOnce(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, rep.Removed, "committed within the checkpoint horizon: kept")
+
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithHistory(time.Millisecond, nil),
+		twopc.WithCheckpoints(1000, 0)))
+	rep, err = r.RecoverOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, rep.Removed)
+	require.Empty(t, b.txns())
+
+	now, err := c.BalanceAt(ctx, "", "A", time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, before[3].Balance, now, "the same after the removal")
+	at, err := c.BalanceAt(ctx, "", "A", removal)
+	require.NoError(t, err)
+	assert.Equal(t, before[3].Balance, at)
+	_, err = c.BalanceAt(ctx, "", "A", before[1].At)
+	require.ErrorIs(t, err, twopc.ErrHistoryRemoved)
+	_, err = c.Statement(ctx, "", "A", twopc.StatementQuery{})
+	require.ErrorIs(t, err, twopc.ErrHistoryRemoved)
+
+	later, err := c.Transfer(ctx, "A", "B", 7)
+	require.NoError(t, err)
+	p, err := c.Statement(ctx, "", "A", twopc.StatementQuery{Since: removal.Add(time.Millisecond)})
+	require.NoError(t, err)
+	require.Len(t, p.Entries, 1)
+	assert.Equal(t, later.ID, p.Entries[0].Txn)
+	assert.Equal(t, before[3].Balance-7, p.Entries[0].Balance, "counted from the removal checkpoint")
+	a, err := c.Account(ctx, "A")
+	require.NoError(t, err)
+	assert.Equal(t, a.Balance, p.Entries[0].Balance)
+	bal, err := c.BalanceAt(ctx, "", "B", time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, b.balance("B"), bal)
+}

@@ -179,16 +179,13 @@ func (c *Coordinator) BalanceAt(ctx context.Context, ledger string, account any,
 
 // statement is one account's statement reader.
 type statement struct {
-	c        *Coordinator
-	ledger   *Ledger
-	account  any
-	key      string
-	horizon  time.Duration
-	archive  *mongo.Collection
-	txns     *mongo.Collection
-	cpKey    string   // the key of its checkpoints: key and the archive read
-	doc      bson.Raw // the account, as first read
-	openings int      // readings of a derived opening before they agree (tests)
+	c       *Coordinator
+	ledger  *Ledger
+	account any
+	key     string
+	archive *mongo.Collection
+	cpKey   string   // the key of its checkpoints: key and the archive read
+	doc     bson.Raw // the account, as first read
 }
 
 func (c *Coordinator) statement(ctx context.Context, ledger string, account any) (*statement, error) {
@@ -206,8 +203,7 @@ func (c *Coordinator) statement(ctx context.Context, ledger string, account any)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s := &statement{c: c, ledger: l, account: account, key: key, horizon: c.statementHorizon,
-		archive: c.log.history.archive, txns: c.log.txns}
+	s := &statement{c: c, ledger: l, account: account, key: key, archive: c.log.history.archive}
 	// A checkpoint sums what its reader reads: one with the archive and
 	// one without are different sums.
 	s.cpKey = key + "|-"
@@ -252,11 +248,7 @@ type entry struct {
 	leg int
 }
 
-// before reports whether a comes before b in a statement's order.
-func (a *entry) before(b *entry) bool {
-	return a.compare(b) < 0
-}
-
+// compare orders a and b as a statement does (see Statement).
 func (a *entry) compare(b *entry) int {
 	if c := a.At.Compare(b.At); c != 0 {
 		return c
@@ -367,7 +359,7 @@ func (s *statement) page(ctx context.Context, q StatementQuery) (StatementPage, 
 	}
 	// The window, in whole milliseconds: [Since, Until), and no newer
 	// than the horizon; from the token on.
-	lo, hi := msCeil(q.Since), now.Add(-s.horizon).Truncate(time.Millisecond)
+	lo, hi := msCeil(q.Since), now.Add(-s.c.statementHorizon).Truncate(time.Millisecond)
 	clipped := true
 	if !q.Until.IsZero() {
 		if u := msCeil(q.Until).Add(-time.Millisecond); !u.After(hi) {
@@ -382,10 +374,8 @@ func (s *statement) page(ctx context.Context, q StatementQuery) (StatementPage, 
 		}
 	}
 	page := StatementPage{Entries: []Entry{}}
-	if removed, err := s.removedThrough(ctx); err != nil {
+	if err := s.kept(ctx, lo, true); err != nil {
 		return StatementPage{}, err
-	} else if !removed.IsZero() && !lo.After(removed) {
-		return StatementPage{}, errorf("%w: entries through %v were removed; ask from after it (Since)", ErrHistoryRemoved, removed.UTC().Format(time.RFC3339Nano))
 	}
 	if !lo.IsZero() && lo.After(hi) {
 		return page, nil
@@ -433,6 +423,12 @@ func (s *statement) page(ctx context.Context, q StatementQuery) (StatementPage, 
 	if len(rest) > n || (clipped && !q.Reverse) {
 		page.Next = s.encode(&shown[n-1], q.Reverse)
 	}
+	// A second look: a removal that began after the first one (its
+	// checkpoint is written before it deletes) may have taken entries
+	// from the reads above.
+	if err := s.kept(ctx, lo, true); err != nil {
+		return StatementPage{}, err
+	}
 	return page, nil
 }
 
@@ -444,13 +440,15 @@ func msCeil(t time.Time) time.Time {
 	return t
 }
 
-// scan returns the account's entries with At in [lo, hi] (lo zero:
-// unbounded), from the log and the archive, counted once (see entries),
-// in order (reversed if desc): at least need of them if there are as
+// scan returns the account's entries with At in [lo, hi] (a zero bound:
+// unbounded), from the log and then the archive (a transaction moving to
+// the archive meanwhile is inserted there before it leaves the log, so it
+// is found in one or the other), a transaction both hold counted once, as
+// the archive has it, in order (reversed if desc): at least need of them if there are as
 // many (need < 0: all), each millisecond whole. cut reports that entries
 // past those returned may exist.
 func (s *statement) scan(ctx context.Context, lo, hi time.Time, desc bool, need int) (out []entry, cut bool, err error) {
-	logged, logCut, err := s.read(ctx, s.txns, lo, hi, desc, need)
+	logged, logCut, err := s.read(ctx, s.c.log.txns, lo, hi, desc, need)
 	if err != nil {
 		return nil, false, err
 	}
@@ -542,12 +540,15 @@ func (s *statement) scan(ctx context.Context, lo, hi time.Time, desc bool, need 
 }
 
 // read returns the committed transactions of coll with a leg on the
-// account and committedAt in [lo, hi], by the {accounts, committedAt}
+// account and committedAt in [lo, hi] (a zero bound: unbounded), by the {accounts, committedAt}
 // index, in committedAt order (descending if desc): at least need legs'
 // worth of transactions if there are as many (need < 0: all), each
 // millisecond whole. cut reports that more may follow.
 func (s *statement) read(ctx context.Context, coll *mongo.Collection, lo, hi time.Time, desc bool, need int) ([]*record, bool, error) {
-	at := bson.D{{Key: "$type", Value: "date"}, {Key: "$lte", Value: hi}}
+	at := bson.D{{Key: "$type", Value: "date"}}
+	if !hi.IsZero() {
+		at = append(at, bson.E{Key: "$lte", Value: hi})
+	}
 	if !lo.IsZero() {
 		at = append(at, bson.E{Key: "$gte", Value: lo})
 	}
@@ -588,7 +589,7 @@ func (s *statement) read(ctx context.Context, coll *mongo.Collection, lo, hi tim
 // the last checkpoint before e's millisecond) plus every entry up to and
 // including e. It may write a checkpoint (see checkpointEvery).
 func (s *statement) through(ctx context.Context, e *entry, now time.Time) (int64, error) {
-	cp, err := s.lastCheckpoint(ctx, e.At.Add(-time.Millisecond))
+	cp, err := s.latestCheckpoint(ctx, bson.E{Key: "at", Value: bson.D{{Key: "$lt", Value: e.At}}})
 	if err != nil {
 		return 0, err
 	}
@@ -603,12 +604,25 @@ func (s *statement) balanceAt(ctx context.Context, at time.Time) (int64, error) 
 		return 0, err
 	}
 	at = at.Truncate(time.Millisecond)
-	if removed, err := s.removedThrough(ctx); err != nil {
+	if err := s.kept(ctx, at, false); err != nil {
 		return 0, err
-	} else if at.Before(removed) {
-		return 0, errorf("%w: entries through %v were removed", ErrHistoryRemoved, removed.UTC().Format(time.RFC3339Nano))
 	}
-	cp, err := s.lastCheckpoint(ctx, at)
+	sum, err := s.sumThrough(ctx, at, now)
+	if err != nil {
+		return 0, err
+	}
+	// A second look, as for a page.
+	if err := s.kept(ctx, at, false); err != nil {
+		return 0, err
+	}
+	return sum, nil
+}
+
+// sumThrough is the balance through every entry with At at or before
+// the millisecond at: from the last checkpoint at or before it, or from
+// the opening.
+func (s *statement) sumThrough(ctx context.Context, at, now time.Time) (int64, error) {
+	cp, err := s.latestCheckpoint(ctx, bson.E{Key: "at", Value: bson.D{{Key: "$lte", Value: at}}})
 	if err != nil {
 		return 0, err
 	}
@@ -654,17 +668,20 @@ func (s *statement) sumFrom(ctx context.Context, cp *checkpoint, hi, now time.Ti
 		}
 	}
 	if mark != nil {
-		s.saveCheckpoint(ctx, mark)
+		if err := s.saveCheckpoint(ctx, mark); err != nil {
+			// Only the next read pays: it sums from the checkpoint before.
+			s.c.logger.Debug("twopc: writing a statement checkpoint", "error", err)
+		}
 	}
 	return sum, nil
 }
 
-// lastCheckpoint returns the account's latest checkpoint at or before
-// at; nil if none.
-func (s *statement) lastCheckpoint(ctx context.Context, at time.Time) (*checkpoint, error) {
+// latestCheckpoint returns the account's latest checkpoint that also
+// matches cond (a condition on at, or the removal flag); nil if none.
+func (s *statement) latestCheckpoint(ctx context.Context, cond bson.E) (*checkpoint, error) {
 	var cps []checkpoint
 	err := s.c.retry(ctx, func(ctx context.Context) error {
-		cur, err := s.c.checkpoints.Find(ctx, bson.D{{Key: "key", Value: s.cpKey}, {Key: "at", Value: bson.D{{Key: "$lte", Value: at}}}},
+		cur, err := s.c.checkpoints.Find(ctx, bson.D{{Key: "key", Value: s.cpKey}, cond},
 			options.Find().SetSort(bson.D{{Key: "at", Value: -1}}).SetLimit(1))
 		if err != nil {
 			return err
@@ -692,55 +709,47 @@ func (c *Coordinator) checkpointThrough(ctx context.Context, ledger string, acco
 	if err != nil {
 		return err
 	}
-	cp, err := s.lastCheckpoint(ctx, at)
-	if err != nil {
-		return err
-	}
 	now, err := c.log.serverNow(ctx)
 	if err != nil {
 		return err
 	}
-	bal, err := s.sumFrom(ctx, cp, at, now, func(*entry) bool { return true })
+	bal, err := s.sumThrough(ctx, at, now)
 	if err != nil {
 		return err
 	}
-	mark := &checkpoint{Key: s.cpKey, At: at, Balance: bal, Removal: true}
-	mark.ID = fmt.Sprintf("%s|%020d|removal", mark.Key, at.UnixMilli())
-	if _, err := c.checkpoints.InsertOne(ctx, mark); err != nil && !mongo.IsDuplicateKeyError(err) {
+	return s.saveCheckpoint(ctx, &checkpoint{Key: s.cpKey, At: at, Balance: bal, Removal: true})
+}
+
+// kept returns ErrHistoryRemoved if entries the answer needs may have been
+// removed: a removal checkpoint (see ErrHistoryRemoved) later than at, or
+// for a page (from, at the window's start, zero: unbounded) one at or
+// after it.
+func (s *statement) kept(ctx context.Context, at time.Time, from bool) error {
+	cp, err := s.latestCheckpoint(ctx, bson.E{Key: "removal", Value: true})
+	if err != nil || cp == nil {
 		return err
+	}
+	if at.Before(cp.At) || (from && at.Equal(cp.At)) {
+		hint := ""
+		if from {
+			hint = "; ask from after it (Since)"
+		}
+		return errorf("%w: entries through %v were removed%s", ErrHistoryRemoved, cp.At.UTC().Format(time.RFC3339Nano), hint)
 	}
 	return nil
 }
 
-// removedThrough is the time of the account's latest removal checkpoint
-// (see ErrHistoryRemoved); zero if none.
-func (s *statement) removedThrough(ctx context.Context) (time.Time, error) {
-	var cps []checkpoint
-	err := s.c.retry(ctx, func(ctx context.Context) error {
-		cur, err := s.c.checkpoints.Find(ctx, bson.D{{Key: "key", Value: s.cpKey}, {Key: "removal", Value: true}},
-			options.Find().SetSort(bson.D{{Key: "at", Value: -1}}).SetLimit(1))
-		if err != nil {
-			return err
-		}
-		cps = cps[:0]
-		return cur.All(ctx, &cps)
-	})
-	if err != nil {
-		return time.Time{}, errorf("twopc: read checkpoints: %w", err)
-	}
-	if len(cps) == 0 {
-		return time.Time{}, nil
-	}
-	return cps[0].At, nil
-}
-
 // saveCheckpoint records cp, once: a checkpoint that exists already (the
-// same key and time) is the same. A failure only costs the next read.
-func (s *statement) saveCheckpoint(ctx context.Context, cp *checkpoint) {
+// same key, time and kind) is the same.
+func (s *statement) saveCheckpoint(ctx context.Context, cp *checkpoint) error {
 	cp.ID = fmt.Sprintf("%s|%020d", cp.Key, cp.At.UnixMilli())
-	if _, err := s.c.checkpoints.InsertOne(ctx, cp); err != nil && !mongo.IsDuplicateKeyError(err) {
-		s.c.logger.Debug("twopc: writing a statement checkpoint", "error", err)
+	if cp.Removal {
+		cp.ID += "|removal"
 	}
+	if _, err := s.c.checkpoints.InsertOne(ctx, cp); err != nil && !mongo.IsDuplicateKeyError(err) {
+		return err
+	}
+	return nil
 }
 
 // opening is the account's opening balance: the one OpenAccount recorded,
@@ -817,12 +826,11 @@ const maxOpeningReads = 10
 func (s *statement) derivedOpening(ctx context.Context, first bson.Raw) (int64, error) {
 	a := first
 	for range maxOpeningReads {
-		s.openings++
 		states, inflight, err := s.inFlight(ctx, a)
 		if err != nil {
 			return 0, err
 		}
-		all, _, err := s.scan(ctx, time.Time{}, time.Now().Add(24*time.Hour), false, -1)
+		all, _, err := s.scan(ctx, time.Time{}, time.Time{}, false, -1)
 		if err != nil {
 			return 0, err
 		}
@@ -874,7 +882,7 @@ func (s *statement) inFlight(ctx context.Context, a bson.Raw) (map[bson.ObjectID
 	}
 	var recs []*record
 	err := s.c.retry(ctx, func(ctx context.Context) error {
-		cur, err := s.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		cur, err := s.c.log.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 		if err != nil {
 			return err
 		}

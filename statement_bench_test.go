@@ -63,6 +63,29 @@ func (d *docsRead) monitor() *event.CommandMonitor {
 	}}
 }
 
+// statementBench is a fresh database whose documents returned read
+// counts, with its indexes and accounts opened with 1,000,000 each, and a
+// coordinator on it, closed when b ends.
+func statementBench(b *testing.B, read *docsRead, accounts ...string) (*mongo.Database, *twopc.Coordinator) {
+	b.Helper()
+	ctx := benchCtx(b)
+	db := mongotest.NewDatabase(b, options.Client().SetMonitor(read.monitor()))
+	c, err := twopc.NewCoordinator(db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close(context.Background()) })
+	if err := c.EnsureIndexes(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for _, id := range accounts {
+		if err := c.OpenAccount(ctx, id, 1_000_000); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return db, c
+}
+
 // BenchmarkStatementPage reads a page of 100 entries of an account with
 // 100, while the log holds 1,000 or 20,000 transfers of other accounts.
 // The server returns the same documents for both (docs-returned/op, exact
@@ -75,20 +98,7 @@ func BenchmarkStatementPage(b *testing.B) {
 		b.Run(fmt.Sprintf("others=%d", others), func(b *testing.B) {
 			ctx := benchCtx(b)
 			var read docsRead
-			db := mongotest.NewDatabase(b, options.Client().SetMonitor(read.monitor()))
-			c, err := twopc.NewCoordinator(db)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close(ctx)
-			if err := c.EnsureIndexes(ctx); err != nil {
-				b.Fatal(err)
-			}
-			for _, id := range []string{"mine", "peer", "x", "y"} {
-				if err := c.OpenAccount(ctx, id, 1_000_000); err != nil {
-					b.Fatal(err)
-				}
-			}
+			db, c := statementBench(b, &read, "mine", "peer", "x", "y")
 			start := time.Now().Add(-48 * time.Hour)
 			fillLog(b, db, 100, start, func(int) string { return "mine" }, func(int) string { return "peer" })
 			fillLog(b, db, others, start.Add(time.Hour), func(int) string { return "x" }, func(int) string { return "y" })
@@ -115,20 +125,7 @@ func BenchmarkBalanceAt(b *testing.B) {
 		b.Run(fmt.Sprintf("entries=%d", entries), func(b *testing.B) {
 			ctx := benchCtx(b)
 			var read docsRead
-			db := mongotest.NewDatabase(b, options.Client().SetMonitor(read.monitor()))
-			c, err := twopc.NewCoordinator(db)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close(ctx)
-			if err := c.EnsureIndexes(ctx); err != nil {
-				b.Fatal(err)
-			}
-			for _, id := range []string{"mine", "peer"} {
-				if err := c.OpenAccount(ctx, id, 1_000_000); err != nil {
-					b.Fatal(err)
-				}
-			}
+			db, c := statementBench(b, &read, "mine", "peer")
 			start := time.Now().Add(-10 * 24 * time.Hour)
 			fillLog(b, db, entries, start, func(int) string { return "mine" }, func(int) string { return "peer" })
 			if _, err := c.BalanceAt(ctx, "", "mine", time.Now()); err != nil { // records the checkpoint

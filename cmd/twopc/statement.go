@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -87,7 +88,7 @@ type accountArgs struct {
 	ledger  string
 }
 
-func (a *accountArgs) parse(ctx context.Context, cl *cli, cmd *command, args []string, more func(fsAdder)) (*conn, error) {
+func (a *accountArgs) parse(ctx context.Context, cl *cli, cmd *command, args []string, more func(*flag.FlagSet)) (*conn, error) {
 	fs := cl.flagSet(cmd)
 	a.g.register(fs, withArchive)
 	fs.Var(accountLedgers{&a.g, &a.pick}, "ledger", "the ledger `NAME` to read the account in (default: the default one); "+
@@ -116,13 +117,6 @@ func (a *accountArgs) parse(ctx context.Context, cl *cli, cmd *command, args []s
 		return nil, err
 	}
 	return a.g.connect(ctx, cl)
-}
-
-// fsAdder is the part of a flag set the commands add their flags with.
-type fsAdder interface {
-	String(name, value, usage string) *string
-	Int(name string, value int, usage string) *int
-	Bool(name string, value bool, usage string) *bool
 }
 
 // first calls fn with each of the account's candidate ids until one is an
@@ -154,7 +148,7 @@ func runStatement(ctx context.Context, cl *cli, cmd *command, args []string) err
 	var since, until, after *string
 	var limit *int
 	var reverse *bool
-	cn, err := a.parse(ctx, cl, cmd, args, func(fs fsAdder) {
+	cn, err := a.parse(ctx, cl, cmd, args, func(fs *flag.FlagSet) {
 		since = fs.String("since", "", "only entries at or after `TIME` (RFC 3339)")
 		until = fs.String("until", "", "only entries before `TIME` (RFC 3339)")
 		limit = fs.Int("limit", twopc.DefaultStatementLimit, "print at most `N` entries")
@@ -240,7 +234,7 @@ type balanceReport struct {
 func runBalance(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	var a accountArgs
 	var at *string
-	cn, err := a.parse(ctx, cl, cmd, args, func(fs fsAdder) {
+	cn, err := a.parse(ctx, cl, cmd, args, func(fs *flag.FlagSet) {
 		at = fs.String("at", "", "the balance at `TIME` (RFC 3339; default: now)")
 	})
 	if err != nil {

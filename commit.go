@@ -20,10 +20,10 @@ type commitCall struct {
 // The commit stage makes the commit point of concurrent transfers in
 // groups (group commit; see stage). A commit written alone is the same
 // single guarded find-and-modify as any other move ({_id, state: pending,
-// claim} → applied), so a transfer on an idle coordinator still reaches
+// claim, lastModified} → applied: see commitMove), so a transfer on an idle coordinator still reaches
 // its commit point in three round trips. A group is one guarded update:
 //
-//	{state: pending, $or: [{_id: id1, claim: c1}, {_id: id2, claim: c2}, ...]}
+//	{state: pending, $or: [{_id: id1, claim: c1, lastModified: l1}, {_id: id2, claim: c2}, ...]}
 //	→ {$set: {state: applied}, $currentDate: {lastModified: true}}
 //
 // The guarantee: a group commit moves exactly the transactions the single
@@ -73,7 +73,11 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 	or := make(bson.A, len(calls))
 	ids := make(bson.A, len(calls))
 	for i, q := range calls {
-		or[i] = bson.D{{Key: "_id", Value: q.rec.ID}, {Key: fieldClaim, Value: q.rec.Claim}}
+		clause := bson.D{{Key: "_id", Value: q.rec.ID}, {Key: fieldClaim, Value: q.rec.Claim}}
+		if !q.rec.guessed {
+			clause = append(clause, bson.E{Key: fieldLastModified, Value: q.rec.LastModified})
+		}
+		or[i] = clause
 		ids[i] = q.rec.ID
 	}
 	filter := bson.D{{Key: fieldState, Value: StatePending}, {Key: "$or", Value: or}}
@@ -96,7 +100,7 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 	if err == nil && modified == int64(len(calls)) {
 		for _, q := range calls {
 			cp := *q.rec // lastModified is the server's, not read back
-			cp.State = StateApplied
+			cp.State, cp.guessed = StateApplied, true
 			q.cur, q.moved = &cp, true
 		}
 		return
@@ -143,11 +147,27 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 
 // commitMove is r's move at its commit step: pending → applied, or for a
 // hold, pending → held.
+//
+// The move also requires the lastModified its mover holds, when the mover
+// read it from the log (its insert alone, a renewal, a takeover: every
+// write but a grouped insert returns the document). That refuses the
+// commit, delivered again late, of a transaction removed from the log
+// (WithHistory) whose insert, delivered again too, brought a copy back:
+// the copy's lastModified is the server's clock at that late insert, not
+// the one the commit was sent with, so the copy is never committed, and
+// recovery cancels it (see Coordinator.begun). A document's lastModified
+// changes only by a move of it, and a pending transaction is moved only
+// by its owner (renewals) or after a takeover (a new claim), so this adds
+// no refusal of its owner's own commit.
 func commitMove(r *record) move {
+	m := move{step: StepCommit, from: StatePending, to: StateApplied, claim: r.Claim, set: earlierKeys(r)}
 	if r.Hold {
-		return move{step: StepCommit, from: StatePending, to: StateHeld, claim: r.Claim, stampHeldAt: true}
+		m = move{step: StepCommit, from: StatePending, to: StateHeld, claim: r.Claim, stampHeldAt: true}
 	}
-	return move{step: StepCommit, from: StatePending, to: StateApplied, claim: r.Claim, set: earlierKeys(r)}
+	if !r.guessed {
+		m.lastModified = r.LastModified
+	}
+	return m
 }
 
 // earlierKeys is, for a transaction an earlier version made (no

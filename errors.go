@@ -179,6 +179,9 @@ func reasonOf(err error) string {
 	if errors.Is(err, errStalePending) {
 		return reasonStalePending
 	}
+	if errors.Is(err, errLateCopy) {
+		return reasonLateCopy
+	}
 	for _, re := range reasonErrors {
 		if errors.Is(err, re.err) {
 			return re.reason

@@ -455,16 +455,27 @@ func TestHistoryCancelPlaceholderMeetsTheArchive(t *testing.T) {
 
 // A hold captured, settled, unfenced and moved out of the log, whose
 // insert and commit to held are then delivered again (a network that
-// duplicates and delays), leaves a copy held with no leg on any account.
-// Recovery finds its legs missing, voids it (reason late_copy: nothing
-// moves) and removes it in turn; Get still answers from the first record
-// (with an archive), and the audit finds nothing wrong. Before the fix,
-// the copy stayed held for good. Without an archive, the same.
+// duplicates and delays), leaves a copy with no leg on any account: its
+// commit to held is refused (it requires the lastModified its sender
+// read), so the copy is pending, and recovery cancels it (a leg closed,
+// none applied: reason late_copy). A copy held all the same (the commit
+// of a hold inserted in a group requires no lastModified: the case is
+// made here by moving the copy to held by hand) is found by recovery with
+// its legs missing and voided (late_copy). Either way nothing moves, the
+// copy is removed in turn, Get still answers from the first record (with
+// an archive), and the audit finds nothing wrong. Before the fix, the
+// copy stayed held for good. Without an archive, the same.
 func TestHistoryHeldCopyEndsCanceled(t *testing.T) {
-	for _, withArchive := range []bool{true, false} {
+	for _, tc := range []struct {
+		withArchive, held bool
+	}{{true, false}, {false, false}, {true, true}, {false, true}} {
+		withArchive := tc.withArchive
 		name := "removal"
 		if withArchive {
 			name = "archive"
+		}
+		if tc.held {
+			name += "/held"
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := testCtx(t)
@@ -498,7 +509,17 @@ func TestHistoryHeldCopyEndsCanceled(t *testing.T) {
 
 			resendAll(t, b.db, made)
 			require.Len(t, b.txns(), 1)
-			require.Equal(t, twopc.StateHeld, b.txn(hold.ID).State, "the copy is held")
+			// Its move to held, delivered again, finds the copy's
+			// lastModified (the late insert's), not the one it was sent
+			// with: refused, the copy stays pending.
+			require.Equal(t, twopc.StatePending, b.txn(hold.ID).State, "the copy is pending")
+			if tc.held {
+				_, err := b.db.Collection("transactions").UpdateOne(ctx, bson.D{{Key: "_id", Value: hold.ID}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: "held"}, {Key: "heldAt", Value: time.Now()}}}})
+				require.NoError(t, err)
+			} else {
+				b.backdateAll(time.Hour)
+			}
 			rep, err := r.RecoverOnce(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, 1, rep.RolledBack, "the copy voided")

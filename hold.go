@@ -186,7 +186,10 @@ func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int6
 			continue // answered from what the transaction now says
 		}
 		cur, moved, err := c.log.advance(ctx, r, move{
-			step: StepCapture, from: StateHeld, to: StateApplied, anyClaim: true,
+			// heldAt as read: a capture delivered again late finds a
+			// copy a late insert brought back held under another heldAt
+			// (see commitMove), and is refused.
+			step: StepCapture, from: StateHeld, to: StateApplied, anyClaim: true, heldAt: r.HeldAt,
 			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
 			set: append(bson.D{{Key: fieldCaptured, Value: amount}}, earlierKeys(r)...),
 		})

@@ -169,6 +169,7 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
 		}
 		cur := *q.t.rec
 		cur.LastModified = start // the server's clock set the stored one; not read back
+		cur.guessed = true
 		q.cur = &cur
 		g.transition(ctx, cur.ID, inserted, start, of, true, nil)
 	}

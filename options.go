@@ -292,12 +292,20 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 // was: Get says ErrTxnNotFound, and Cancel writes a placeholder and
 // reports the id canceled, whatever the removed transaction did. A removed
 // transaction's own write commands, delivered again after its removal (a
-// network that duplicates and delays), can bring its document back and
-// move it to done or canceled with none of its legs applied, whatever the
-// first record's state was (a copy brought back pending is rolled back,
-// applied is settled, and held, for a hold, is found by a Recoverer's
-// pass with none of its legs on its accounts and voided, reason
-// "late_copy"); the copy is removed in turn, and the archive
+// network that duplicates and delays), can bring its document back, with
+// none of its legs applied, whatever the first record's state was. Such a
+// copy is not committed: its commit and its capture, delivered again, are
+// refused (they require the lastModified or heldAt their sender read, and
+// the copy's are the late writes'), and a Recoverer's pass cancels it
+// (reason "late_copy": a copy brought back pending has a leg closed and
+// none applied, one brought back held has none of its legs on its
+// accounts), so no statement lists it. One exception: the commit of a
+// transfer inserted in a group (concurrent transfers on one coordinator;
+// a grouped insert's reply returns no lastModified) requires only its
+// state and claim, so if its insert and then its commit are both
+// delivered again after its removal, the copy is committed, with no leg
+// applied and no money moved, and statements without an archive list it.
+// The copy is removed in turn, and the archive
 // keeps the first record (a copy's archiving finds the id there and leaves
 // it), which is what Get, Cancel and Reverse then read. Without an
 // archive, do not Reverse a transaction older than keep on the log's word

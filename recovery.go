@@ -298,17 +298,25 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 	}
 	switch cur.State {
 	case StatePending:
-		begun, err := c.begun(ctx, cur)
+		applied, closed, err := c.begun(ctx, cur)
 		if err != nil {
 			return done(RecoveryRollForward, OutcomeError, err)
 		}
-		if !begun || cur.Hold {
+		if !applied || cur.Hold {
 			// No leg was applied: presume abort. Its owner stopped (or
 			// its insert arrived after the caller gave up on it), and no
 			// one has been told it will happen. A hold not yet held is
 			// rolled back even if its legs applied: held is its
-			// decision, and nobody was told of one.
-			if _, err := c.abort(ctx, cur, errStalePending); err != nil && !errors.Is(err, errStalePending) {
+			// decision, and nobody was told of one. With a leg closed
+			// and none applied, it is a late copy of a transaction
+			// removed from the log (see begun): canceled, reason
+			// "late_copy", never committed, so that no statement lists
+			// it; its rollback's writes are refused as its legs were.
+			why := errStalePending
+			if closed && !applied {
+				why = errLateCopy
+			}
+			if _, err := c.abort(ctx, cur, why); err != nil && !errors.Is(err, why) {
 				switch {
 				case errors.Is(err, ErrInProgress), errors.Is(err, ErrCanceled), isLegReason(err):
 					return done(RecoveryRollBack, OutcomeNotMoved, nil)
@@ -369,21 +377,34 @@ func (r *Recoverer) report(ctx context.Context, id bson.ObjectID, found State, a
 // none of whose legs was applied.
 var errStalePending = errorf("%w: no leg was applied before its owner went stale", ErrCanceled)
 
-// begun reports whether a leg of pending transaction r was applied (or
-// closed by someone else, which only a transaction past its legs can
-// have): read from the accounts at majority read concern.
-func (c *Coordinator) begun(ctx context.Context, r *record) (bool, error) {
+// errLateCopy is why recovery cancels a pending transaction with a leg
+// closed and none applied: a copy a late insert brought back (see begun).
+var errLateCopy = errorf("%w: a copy of a transaction removed from the log, brought back by its insert delivered late", ErrCanceled)
+
+// begun reads the accounts of pending transaction r's legs at majority
+// read concern and reports whether a leg was applied (its marker is on
+// its account) and whether one is closed (fenced, or behind its account's
+// fence line). A leg is closed only by a settle or a rollback, which come
+// after the transaction has left pending, and a closed leg stays closed
+// (a fence leaves only as the line passes it), so a pending transaction
+// with a closed leg and none applied is a copy: its document left pending
+// once, was removed (WithHistory), and its insert, delivered again late,
+// brought it back.
+func (c *Coordinator) begun(ctx context.Context, r *record) (applied, closed bool, err error) {
 	legs := r.legs()
 	accts, err := c.inspect(ctx, r, legs)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	for i, l := range legs {
-		if v, _ := judge(accts[i], r, l); v == legApplied || v == legFenced {
-			return true, nil
+		switch v, why := judge(accts[i], r, l); {
+		case v == legApplied:
+			applied = true
+		case v == legFenced, v == legBlocked && errors.Is(why, ErrTooLate):
+			closed = true
 		}
 	}
-	return false, nil
+	return applied, closed, nil
 }
 
 // isLegReason reports whether err says a leg could not apply.

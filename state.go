@@ -129,6 +129,10 @@ type record struct {
 	// in both forms, and finishing it flags Fences, so that recovery later
 	// removes the bare markers and moves the lines past it.
 	LegFences bool `bson:"legFences,omitempty"`
+	// guessed says LastModified is not the stored value but the time the
+	// write that set it was sent: a grouped write returns no documents.
+	// Not stored.
+	guessed bool
 	// CommittedAt is the commit point (pending → applied, or a hold's
 	// capture), stamped by the log server's clock in the commit write
 	// ($currentDate): the time a statement orders the transfer's entries

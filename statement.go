@@ -110,7 +110,10 @@ const statementHorizon = time.Second
 // read too: a transaction found in both counts once, as the archive holds
 // it (a copy in the log is a late duplicate's, which WithHistory
 // describes). Transactions removed without an archive are not counted:
-// see BalanceAt.
+// see BalanceAt. A copy that late writes rebuilt after a removal without
+// an archive is canceled, never an entry, with one exception WithHistory
+// states (a transfer inserted in a group whose insert and commit are both
+// delivered again after its removal).
 //
 // The opening balance is the one OpenAccount recorded. For an account with
 // none (inserted by hand, or opened by an earlier version), it is derived

@@ -671,3 +671,103 @@ func TestStatementAfterRemoval(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, b.balance("B"), bal)
 }
+
+// A transfer removed from the log with no archive (WithHistory) and its
+// write commands delivered again afterwards, every one of them, in order:
+// the insert brings a copy back, and the copy must never become an entry.
+// The commit delivered again is refused (it requires the lastModified its
+// sender read, and the copy's is the late insert's), and recovery cancels
+// the copy (a leg closed and none applied: reason late_copy) rather than
+// roll it forward. A hold captured, and a transfer canceled, the same.
+func TestStatementNeverListsALateCopy(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	rec := &writeRecorder{}
+	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithStatementHorizon(0), twopc.WithSyncSettle(),
+		twopc.WithHistory(time.Millisecond, nil))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	b.open(map[string]int64{"A": 500, "B": 0})
+	done, err := c.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	_, err = c.Transfer(ctx, "A", "B", 1000)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	hold, err := c.Hold(ctx, "A", "B", 20)
+	require.NoError(t, err)
+	_, err = c.Capture(ctx, hold.ID, 15)
+	require.NoError(t, err)
+	before := fullStatement(t, c, "A", false)
+	require.Len(t, before, 2)
+	assert.Equal(t, done.ID, before[0].Txn)
+
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("remover"), twopc.WithHistory(time.Millisecond, nil),
+		twopc.WithCheckpoints(1000, 0)))
+	removed := 0
+	for range 3 {
+		b.ageFinal()
+		rep, err := r.RecoverOnce(ctx)
+		require.NoError(t, err)
+		removed += rep.Removed
+	}
+	require.Equal(t, 3, removed)
+	require.Empty(t, b.txns())
+	since := time.Now()
+	later, err := c.Transfer(ctx, "A", "B", 7, twopc.WithKey("kept")) // keyed: never removed
+	require.NoError(t, err)
+	balances := b.accountStates()
+
+	resendAll(t, b.db, rec.recorded()) // every write, the later transfer's too
+	copies := map[bson.ObjectID]bool{}
+	for _, d := range b.txns() {
+		if d.ID != later.ID {
+			copies[d.ID] = d.State == twopc.StatePending
+			assert.Containsf(t, []twopc.State{twopc.StatePending, twopc.StateCanceled}, d.State,
+				"copy %s: a late commit, capture or move to held matched it", d.ID.Hex())
+		}
+	}
+	require.Len(t, copies, 3, "the inserts brought copies back")
+	var mu sync.Mutex
+	rolledBack := map[bson.ObjectID]bool{}
+	committed := map[bson.ObjectID]twopc.State{}
+	b.recoverAll(twopc.WithObserver(twopc.Observer{
+		Transition: func(_ context.Context, e twopc.TransitionEvent) {
+			if e.To == twopc.StateApplied || e.To == twopc.StateHeld {
+				mu.Lock()
+				committed[e.Txn] = e.To
+				mu.Unlock()
+			}
+		},
+		Recovery: func(_ context.Context, e twopc.RecoveryEvent) {
+			if e.Action == twopc.RecoveryRollBack && e.Outcome == twopc.OutcomeMoved {
+				mu.Lock()
+				rolledBack[e.Txn] = true
+				mu.Unlock()
+			}
+		},
+	}))
+	assert.Equal(t, balances, b.accountStates(), "a late write moved money")
+	mu.Lock()
+	assert.Empty(t, committed, "recovery committed a copy")
+	for id, pending := range copies {
+		if pending {
+			assert.Truef(t, rolledBack[id], "copy %s was not rolled back", id.Hex())
+		}
+	}
+	mu.Unlock()
+	for _, d := range b.txns() {
+		assert.Falsef(t, d.State.Committed() && d.ID != later.ID, "copy %s is %s", d.ID.Hex(), d.State)
+	}
+
+	for _, acct := range []string{"A", "B"} {
+		p, err := c.Statement(ctx, "", acct, twopc.StatementQuery{Since: since})
+		require.NoError(t, err)
+		var ids []bson.ObjectID
+		for _, e := range p.Entries {
+			ids = append(ids, e.Txn)
+		}
+		assert.Equalf(t, []bson.ObjectID{later.ID}, ids, "%s: only the transfer made after the removal", acct)
+		bal, err := c.BalanceAt(ctx, "", acct, time.Now().Add(time.Hour))
+		require.NoError(t, err)
+		assert.Equal(t, b.balance(acct), bal, acct)
+	}
+}

@@ -4,6 +4,7 @@ package twopc
 // rules that judge a leg against it (the leg verdict and the credit guard).
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -58,7 +59,41 @@ const (
 	// fieldOpening is what OpenAccount opened the account with:
 	// {balance, at}, where a statement starts.
 	fieldOpening = schema.Opening
+	// fieldAsset is the account's asset code (AccountAsset): a leg
+	// applies only if its asset is the account's, and a leg of no asset
+	// only to an account with none (missing or null). It never changes.
+	fieldAsset = schema.Asset
+	// fieldFloor and fieldCeiling are a limited account's limits
+	// (AccountFloor, AccountCeiling, SetLimits), for readers: the guards
+	// read the rooms.
+	fieldFloor   = schema.Floor
+	fieldCeiling = schema.Ceiling
+	// fieldFloorRoom is a limited account's headroom above its floor,
+	// balance - floor, and fieldCeilingRoom its headroom below its
+	// ceiling, ceiling - (balance + pendingDebit + pendingCredit): what
+	// the balance can reach once every leg in flight settles or is
+	// undone. Every leg write on a limited account moves them with the
+	// balance, in the same update (see roomInc), so a debit's guard is
+	// floorRoom >= amount and a credit's ceilingRoom >= amount: the server
+	// checks the limits in the write that moves the money, with no $expr.
+	// Their presence is what makes an account limited; an account without
+	// them (opened with no limits, inserted by hand, or by an earlier
+	// version) keeps the guards it always had, and is never given them
+	// but by SetLimits.
+	fieldFloorRoom   = schema.FloorRoom
+	fieldCeilingRoom = schema.CeilingRoom
+	// fieldLimitsSeq counts the SetLimits writes on a limited account
+	// (missing: none yet): each requires the count it read and adds one,
+	// so one delivered late never matches, even after the limits were
+	// set back to what it found.
+	fieldLimitsSeq = schema.LimitsSeq
 )
+
+// MaxLimit is the largest floor or ceiling magnitude: a limited account's
+// floor and ceiling lie in [-MaxLimit, MaxLimit], and one with no ceiling
+// of its own takes MaxLimit, so that its rooms, differences of two such
+// values, always fit in int64.
+const MaxLimit int64 = 1<<62 - 1
 
 // creditQuarter is a quarter of int64's range. A credit applies when
 // nothing is in flight on the account and balance+value fits in int64, or
@@ -81,6 +116,12 @@ type account struct {
 	PendingDebit  bson.RawValue `bson:"pendingDebit"`
 	FencedBefore  bson.RawValue `bson:"fencedBefore"`
 	Tombstone     bool          `bson:"tombstone"`
+	Asset         bson.RawValue `bson:"asset"`
+	Floor         bson.RawValue `bson:"floor"`
+	Ceiling       bson.RawValue `bson:"ceiling"`
+	FloorRoom     bson.RawValue `bson:"floorRoom"`
+	CeilingRoom   bson.RawValue `bson:"ceilingRoom"`
+	LimitsSeq     bson.RawValue `bson:"limitsSeq"`
 }
 
 // accountProjection is what the protocol reads of an account.
@@ -88,6 +129,44 @@ var accountProjection = bson.D{
 	{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFenced, Value: 1}, {Key: fieldFencedLegs, Value: 1},
 	{Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1},
 	{Key: fieldFencedBefore, Value: 1}, {Key: fieldTombstone, Value: 1},
+	{Key: fieldAsset, Value: 1}, {Key: fieldFloor, Value: 1}, {Key: fieldCeiling, Value: 1},
+	{Key: fieldFloorRoom, Value: 1}, {Key: fieldCeilingRoom, Value: 1}, {Key: fieldLimitsSeq, Value: 1},
+}
+
+// limited reports whether the account has limits: its floorRoom is
+// there (of any type; a room that is not an integer refuses every leg).
+func (a *account) limited() bool { return a.FloorRoom.Type != 0 }
+
+// rooms returns a limited account's floorRoom and ceilingRoom, and false
+// if either is missing or not an integer.
+func (a *account) rooms() (floor, ceiling int64, ok bool) {
+	f, ok1 := intOf(a.FloorRoom)
+	c, ok2 := intOf(a.CeilingRoom)
+	return f, c, ok1 && ok2
+}
+
+// intOf returns v as an int64 if it is an int32 or an int64.
+func intOf(v bson.RawValue) (int64, bool) {
+	switch v.Type {
+	case bson.TypeInt64:
+		return v.Int64(), true
+	case bson.TypeInt32:
+		return int64(v.Int32()), true
+	}
+	return 0, false
+}
+
+// assetOf returns the account's asset code: "" for none (missing or
+// null), and false for a value of another type.
+func (a *account) assetOf() (string, bool) {
+	switch a.Asset.Type {
+	case 0, bson.TypeNull:
+		return "", true
+	case bson.TypeString:
+		s := a.Asset.StringValue()
+		return s, s != ""
+	}
+	return "", false
 }
 
 // closedTo reports whether the account's fence line refuses every leg of a
@@ -249,7 +328,9 @@ const (
 	legBlocked                   // cannot apply: see the error
 )
 
-// judge reads account a (nil if missing) for leg l of transaction r.
+// judge reads account a (nil if missing) for leg l of transaction r. An
+// account with limits is judged by its rooms, whatever r's policy says
+// (its own floor governs it); one without, by its balance and r's policy.
 func judge(a *account, r *record, l leg) (legVerdict, error) {
 	switch {
 	case a != nil && a.closed(l): // a may be a tombstone
@@ -272,7 +353,29 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 	case !a.lineTyped():
 		return legBlocked, errorf("%w: account %v has fencedBefore of BSON type %s", ErrInvalidAccount, l.account, a.FencedBefore.Type)
 	}
+	if asset, ok := a.assetOf(); !ok || asset != l.asset {
+		return legBlocked, errorf("%w: account %v holds %s, the leg moves %s", ErrAssetMismatch, l.account, assetName(a.Asset), assetLabel(l.asset))
+	}
 	b, ok := a.balance()
+	if a.limited() {
+		floor, ceiling, rok := a.rooms()
+		switch {
+		case r.Hold && a.pendingLen() >= MaxHolds:
+			return legBlocked, errorf("%w: account %v carries %d legs in flight, holds included (MaxHolds is %d)",
+				ErrTooManyHolds, l.account, a.pendingLen(), MaxHolds)
+		case !ok:
+			return legBlocked, errorf("%w: account %v has balance of BSON type %s", ErrInvalidAccount, l.account, a.Balance.Type)
+		case !rok:
+			return legBlocked, errorf("%w: account %v has floorRoom of BSON type %s and ceilingRoom of BSON type %s",
+				ErrInvalidAccount, l.account, a.FloorRoom.Type, a.CeilingRoom.Type)
+		case l.debit() && floor < -l.delta:
+			return legBlocked, errorf("%w: account %v has %d above its floor, needs %d", ErrInsufficientFunds, l.account, floor, -l.delta)
+		case !l.debit() && ceiling < l.delta:
+			return legBlocked, errorf("%w: account %v has room for %d below its ceiling (counting what is in flight), credit %d",
+				ErrLimitExceeded, l.account, ceiling, l.delta)
+		}
+		return legRetry, nil
+	}
 	switch {
 	case r.Hold && a.pendingLen() >= MaxHolds:
 		return legBlocked, errorf("%w: account %v carries %d legs in flight, holds included (MaxHolds is %d)",
@@ -288,4 +391,23 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 			ErrBalanceOverflow, l.account, b, a.credit(), a.heldDebit(), l.delta)
 	}
 	return legRetry, nil
+}
+
+// assetLabel is an asset code as messages show it.
+func assetLabel(code string) string {
+	if code == "" {
+		return "no asset"
+	}
+	return "asset " + code
+}
+
+// assetName is an account's asset field as messages show it.
+func assetName(v bson.RawValue) string {
+	switch v.Type {
+	case 0, bson.TypeNull:
+		return "no asset"
+	case bson.TypeString:
+		return fmt.Sprintf("asset %q", v.StringValue())
+	}
+	return "an asset of BSON type " + v.Type.String()
 }

@@ -48,14 +48,14 @@ import (
 // AuditReport.Err).
 func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditReport, error) {
 	cfg := auditConfig{batch: DefaultAuditBatch, pendingBound: DefaultPendingBound, fencedBound: DefaultFencedBound,
-		grace: DefaultInterval, totals: map[string]int64{}}
+		grace: DefaultInterval, totals: map[totalKey]int64{}}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
 		}
 	}
-	for _, name := range cfg.totalsOrdered {
-		if _, err := c.Ledger(name); err != nil {
+	for _, k := range cfg.totalsOrdered {
+		if _, err := c.Ledger(k.ledger); err != nil {
 			return nil, errorf("twopc: audit: %w", err)
 		}
 	}
@@ -72,13 +72,16 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 		return nil, errorf("twopc: audit: %w", err)
 	}
 	inFlight := rep.Unfinished > 0
-	sums := map[string]int64{}
+	sums := map[totalKey]int64{}
 	for _, name := range c.ledgerNames() {
-		sum, err := au.ledger(ctx, c.ledgers[name])
+		sum, perAsset, err := au.ledger(ctx, c.ledgers[name])
 		if err != nil {
 			return nil, errorf("twopc: audit: ledger %q: %w", name, err)
 		}
-		sums[name] = sum
+		sums[totalKey{ledger: name}] = sum
+		for asset, s := range perAsset {
+			sums[totalKey{ledger: name, asset: asset, byAsset: true}] = s
+		}
 	}
 	if len(cfg.totals) > 0 && !inFlight {
 		// Nothing was in flight at the start. Was anything by the end, or
@@ -93,12 +96,16 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 		}
 		inFlight = n > 0
 	}
-	for _, name := range cfg.totalsOrdered {
-		tc := TotalCheck{Ledger: name, Expected: cfg.totals[name], Actual: sums[name], Decided: !inFlight}
+	for _, k := range cfg.totalsOrdered {
+		tc := TotalCheck{Ledger: k.ledger, Asset: k.asset, ByAsset: k.byAsset, Expected: cfg.totals[k], Actual: sums[k], Decided: !inFlight}
 		tc.OK = tc.Actual == tc.Expected
 		if tc.Decided && !tc.OK {
-			rep.add(Violation{Kind: ViolationTotal, Ledger: name,
-				Detail: fmt.Sprintf("the accounts hold %d, want %d (%+d)", tc.Actual, tc.Expected, tc.Actual-tc.Expected)})
+			of := "the accounts"
+			if k.byAsset {
+				of = "the accounts of " + assetLabel(k.asset)
+			}
+			rep.add(Violation{Kind: ViolationTotal, Ledger: k.ledger,
+				Detail: fmt.Sprintf("%s hold %d, want %d (%+d)", of, tc.Actual, tc.Expected, tc.Actual-tc.Expected)})
 		}
 		rep.Totals = append(rep.Totals, tc)
 	}
@@ -174,15 +181,16 @@ func (au *audit) transactions(ctx context.Context) error {
 
 // auditLedger checks the accounts of l in batches and returns the sum of
 // their balances and held debits.
-func (au *audit) ledger(ctx context.Context, l *Ledger) (int64, error) {
+func (au *audit) ledger(ctx context.Context, l *Ledger) (int64, map[string]int64, error) {
 	cfg, rep := &au.cfg, au.rep
 	cur, err := l.accounts.Find(ctx, bson.D{},
 		options.Find().SetProjection(accountProjection).SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(cfg.batch)))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer cur.Close(ctx)
 	var sum int64
+	perAsset := map[string]int64{}
 	overflow := false
 	batch := make([]*account, 0, cfg.batch)
 	flush := func() error {
@@ -223,38 +231,72 @@ func (au *audit) ledger(ctx context.Context, l *Ledger) (int64, error) {
 		}
 		if !a.Tombstone {
 			b, ok := a.balance()
+			asset, assetOK := a.assetOf()
+			if !assetOK {
+				rep.add(Violation{Kind: ViolationMalformed, Ledger: l.name, Account: id, Detail: "its asset is " + assetName(a.Asset)})
+			}
 			if !ok {
 				rep.add(Violation{Kind: ViolationMalformed, Ledger: l.name, Account: id, Detail: fmt.Sprintf("balance is a %s, not an integer", a.Balance.Type)})
 			} else if !overflow {
+				s := perAsset[asset]
 				for _, x := range []int64{b, a.heldDebit()} {
-					if (x > 0 && sum > math.MaxInt64-x) || (x < 0 && sum < math.MinInt64-x) {
+					if (x > 0 && (sum > math.MaxInt64-x || s > math.MaxInt64-x)) || (x < 0 && (sum < math.MinInt64-x || s < math.MinInt64-x)) {
 						overflow = true
 					}
 					sum += x
+					s += x
 				}
+				perAsset[asset] = s
+			}
+			if ok && a.limited() {
+				au.limits(l, id, &a, b)
 			}
 		}
 		if len(pending) > 0 {
 			acct := a
 			if batch = append(batch, &acct); len(batch) == cfg.batch {
 				if err := flush(); err != nil {
-					return 0, err
+					return 0, nil, err
 				}
 			}
 		}
 	}
 	if err := cur.Err(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if len(batch) > 0 {
 		if err := flush(); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
 	if overflow {
 		rep.add(Violation{Kind: ViolationMalformed, Ledger: l.name, Detail: "the sum of the ledger's balances is outside int64"})
 	}
-	return sum, nil
+	return sum, perAsset, nil
+}
+
+// limits checks account a with limits, whose balance is b: its rooms are
+// what its balance, sums in flight and limits make them, and it is within
+// its limits. One document, read at once: no second look is needed.
+func (au *audit) limits(l *Ledger, id any, a *account, b int64) {
+	rep := au.rep
+	lim, ok := a.limits()
+	floorRoom, ceilingRoom, rok := a.rooms()
+	if !ok || !rok {
+		rep.add(Violation{Kind: ViolationMalformed, Ledger: l.name, Account: id,
+			Detail: fmt.Sprintf("limits of BSON types floor %s, ceiling %s, floorRoom %s, ceilingRoom %s", a.Floor.Type, a.Ceiling.Type, a.FloorRoom.Type, a.CeilingRoom.Type)})
+		return
+	}
+	wantFloor, wantCeiling, fits := lim.rooms(b, a.heldDebit(), a.credit())
+	if !fits || floorRoom != wantFloor || ceilingRoom != wantCeiling {
+		rep.add(Violation{Kind: ViolationRooms, Ledger: l.name, Account: id,
+			Detail: fmt.Sprintf("floorRoom %d and ceilingRoom %d, but balance %d, pendingDebit %d, pendingCredit %d, floor %d and ceiling %d make them %d and %d (a hand edit?)",
+				floorRoom, ceilingRoom, b, a.heldDebit(), a.credit(), lim.floor, lim.ceiling, wantFloor, wantCeiling)})
+	}
+	if fits && (wantFloor < 0 || wantCeiling < 0) {
+		rep.add(Violation{Kind: ViolationOutsideLimits, Ledger: l.name, Account: id,
+			Detail: fmt.Sprintf("balance %d with %d in flight out and %d in, limits [%d, %d]", b, a.heldDebit(), a.credit(), lim.floor, lim.ceiling)})
+	}
 }
 
 // rawID is an account's _id as a Go value, for the report.

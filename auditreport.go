@@ -64,6 +64,20 @@ const (
 	// not on its account, or whose account holds less in pendingDebit
 	// (pendingCredit) than the debits (credits) of the holds held on it.
 	ViolationHoldNotOnAccount = "hold-not-on-account"
+	// ViolationRooms: an account with limits whose rooms are not what its
+	// balance, its sums in flight and its limits make them (floorRoom =
+	// balance - floor, ceilingRoom = ceiling - balance - pendingDebit -
+	// pendingCredit). Every leg write moves them with the money in one
+	// update, so only a hand edit of the document makes one: its guards
+	// then refuse or allow by the wrong amount. Each account is one
+	// document, read at once: no second look is needed.
+	ViolationRooms = "rooms"
+	// ViolationOutsideLimits: an account with limits whose balance is
+	// below its floor, or whose balance with everything in flight is above
+	// its ceiling. The guards never take it there; SetLimits moving a
+	// limit past the balance does (the account then refuses debits, or
+	// credits, until it is back), and so does a hand edit.
+	ViolationOutsideLimits = "outside-limits"
 )
 
 // Violation is one broken invariant.
@@ -87,9 +101,14 @@ func (v Violation) String() string {
 	return b.String() + ": " + v.Detail
 }
 
-// TotalCheck is the check of one ledger's total (WithExpectedTotal).
+// TotalCheck is the check of one ledger's total (WithExpectedTotal), or
+// of the total of one asset in it (WithExpectedAssetTotal: ByAsset set).
 type TotalCheck struct {
-	Ledger   string `json:"ledger"`
+	Ledger string `json:"ledger"`
+	// Asset and ByAsset: the check is of the accounts of Asset only ("":
+	// those with no asset), not of the whole ledger.
+	Asset    string `json:"asset,omitempty"`
+	ByAsset  bool   `json:"byAsset,omitempty"`
 	Expected int64  `json:"expected"`
 	// Actual is the sum over the ledger's accounts of balance plus held
 	// debits (pendingDebit): money a debit holds is still its account's
@@ -179,8 +198,15 @@ type auditConfig struct {
 	pendingBound  int
 	fencedBound   int
 	grace         time.Duration
-	totals        map[string]int64
-	totalsOrdered []string
+	totals        map[totalKey]int64
+	totalsOrdered []totalKey
+}
+
+// totalKey names a total the audit checks: a ledger's, or one asset's in
+// it.
+type totalKey struct {
+	ledger, asset string
+	byAsset       bool
 }
 
 // WithAuditBatch sets how many documents the audit reads per batch
@@ -224,11 +250,25 @@ func WithStaleGrace(d time.Duration) AuditOption {
 // WithExpectedTotal states the money ledger ("" for the default) holds:
 // the sum over its accounts of balance plus held debits. The audit checks
 // it when no transaction is in flight (see TotalCheck).
+//
+// The sum is over every asset the ledger's accounts hold: with several,
+// state each asset's total (WithExpectedAssetTotal) instead.
 func WithExpectedTotal(ledger string, total int64) AuditOption {
+	return expectTotal(totalKey{ledger: ledger}, total)
+}
+
+// WithExpectedAssetTotal states the money of asset ("" for accounts with
+// none) that ledger holds: the sum of balance plus held debits over the
+// ledger's accounts of that asset. Checked as WithExpectedTotal is.
+func WithExpectedAssetTotal(ledger, asset string, total int64) AuditOption {
+	return expectTotal(totalKey{ledger: ledger, asset: asset, byAsset: true}, total)
+}
+
+func expectTotal(k totalKey, total int64) AuditOption {
 	return func(c *auditConfig) {
-		if _, ok := c.totals[ledger]; !ok {
-			c.totalsOrdered = append(c.totalsOrdered, ledger)
+		if _, ok := c.totals[k]; !ok {
+			c.totalsOrdered = append(c.totalsOrdered, k)
 		}
-		c.totals[ledger] = total
+		c.totals[k] = total
 	}
 }

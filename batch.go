@@ -20,6 +20,8 @@ type TransferRequest struct {
 	Key         string
 	// Metadata is the transfer's metadata, as WithMetadata gives it.
 	Metadata map[string]string
+	// Asset is the asset it moves, as WithAsset gives it.
+	Asset string
 }
 
 // TransferResult is one transfer's outcome in a batch: what Transfer (or
@@ -96,14 +98,28 @@ func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest)
 
 // requested validates a request of a batch, and returns its transfer.
 func (c *Coordinator) requested(q TransferRequest) (Txn, error) {
+	var t Txn
 	if len(q.Legs) > 0 {
 		if q.Source != nil || q.Destination != nil || q.Value != 0 {
 			return Txn{}, errorf("%w: a request with legs has no source, destination or value", ErrInvalidTransfer)
 		}
-		return c.legsTxn(q.Legs)
+		var err error
+		if t, err = c.legsTxn(q.Legs); err != nil {
+			return Txn{}, err
+		}
+	} else {
+		if err := validateTransfer(q.Source, q.Destination, q.Value); err != nil {
+			return Txn{}, err
+		}
+		t = Txn{Source: q.Source, Destination: q.Destination, Value: q.Value}
 	}
-	if err := validateTransfer(q.Source, q.Destination, q.Value); err != nil {
-		return Txn{}, err
+	if q.Asset != "" {
+		if err := validAsset(q.Asset); err != nil {
+			return Txn{}, errorf("%w: %w", ErrInvalidTransfer, err)
+		}
+		if err := withAsset(&t, q.Asset); err != nil {
+			return Txn{}, err
+		}
 	}
-	return Txn{Source: q.Source, Destination: q.Destination, Value: q.Value}, nil
+	return t, nil
 }

@@ -223,8 +223,8 @@ const (
 
 // OpenAccount opens account id in the coordinator's default ledger (see
 // Ledger.OpenAccount).
-func (c *Coordinator) OpenAccount(ctx context.Context, id any, balance int64) error {
-	return c.ledger.OpenAccount(ctx, id, balance)
+func (c *Coordinator) OpenAccount(ctx context.Context, id any, balance int64, opts ...AccountOption) error {
+	return c.ledger.OpenAccount(ctx, id, balance, opts...)
 }
 
 // Account reads account id of the default ledger (see Ledger.Account).

@@ -49,7 +49,11 @@
 // attaches string metadata to a transfer. [Coordinator.Statement] and
 // [Coordinator.Entries] list an account's entries (the legs of committed
 // transfers on it) in commit order with a running balance, and
-// [Coordinator.BalanceAt] gives its balance at any time.
+// [Coordinator.BalanceAt] gives its balance at any time. An account may
+// hold one asset ([AccountAsset]; a transfer's is [WithAsset] or
+// [Leg.Asset]) and have limits, a floor and a ceiling ([AccountFloor],
+// [AccountCeiling], [Coordinator.SetLimits]), which the server checks in
+// the write that moves the money.
 //
 // A [Recoverer] finishes what a stopped process left: it settles committed
 // transfers, rolls stale ones forward or back, voids expired holds and,

@@ -30,13 +30,30 @@ var (
 	// account already: the account is left as it was.
 	ErrAccountExists = errors.New("twopc: account already exists")
 
-	// ErrNegativeBalance reports an OpenAccount with a balance below zero.
-	// Nothing is written.
+	// ErrNegativeBalance reports an OpenAccount with a balance below zero
+	// and no floor (AccountFloor). Nothing is written.
 	ErrNegativeBalance = errors.New("twopc: opening balance below zero")
 
 	// ErrInsufficientFunds reports that the debit would have taken the source
-	// balance below zero. The transaction ends canceled; no balance changes.
+	// balance below zero, or, for an account with limits, below its floor
+	// (AccountFloor), counting what holds and transfers in flight have
+	// already taken. The transaction ends canceled; no balance changes.
 	ErrInsufficientFunds = errors.New("twopc: insufficient funds")
+
+	// ErrLimitExceeded reports that a credit would have taken an account
+	// above its ceiling (AccountCeiling), counting every leg in flight on
+	// it as if it settled or was undone: the transaction ends canceled and
+	// no balance changes. OpenAccount returns it for an opening balance
+	// outside the limits it is given (nothing is written).
+	ErrLimitExceeded = errors.New("twopc: account limit exceeded")
+
+	// ErrAssetMismatch reports a leg whose asset is not its account's
+	// (AccountAsset, WithAsset; a leg of no asset applies only to an
+	// account with none): the server refuses it in the write that would
+	// move the money, so no coordinator, however configured, moves money
+	// across assets. The transaction ends canceled; no balance changes.
+	// SetLimits returns it for an AccountAsset other than the account's.
+	ErrAssetMismatch = errors.New("twopc: asset mismatch")
 
 	// ErrAccountNotFound reports that an account a leg names does not exist
 	// in its ledger. The transaction ends canceled; no balance changes.
@@ -59,9 +76,12 @@ var (
 	// ErrInvalidAccount reports an account document whose balance is missing
 	// or not an int32 or int64 (a float, a string), whose fencedLegs or
 	// fencedTransactions is not an array, or whose fence line
-	// (fencedBefore) is neither a date nor null. The transaction ends
-	// canceled; no balance changes. Coordinator.Account and Ledger.Account return it for
-	// a balance that is not an integer.
+	// (fencedBefore) is neither a date nor null, or, for an account with
+	// limits, whose floorRoom or ceilingRoom is not an integer. The
+	// transaction ends canceled; no balance changes. Coordinator.Account
+	// and Ledger.Account return it for a balance that is not an integer.
+	// OpenAccount and SetLimits return it, writing nothing, for an asset
+	// code or limits that are not valid (see AccountAsset, AccountFloor).
 	ErrInvalidAccount = errors.New("twopc: account balance is missing or not an integer")
 
 	// ErrTooLate reports a leg refused by an account's fence line. Each
@@ -152,6 +172,8 @@ const (
 	reasonExpired           = "expired"
 	reasonTooManyHolds      = "too_many_holds"
 	reasonLateCopy          = "late_copy"
+	reasonLimitExceeded     = "limit_exceeded"
+	reasonAssetMismatch     = "asset_mismatch"
 )
 
 // reasonErrors pairs reason codes with their errors; a reason that maps to
@@ -172,6 +194,8 @@ var reasonErrors = []struct {
 	{reasonExpired, ErrHoldExpired},
 	{reasonTooManyHolds, ErrTooManyHolds},
 	{reasonLateCopy, ErrCanceled},
+	{reasonLimitExceeded, ErrLimitExceeded},
+	{reasonAssetMismatch, ErrAssetMismatch},
 }
 
 // reasonOf is the reason code for err.

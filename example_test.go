@@ -172,6 +172,39 @@ func ExampleWithMetadata() {
 	// o-17 2 coffees
 }
 
+// An exchange between two assets is one transfer whose legs sum to zero
+// per asset; a leg of another asset than its account's, or past an
+// account's floor, is refused by the server and moves nothing.
+func ExampleAccountAsset() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_assets")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db, twopc.WithSyncSettle())
+	defer c.Close(ctx)
+	_ = c.OpenAccount(ctx, "alice", 100_00, twopc.AccountAsset("USD/2"), twopc.AccountFloor(-20_00))
+	_ = c.OpenAccount(ctx, "desk-usd", 0, twopc.AccountAsset("USD/2"))
+	_ = c.OpenAccount(ctx, "desk-eur", 1000_00, twopc.AccountAsset("EUR/2"))
+	_ = c.OpenAccount(ctx, "bob", 0, twopc.AccountAsset("EUR/2"))
+
+	_, err := c.TransferLegs(ctx, []twopc.Leg{
+		{Account: "alice", Amount: -110_00, Asset: "USD/2"}, {Account: "desk-usd", Amount: 110_00, Asset: "USD/2"},
+		{Account: "desk-eur", Amount: -101_20, Asset: "EUR/2"}, {Account: "bob", Amount: 101_20, Asset: "EUR/2"},
+	})
+	fmt.Println(err)
+	_, err = c.Transfer(ctx, "alice", "bob", 1_00, twopc.WithAsset("USD/2"))
+	fmt.Println(errors.Is(err, twopc.ErrAssetMismatch))
+	_, err = c.Transfer(ctx, "alice", "desk-usd", 10_01, twopc.WithAsset("USD/2"))
+	fmt.Println(errors.Is(err, twopc.ErrInsufficientFunds))
+	alice, _ := c.Account(ctx, "alice")
+	bob, _ := c.Account(ctx, "bob")
+	fmt.Println(alice.Balance, alice.Floor, bob.Balance, bob.Asset)
+	// Output:
+	// <nil>
+	// true
+	// true
+	// -1000 -2000 10120 EUR/2
+}
+
 // BalanceAt answers an account's balance at any time from its entries:
 // its opening balance before the first.
 func ExampleCoordinator_BalanceAt() {

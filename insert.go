@@ -197,6 +197,9 @@ func insertWrite(r *record) (filter, update bson.D) {
 		doc = bson.D{{Key: fieldLegs, Value: r.Legs}}
 	} else {
 		doc = bson.D{{Key: "source", Value: r.Source}, {Key: "destination", Value: r.Destination}}
+		if r.Asset != "" {
+			doc = append(doc, bson.E{Key: fieldAsset, Value: r.Asset})
+		}
 	}
 	doc = append(doc, bson.D{
 		{Key: "value", Value: r.Value},

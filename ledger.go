@@ -27,40 +27,61 @@ type Ledger struct {
 	*config
 	name     string
 	accounts *mongo.Collection
+	kinds    accountKinds // which accounts have limits, as last read
 }
 
 // Name returns the ledger's name; the default ledger's is "".
 func (l *Ledger) Name() string { return l.name }
 
 // OpenAccount inserts an account document in l with the given balance, in the
-// shape the protocol expects: {_id, balance (int64), pendingTransactions: []}.
+// shape the protocol expects: {_id, balance (int64), pendingTransactions: []},
+// with what opts give: an asset (AccountAsset), and limits (AccountFloor,
+// AccountCeiling), kept by the floor, ceiling and rooms fields that every
+// leg write then checks and moves (see SetLimits to give limits later).
 // If a rollback left fences under this id while the account did not exist
 // (a tombstone), the account takes them over, so that no stalled leg of a
 // canceled transaction can apply to it.
 //
 // An id that names an account already gives ErrAccountExists, and the
 // account is left as it was; an id that cannot be an account's,
-// ErrInvalidAccountID; a balance below zero, ErrNegativeBalance. The last
-// two write nothing.
-func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64) error {
+// ErrInvalidAccountID; a balance below zero with no limits,
+// ErrNegativeBalance; a balance outside the limits given,
+// ErrLimitExceeded; an asset code or limits that are not valid,
+// ErrInvalidAccount. Those four write nothing.
+func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ...AccountOption) error {
 	if err := validateAccountID("account", id); err != nil {
 		return errorf("twopc: open account: %w", err)
 	}
-	if balance < 0 {
+	cfg := accountOptions(opts)
+	set := bson.D{{Key: fieldBalance, Value: balance}, {Key: fieldPending, Value: bson.A{}}}
+	if cfg.assetSet {
+		if err := validAsset(cfg.asset); err != nil {
+			return errorf("twopc: open account %v: %w: %w", id, ErrInvalidAccount, err)
+		}
+		set = append(set, bson.E{Key: fieldAsset, Value: cfg.asset})
+	}
+	switch {
+	case cfg.limited():
+		lim, err := limitsOf(cfg, limits{})
+		if err != nil {
+			return errorf("twopc: open account %v: %w", id, err)
+		}
+		if balance < lim.floor || balance > lim.ceiling {
+			return errorf("twopc: open account %v: %w: balance %d outside [%d, %d]", id, ErrLimitExceeded, balance, lim.floor, lim.ceiling)
+		}
+		floorRoom, ceilingRoom, _ := lim.rooms(balance, 0, 0) // within the limits: they fit
+		set = append(set, lim.fields(floorRoom, ceilingRoom)...)
+	case balance < 0:
 		return errorf("twopc: open account %v: %w: %d", id, ErrNegativeBalance, balance)
 	}
 	// The opening a statement starts from (see Coordinator.Statement):
 	// the balance, and the time by the clock corrected to the server's.
 	opening := bson.D{{Key: "balance", Value: balance}, {Key: "at", Value: l.mark.stamp(ctx)}}
-	_, err := l.accounts.InsertOne(ctx, bson.D{
-		{Key: "_id", Value: id},
-		{Key: fieldBalance, Value: balance},
-		{Key: fieldPending, Value: bson.A{}},
-		{Key: fieldOpening, Value: opening},
-	})
+	set = append(set, bson.E{Key: fieldOpening, Value: opening})
+	_, err := l.accounts.InsertOne(ctx, append(bson.D{{Key: "_id", Value: id}}, set...))
 	if mongo.IsDuplicateKeyError(err) {
 		res, uerr := l.accounts.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: fieldTombstone, Value: true}}, bson.D{
-			{Key: "$set", Value: bson.D{{Key: fieldBalance, Value: balance}, {Key: fieldPending, Value: bson.A{}}, {Key: fieldOpening, Value: opening}}},
+			{Key: "$set", Value: set},
 			{Key: "$unset", Value: bson.D{{Key: fieldTombstone, Value: ""}}},
 		})
 		if uerr == nil && res.ModifiedCount == 1 {
@@ -110,6 +131,14 @@ type Account struct {
 	// account and not yet settled (each leg marker read as its
 	// transaction's id: the marker with its last byte cleared).
 	PendingTransactions []bson.ObjectID
+	// Asset is the account's asset code (AccountAsset); "" for none.
+	Asset string
+	// Limited says the account has limits (AccountFloor, AccountCeiling,
+	// SetLimits): Floor is its lowest balance allowed and Ceiling its
+	// highest (MaxLimit if it has none of its own). Without limits both
+	// are 0, and the coordinator's policy governs (WithAllowNegative).
+	Limited        bool
+	Floor, Ceiling int64
 }
 
 // Account reads account id: ErrAccountNotFound if there is none,
@@ -120,7 +149,9 @@ func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
 	}
 	var a account
 	err := l.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}})).Decode(&a)
+		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1},
+			{Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}, {Key: fieldAsset, Value: 1}, {Key: fieldFloor, Value: 1},
+			{Key: fieldCeiling, Value: 1}, {Key: fieldFloorRoom, Value: 1}})).Decode(&a)
 	if errors.Is(err, mongo.ErrNoDocuments) || (err == nil && a.Tombstone) {
 		return nil, errorf("%w: %v", ErrAccountNotFound, id)
 	}
@@ -137,7 +168,20 @@ func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
 			txns = append(txns, t)
 		}
 	}
-	return &Account{ID: id, Balance: b, PendingCredit: a.credit(), Held: a.heldDebit(), PendingTransactions: txns}, nil
+	out := &Account{ID: id, Balance: b, PendingCredit: a.credit(), Held: a.heldDebit(), PendingTransactions: txns}
+	if asset, ok := a.assetOf(); ok {
+		out.Asset = asset
+	} else {
+		return nil, errorf("%w: %v has %s", ErrInvalidAccount, id, assetName(a.Asset))
+	}
+	if a.limited() {
+		lim, ok := a.limits()
+		if !ok {
+			return nil, errorf("%w: %v has a floor or ceiling that is not an integer", ErrInvalidAccount, id)
+		}
+		out.Limited, out.Floor, out.Ceiling = true, lim.floor, lim.ceiling
+	}
+	return out, nil
 }
 
 // Balance returns an account's available balance (see Account).
@@ -183,7 +227,7 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 		models := make([]mongo.WriteModel, 0, end-start)
 		mark := l.mark.line()
 		for i := start; i < end; i++ {
-			models = append(models, applyModel(recs[i], legs[i], mark))
+			models = append(models, applyModel(recs[i], l.kinds.of(legs[i]), mark))
 		}
 		res, err := l.accounts.BulkWrite(ctx, models, unorderedWrite)
 		if res != nil {
@@ -222,6 +266,14 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 // matches only while every one of their markers is pending: one that finds
 // a marker gone (closed by another settler) matches nothing, and its legs
 // are then closed one statement each, each guarded by its own marker.
+//
+// Each statement is written for the kind of account (with limits or
+// without) the ledger last saw (see leg.limited), and requires it. One
+// that may not have matched (a leg closed by someone else, or an account
+// of the other kind: one given limits since, or one this process has not
+// read yet) is sent again for both kinds, a statement each, each guarded
+// by the leg's marker: at most one of them matches, so a leg closes once,
+// and if its marker is still pending one of them does.
 func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
 	type group struct {
 		legs    []leg
@@ -233,6 +285,7 @@ func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, e
 	for i, r := range recs {
 		mine, _ := l.own(r.legs())
 		for _, lg := range mine {
+			lg = l.kinds.of(lg)
 			key, err := schema.IDKey(lg.account)
 			if err != nil {
 				key = fmt.Sprintf("\x00leg %d %s", i, lg.marker.Hex()) // alone
@@ -257,6 +310,7 @@ func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, e
 	var models []mongo.WriteModel
 	var owners [][]int // owners[i]: the indexes in recs of models[i]'s legs
 	var merged []*group
+	var single []leg // single[i]: models[i]'s leg, if it closes one
 	confirm := map[int]bool{}
 	for _, key := range order {
 		g := groups[key]
@@ -266,13 +320,16 @@ func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, e
 				models = append(models, m)
 				owners = append(owners, g.owners)
 				merged = append(merged, g)
+				single = append(single, leg{})
 				continue
 			}
 		}
 		for _, lg := range g.legs {
+			confirm[len(models)] = true
 			models = append(models, closeModel(lg))
 			owners = append(owners, g.markers[lg.marker])
 			merged = append(merged, nil)
+			single = append(single, lg)
 		}
 	}
 	failedModels, unconfirmed, err := l.writeConfirmed(ctx, models, confirm)
@@ -285,16 +342,28 @@ func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, e
 			failed[o] = true
 		}
 	}
-	// A merged statement that may not have matched, or that the server
-	// refused (a write error: it did not apply), has its legs sent one by
-	// one, each guarded by its own marker; a leg that fails then fails
-	// every transaction of the batch that carries it.
+	// A statement that may not have matched, or that the server refused
+	// (a write error: it did not apply), has its legs sent one by one,
+	// each guarded by its own marker, for both kinds of account; a leg
+	// that fails then fails every transaction of the batch that carries
+	// it.
 	var alone []mongo.WriteModel
 	var aloneOwners [][]int
 	for i := range unconfirmed {
-		for _, lg := range merged[i].legs {
-			alone = append(alone, closeModel(lg))
-			aloneOwners = append(aloneOwners, merged[i].markers[lg.marker])
+		legs := []leg{single[i]}
+		if merged[i] != nil {
+			legs = merged[i].legs
+		}
+		for _, lg := range legs {
+			for _, kind := range []bool{lg.limited, !lg.limited} {
+				lg.limited = kind
+				alone = append(alone, closeModel(lg))
+				if merged[i] != nil {
+					aloneOwners = append(aloneOwners, merged[i].markers[lg.marker])
+				} else {
+					aloneOwners = append(aloneOwners, owners[i])
+				}
+			}
 		}
 	}
 	if len(alone) > 0 {
@@ -359,6 +428,7 @@ func (l *Ledger) inspect(ctx context.Context, legs []leg) ([]*account, error) {
 	byKey := make(map[string]*account, len(found))
 	for j := range found {
 		byKey[schema.CanonicalID(found[j].ID)] = &found[j]
+		l.kinds.saw(&found[j])
 	}
 	out := make([]*account, len(legs))
 	for i, lg := range legs {
@@ -375,11 +445,16 @@ func (l *Ledger) inspect(ctx context.Context, legs []leg) ([]*account, error) {
 // what makes the undo final: an apply that raced ahead of the fence is seen
 // and undone, one that comes after it matches nothing.
 func (l *Ledger) fenceAndUndo(ctx context.Context, r *record, legs []leg) error {
+	// Each undo for both kinds of account (see leg.limited): at most one
+	// matches, and if the leg is applied one does.
 	fences := make([]mongo.WriteModel, len(legs))
-	undos := make([]mongo.WriteModel, len(legs), 2*len(legs))
+	undos := make([]mongo.WriteModel, 0, 3*len(legs))
 	for i, lg := range legs {
 		fences[i] = fenceModel(r, lg)
-		undos[i] = undoModel(lg)
+		for _, kind := range []bool{false, true} {
+			lg.limited = kind
+			undos = append(undos, undoModel(lg))
+		}
 	}
 	// Then the accounts' lines, which drop their fences below the mark:
 	// an account that only ever sees rollbacks stays bounded too.

@@ -33,6 +33,70 @@ type leg struct {
 	// legacy is set for a leg of a transaction an earlier version made
 	// (see record.LegFences): it is fenced in both forms.
 	legacy bool
+	// asset is the leg's asset code; "": none.
+	asset string
+	// limited says which kind of account the writes that move l's money
+	// are written for: one with limits (its rooms move with the balance)
+	// or one without. Each such write requires its kind (see kind), so a
+	// write of the wrong kind matches nothing and moves nothing; the
+	// ledger picks the kind it last saw the account have (see
+	// Ledger.kinds) and sends the other when that one does not match.
+	limited bool
+}
+
+// kind is the filter clause that matches only an account of l's kind:
+// with limits (floorRoom present) or without.
+func (l leg) kind() bson.E {
+	return bson.E{Key: fieldFloorRoom, Value: bson.D{{Key: "$exists", Value: l.limited}}}
+}
+
+// assetCond is the filter clause that matches only an account of l's
+// asset: the code, or for a leg of no asset a missing or null asset.
+func (l leg) assetCond() bson.E {
+	if l.asset == "" {
+		return bson.E{Key: fieldAsset, Value: nil}
+	}
+	return bson.E{Key: fieldAsset, Value: l.asset}
+}
+
+// withRooms is inc, the $inc of a write that moves l's money, with, for
+// a leg written for an account with limits, the rooms' share of it.
+func (l leg) withRooms(inc bson.D) bson.D {
+	if !l.limited {
+		return inc
+	}
+	rooms, _ := roomInc(inc)
+	return append(inc, rooms...)
+}
+
+// roomInc is what an $inc of balance, pendingDebit and pendingCredit adds
+// to an account's rooms: floorRoom moves with the balance, and
+// ceilingRoom against the balance plus everything in flight. ok is false
+// if the sum overflows int64.
+func roomInc(inc bson.D) (_ bson.D, ok bool) {
+	var floor, top int64
+	for _, e := range inc {
+		v := e.Value.(int64)
+		switch e.Key {
+		case fieldBalance:
+			floor += v
+		case fieldPendingDebit, fieldPendingCredit:
+		default:
+			continue
+		}
+		if (v > 0 && top > math.MaxInt64-v) || (v < 0 && top < math.MinInt64+1-v) {
+			return nil, false
+		}
+		top += v
+	}
+	var out bson.D
+	if floor != 0 {
+		out = append(out, bson.E{Key: fieldFloorRoom, Value: floor})
+	}
+	if top != 0 {
+		out = append(out, bson.E{Key: fieldCeilingRoom, Value: -top})
+	}
+	return out, true
 }
 
 func (l leg) debit() bool { return l.delta < 0 }
@@ -154,9 +218,16 @@ func updateByID(filter, update bson.D) *mongo.UpdateOneModel {
 // account's line up to mark, dropping the fences below it (see moveLine,
 // lineFor): the write that touches the account anyway keeps its fences
 // bounded.
+//
+// It matches only an account of l's asset (assetCond) and kind (kind).
+// On an account with limits the range is the account's own: a debit
+// needs floorRoom >= the amount (the balance stays at or above the
+// floor), a credit ceilingRoom >= the amount (the balance stays at or
+// below the ceiling once everything in flight settles or is undone),
+// whatever r's policy; the rooms move with the money (withRooms).
 func applyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
 	notMarker := bson.D{{Key: "$ne", Value: l.marker}}
-	filter := make(bson.D, 0, 9)
+	filter := make(bson.D, 0, 12)
 	filter = append(filter,
 		bson.E{Key: "_id", Value: l.account},
 		bson.E{Key: fieldPending, Value: notMarker},
@@ -170,7 +241,14 @@ func applyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
 		// applies (see MaxHolds).
 		filter = append(filter, bson.E{Key: fmt.Sprintf("%s.%d", fieldPending, MaxHolds-1), Value: bson.D{{Key: "$exists", Value: false}}})
 	}
+	filter = append(filter, l.kind(), l.assetCond())
 	switch {
+	case l.limited && l.debit():
+		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{integer}},
+			bson.E{Key: fieldFloorRoom, Value: bson.D{{Key: "$gte", Value: -l.delta}, integer}})
+	case l.limited:
+		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{integer}},
+			bson.E{Key: fieldCeilingRoom, Value: bson.D{{Key: "$gte", Value: l.delta}, integer}})
 	case l.debit() && !r.AllowNegative:
 		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{{Key: "$gte", Value: -l.delta}, integer}})
 	case l.debit():
@@ -179,7 +257,7 @@ func applyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
 		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{integer}}, creditGuard(l.delta))
 	}
 	update := bson.D{
-		{Key: "$inc", Value: l.applyInc()},
+		{Key: "$inc", Value: l.withRooms(l.applyInc())},
 		{Key: "$push", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
 	}
 	return updateByID(filter, append(update, moveLine(lineFor(mark, r))...))
@@ -196,7 +274,8 @@ func (r *record) legs() []leg {
 	}
 	for i, l := range all {
 		m := schema.Marker(r.ID, i)
-		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: m, fenceID: schema.Fence(r.Created, m), part: part, legacy: !r.LegFences}
+		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: m, fenceID: schema.Fence(r.Created, m), part: part,
+			legacy: !r.LegFences, asset: l.Asset}
 	}
 	return out
 }
@@ -205,16 +284,17 @@ func (r *record) legs() []leg {
 // transaction: it pulls the leg's marker from pendingTransactions while
 // fencing it and moving a credit from pendingCredit to the balance (a
 // debit's hold from pendingDebit), only while the marker is pending, so it
-// happens once however often it is sent.
+// happens once however often it is sent. It matches only an account of
+// l's kind (see leg.limited).
 func closeModel(l leg) mongo.WriteModel {
 	update := bson.D{
 		{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
 		{Key: "$addToSet", Value: l.addFence()},
 	}
 	if inc := l.settleInc(); inc != nil {
-		update = append(update, bson.E{Key: "$inc", Value: inc})
+		update = append(update, bson.E{Key: "$inc", Value: l.withRooms(inc)})
 	}
-	return updateByID(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}}, update)
+	return updateByID(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}, l.kind()}, update)
 }
 
 // closeAllModel is closeModel for legs on one account (legs of different
@@ -262,6 +342,13 @@ func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 			inc = append(inc, e)
 		}
 	}
+	if legs[0].limited {
+		rooms, ok := roomInc(inc)
+		if !ok {
+			return nil, false
+		}
+		inc = append(inc, rooms...)
+	}
 	add := bson.D{{Key: fieldFencedLegs, Value: bson.D{{Key: "$each", Value: fences}}}}
 	if len(legacy) > 0 {
 		add = append(add, bson.E{Key: fieldFenced, Value: bson.D{{Key: "$each", Value: legacy}}})
@@ -273,7 +360,7 @@ func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 	if len(inc) > 0 {
 		update = append(update, bson.E{Key: "$inc", Value: inc})
 	}
-	filter := bson.D{{Key: "_id", Value: legs[0].account}, {Key: fieldPending, Value: bson.D{{Key: "$all", Value: markers}}}}
+	filter := bson.D{{Key: "_id", Value: legs[0].account}, {Key: fieldPending, Value: bson.D{{Key: "$all", Value: markers}}}, legs[0].kind()}
 	return updateByID(filter, update), true
 }
 
@@ -314,10 +401,12 @@ func lineModel(l leg, line time.Time) mongo.WriteModel {
 // undoModel is the guarded write that undoes an applied l of a canceling
 // transaction (see undoInc), only while its marker is pending, so it
 // happens once; sent after the leg is fenced, it undoes an apply that
-// raced ahead of the fence, and nothing can apply after it.
+// raced ahead of the fence, and nothing can apply after it. It matches
+// only an account of l's kind (see leg.limited): a rollback sends it for
+// both kinds.
 func undoModel(l leg) mongo.WriteModel {
-	return updateByID(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}}, bson.D{
-		{Key: "$inc", Value: l.undoInc()},
+	return updateByID(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}, l.kind()}, bson.D{
+		{Key: "$inc", Value: l.withRooms(l.undoInc())},
 		{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
 	})
 }

@@ -62,22 +62,35 @@ func validateLegs(legs []Leg) (int64, error) {
 		return 0, errorf("%w: %d legs; want 2 to %d", ErrInvalidTransfer, len(legs), MaxLegs)
 	}
 	seen := map[string]int{}
-	var debits, credits int64
+	type sums struct{ debits, credits int64 }
+	perAsset := map[string]*sums{}
+	var assets []string // in the order of their first leg
 	for i, l := range legs {
 		if err := validateAccountID(fmt.Sprintf("leg %d", i), l.Account); err != nil {
 			return 0, errorf("%w: %w", ErrInvalidTransfer, err)
+		}
+		if l.Asset != "" {
+			if err := validAsset(l.Asset); err != nil {
+				return 0, errorf("%w: leg %d: %w", ErrInvalidTransfer, i, err)
+			}
+		}
+		s := perAsset[l.Asset]
+		if s == nil {
+			s = &sums{}
+			perAsset[l.Asset] = s
+			assets = append(assets, l.Asset)
 		}
 		switch {
 		case l.Amount == 0:
 			return 0, errorf("%w: leg %d has an amount of zero", ErrInvalidTransfer, i)
 		case l.Amount == math.MinInt64:
 			return 0, errorf("%w: leg %d has an amount of MinInt64", ErrInvalidTransfer, i)
-		case l.Amount < 0 && debits < math.MinInt64-l.Amount, l.Amount > 0 && credits > math.MaxInt64-l.Amount:
+		case l.Amount < 0 && s.debits < math.MinInt64-l.Amount, l.Amount > 0 && s.credits > math.MaxInt64-l.Amount:
 			return 0, errorf("%w: the amounts overflow int64 at leg %d", ErrInvalidTransfer, i)
 		case l.Amount < 0:
-			debits += l.Amount
+			s.debits += l.Amount
 		default:
-			credits += l.Amount
+			s.credits += l.Amount
 		}
 		key := legKey(l.Ledger, l.Account)
 		if j, ok := seen[key]; ok {
@@ -85,8 +98,15 @@ func validateLegs(legs []Leg) (int64, error) {
 		}
 		seen[key] = i
 	}
-	if debits+credits != 0 {
-		return 0, errorf("%w: the amounts sum to %d, not zero", ErrInvalidTransfer, debits+credits)
+	for _, a := range assets {
+		if s := perAsset[a]; s.debits+s.credits != 0 {
+			if len(assets) == 1 {
+				return 0, errorf("%w: the amounts sum to %d, not zero", ErrInvalidTransfer, s.debits+s.credits)
+			}
+			return 0, errorf("%w: the amounts of %s sum to %d, not zero (every asset's must)", ErrInvalidTransfer, assetLabel(a), s.debits+s.credits)
+		}
 	}
-	return credits, nil
+	// Value: what the first leg's asset credits (the total credited, for
+	// a transfer of one asset).
+	return perAsset[assets[0]].credits, nil
 }

@@ -411,7 +411,7 @@ func (c *Coordinator) begun(ctx context.Context, r *record) (applied, closed boo
 func isLegReason(err error) bool {
 	return errors.Is(err, ErrInsufficientFunds) || errors.Is(err, ErrAccountNotFound) ||
 		errors.Is(err, ErrBalanceOverflow) || errors.Is(err, ErrInvalidAccount) || errors.Is(err, ErrTooLate) ||
-		errors.Is(err, ErrTooManyHolds)
+		errors.Is(err, ErrTooManyHolds) || errors.Is(err, ErrLimitExceeded) || errors.Is(err, ErrAssetMismatch)
 }
 
 // Run makes a recovery pass at once and then every interval (WithInterval,

@@ -188,7 +188,7 @@ func TestDuplicateAndDelay(t *testing.T) {
 				{Kind: mongotest.DropBeforeForward, Probability: 0.01, Seed: int64(seed) + 1},
 			}
 			cfg.recorder = &writeRecorder{}
-			stats := runSimulation(t, &simBank{bank: b}, cfg)
+			stats := runSimulation(t, &simBank{bank: b, assets: true}, cfg) // assets and limits in the mix
 			t.Logf("seed %d: %s", seed, stats)
 
 			b.unfenceAll()

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -108,7 +109,8 @@ func TestSimulation(t *testing.T) {
 	for _, seed := range simSeeds() {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			cfg := defaultSimConfig(seed)
-			stats := runSimulation(t, &simBank{bank: newBank(t)}, cfg)
+			// Every other seed with assets and limits (see simAccount).
+			stats := runSimulation(t, &simBank{bank: newBank(t), assets: seed%2 == 0}, cfg)
 			t.Logf("seed %d: %s", seed, stats)
 		})
 	}
@@ -124,7 +126,9 @@ func TestSimulation(t *testing.T) {
 func TestSimulationAcrossDeployments(t *testing.T) {
 	for _, seed := range simSeeds()[:1] {
 		cfg := defaultSimConfig(seed)
-		stats := runSimulation(t, &simBanks{banks: newBanks(t)}, cfg)
+		// With assets and limits: exchanges across both deployments while
+		// one is restarted.
+		stats := runSimulation(t, &simBanks{banks: newBanks(t), assets: true}, cfg)
 		t.Logf("seed %d: %s", seed, stats)
 	}
 }
@@ -238,6 +242,32 @@ type simWorld interface {
 type simBank struct {
 	*bank
 	opening map[string]int64
+	// assets gives the accounts two assets and some of them limits (see
+	// simAccount).
+	assets bool
+}
+
+// simAssets are the assets of a run with assets.
+var simAssets = [2]string{"USD/2", "EUR/2"}
+
+// simAccount is account i's asset and limits in a run with assets: two
+// assets, every ledger holding both (accounts alternate between the
+// ledgers of a run across deployments); one account in four has a floor
+// of -300 (an overdraft), one in five a ceiling of 1500; the rest have no
+// limits. Without assets, none of them.
+func simAccount(assets bool, i int) (asset string, opts []twopc.AccountOption) {
+	if !assets {
+		return "", nil
+	}
+	asset = simAssets[(i/2)%2]
+	opts = append(opts, twopc.AccountAsset(asset))
+	if i%4 == 1 {
+		opts = append(opts, twopc.AccountFloor(-300))
+	}
+	if i%5 == 3 {
+		opts = append(opts, twopc.AccountCeiling(1500))
+	}
+	return asset, opts
 }
 
 func (b *simBank) openAccounts(setup *rand.Rand, n int) []twopc.Leg {
@@ -246,9 +276,10 @@ func (b *simBank) openAccounts(setup *rand.Rand, n int) []twopc.Leg {
 	for i := range accounts {
 		id := fmt.Sprintf("acct-%03d", i)
 		b.opening[id] = setup.Int64N(1000)
-		accounts[i] = twopc.Leg{Account: id}
+		asset, opts := simAccount(b.assets, i)
+		require.NoError(b.t, b.c.OpenAccount(testCtx(b.t), id, b.opening[id], opts...))
+		accounts[i] = twopc.Leg{Account: id, Asset: asset}
 	}
-	b.open(b.opening)
 	return accounts
 }
 
@@ -270,9 +301,12 @@ func (b *simBank) finish(allowNegative bool, stats *simStats) (recovered, done, 
 		rep.RolledBack += b.recoverAll().Finished() // counted in Finished
 	}
 	b.checkSettled(b.opening)
-	if !allowNegative {
-		for id := range b.opening {
-			require.GreaterOrEqualf(b.t, b.balance(id), int64(0), "balance of %s", id)
+	for id := range b.opening {
+		a, err := b.c.Account(testCtx(b.t), id)
+		require.NoError(b.t, err)
+		checkLimits(b.t, id, a, allowNegative)
+		if a.Limited {
+			b.roomsHold(id)
 		}
 	}
 	done, canceled = countFinal(b.t, b.db)
@@ -288,6 +322,7 @@ type simBanks struct {
 	*banks
 	opening map[string]map[string]int64
 	down    time.Time // when the deployment was stopped
+	assets  bool      // as simBank's
 }
 
 func (bk *simBanks) openAccounts(setup *rand.Rand, n int) []twopc.Leg {
@@ -296,9 +331,12 @@ func (bk *simBanks) openAccounts(setup *rand.Rand, n int) []twopc.Leg {
 	for i := range accounts {
 		ledger, id := bankNames[i%2], fmt.Sprintf("acct-%03d", i)
 		bk.opening[ledger][id] = setup.Int64N(1000)
-		accounts[i] = twopc.Leg{Ledger: ledger, Account: id}
+		asset, opts := simAccount(bk.assets, i)
+		l, err := bk.c.Ledger(ledger)
+		require.NoError(bk.t, err)
+		require.NoError(bk.t, l.OpenAccount(testCtx(bk.t), id, bk.opening[ledger][id], opts...))
+		accounts[i] = twopc.Leg{Ledger: ledger, Account: id, Asset: asset}
 	}
-	bk.open(bk.opening)
 	return accounts
 }
 
@@ -341,9 +379,16 @@ func (bk *simBanks) finish(allowNegative bool, stats *simStats) (recovered, done
 		rep.RolledBack += bk.recoverAll().Finished() // counted in Finished
 	}
 	bk.check(bk.opening)
-	if !allowNegative {
-		for key, a := range bk.states() {
-			require.GreaterOrEqualf(bk.t, a.Balance, int64(0), "balance of %s", key)
+	for ledger, accts := range bk.opening {
+		l, err := bk.c.Ledger(ledger)
+		require.NoError(bk.t, err)
+		for id := range accts {
+			a, err := l.Account(testCtx(bk.t), id)
+			require.NoError(bk.t, err)
+			checkLimits(bk.t, ledger+"/"+id, a, allowNegative)
+			if a.Limited {
+				roomsHoldIn(bk.t, bk.database(slices.Index(bankNames[:], ledger)).Collection("accounts"), id)
+			}
 		}
 	}
 	done, canceled = countFinal(bk.t, bk.banks.log)
@@ -520,22 +565,46 @@ func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, acco
 		return accounts[rng.IntN(len(accounts))]
 	}
 	src, dst := pick(), pick()
-	for dst == src {
+	// With assets, nine destinations in ten hold the source's asset; the
+	// tenth is a leg the server must refuse (ErrAssetMismatch).
+	for tries := 0; dst == src || (src.Asset != dst.Asset && rng.IntN(10) != 0 && tries < 100); tries++ {
 		dst = accounts[rng.IntN(len(accounts))]
 	}
 	value := 1 + rng.Int64N(200)
 	legs := []twopc.Leg{src, dst}
 	legs[0].Amount, legs[1].Amount = -value, value
-	if rng.IntN(4) == 0 && len(accounts) > 2 && value >= 3 {
+	legs[1].Asset = src.Asset // the source's asset, whatever the destination holds
+	exchange := src.Asset != "" && dst.Asset == src.Asset && rng.IntN(8) == 0
+	if exchange {
+		// An exchange: two more legs, of the other asset, one transfer.
+		var other []twopc.Leg
+		for _, a := range accounts {
+			if a.Asset != src.Asset {
+				other = append(other, a)
+			}
+		}
+		x, y := other[rng.IntN(len(other))], other[rng.IntN(len(other))]
+		for y == x {
+			y = other[rng.IntN(len(other))]
+		}
+		rate := 1 + rng.Int64N(value)
+		x.Amount, y.Amount = -rate, rate
+		legs = append(legs, x, y)
+	} else if rng.IntN(4) == 0 && len(accounts) > 2 && value >= 3 {
 		third := accounts[rng.IntN(len(accounts))]
-		for third == src || third == dst {
+		for tries := 0; third == src || third == dst || (third.Asset != src.Asset && tries < 100); tries++ {
 			third = accounts[rng.IntN(len(accounts))]
 		}
-		third.Amount = value / 3
-		legs[1].Amount -= value / 3
-		legs = append(legs, third)
+		if third != src && third != dst && third.Asset == src.Asset {
+			third.Amount = value / 3
+			legs[1].Amount -= value / 3
+			legs = append(legs, third)
+		}
 	}
 	var opts []twopc.TransferOption
+	if src.Asset != "" && len(legs) == 2 {
+		opts = append(opts, twopc.WithAsset(src.Asset))
+	}
 	keyed := rng.IntN(2) == 0
 	if keyed {
 		opts = append(opts, twopc.WithKey(fmt.Sprintf("sim-%d", n)))
@@ -568,7 +637,8 @@ func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, acco
 		case err == nil:
 			stats.committed.Add(1)
 		case errors.Is(err, twopc.ErrInsufficientFunds), errors.Is(err, twopc.ErrAccountNotFound),
-			errors.Is(err, twopc.ErrBalanceOverflow), errors.Is(err, twopc.ErrInvalidAccount):
+			errors.Is(err, twopc.ErrBalanceOverflow), errors.Is(err, twopc.ErrInvalidAccount),
+			errors.Is(err, twopc.ErrAssetMismatch), errors.Is(err, twopc.ErrLimitExceeded):
 			stats.legErrors.Add(1)
 		case errors.Is(err, twopc.ErrCanceled):
 			stats.canceled.Add(1)
@@ -586,7 +656,8 @@ func simTransfer(ctx context.Context, c *twopc.Coordinator, rng *rand.Rand, acco
 			}
 		}
 		settled := err == nil || errors.Is(err, twopc.ErrCanceled) || errors.Is(err, twopc.ErrInsufficientFunds) ||
-			errors.Is(err, twopc.ErrAccountNotFound) || errors.Is(err, twopc.ErrBalanceOverflow) || errors.Is(err, twopc.ErrInvalidAccount)
+			errors.Is(err, twopc.ErrAccountNotFound) || errors.Is(err, twopc.ErrBalanceOverflow) || errors.Is(err, twopc.ErrInvalidAccount) ||
+			errors.Is(err, twopc.ErrAssetMismatch) || errors.Is(err, twopc.ErrLimitExceeded)
 		retry := keyed && attempt < 2 && !settled
 		if !retry {
 			return
@@ -832,4 +903,18 @@ func finishHolds(t *testing.T, log *mongo.Database, c *twopc.Coordinator, accoun
 		*q.n = int(n)
 	}
 	return len(held) > 0
+}
+
+// checkLimits asserts account a, read after a run, is within what bounds
+// it: its own floor and ceiling if it has limits (with its rooms in step),
+// else zero unless the run allowed negative balances.
+func checkLimits(t *testing.T, name string, a *twopc.Account, allowNegative bool) {
+	t.Helper()
+	switch {
+	case a.Limited:
+		require.GreaterOrEqualf(t, a.Balance, a.Floor, "balance of %s, floor %d", name, a.Floor)
+		require.LessOrEqualf(t, a.Balance, a.Ceiling, "balance of %s, ceiling %d", name, a.Ceiling)
+	case !allowNegative:
+		require.GreaterOrEqualf(t, a.Balance, int64(0), "balance of %s", name)
+	}
 }

@@ -41,6 +41,8 @@ type Entry struct {
 	At       time.Time
 	Key      string
 	Metadata map[string]string
+	// Asset is the asset the leg moved (Leg.Asset); "" for none.
+	Asset string
 }
 
 // StatementQuery selects and pages an account's entries.
@@ -530,7 +532,7 @@ func (s *statement) scan(ctx context.Context, lo, hi time.Time, desc bool, need 
 				continue
 			}
 			out = append(out, entry{Entry: Entry{Txn: r.ID, Ledger: l.Ledger, Account: l.Account, Amount: l.Amount,
-				At: r.CommittedAt, Key: r.Key, Metadata: r.Metadata}, leg: i})
+				At: r.CommittedAt, Key: r.Key, Metadata: r.Metadata, Asset: l.Asset}, leg: i})
 		}
 	}
 	slices.SortFunc(out, func(a, b entry) int {

@@ -40,7 +40,9 @@ type Txn struct {
 	// before its line (see ErrTooLate).
 	Created time.Time `bson:"created,omitempty"`
 	// Legs are the legs of a transfer made with TransferLegs (Source and
-	// Destination are then nil, and Value is the total credited); a
+	// Destination are then nil, and Value is the total credited: for a
+	// transfer of several assets, the total credited in the asset of its
+	// first leg; each leg says its own); a
 	// transfer made with Transfer keeps the tutorial's shape and has none.
 	// AllLegs returns the legs of either.
 	Legs []Leg `bson:"legs,omitempty"`
@@ -56,6 +58,10 @@ type Txn struct {
 	// Captured is the amount a captured hold moved: Value, or less for a
 	// hold of two legs captured in part (the rest returned to the source).
 	Captured int64 `bson:"captured,omitempty"`
+	// Asset is the asset of a transfer made with Transfer or Hold
+	// (WithAsset): both its legs move it. "" for none, and for a transfer
+	// made with TransferLegs, whose legs say theirs.
+	Asset string `bson:"asset,omitempty"`
 }
 
 // Leg is one account's part in a transfer of any number of legs (see
@@ -67,6 +73,10 @@ type Leg struct {
 	Ledger  string `bson:"ledger,omitempty"`
 	Account any    `bson:"account"`
 	Amount  int64  `bson:"amount"`
+	// Asset is the asset the leg moves (see AccountAsset): it applies only
+	// to an account of that asset, and a leg of none ("") only to an
+	// account with none. TransferLegs' amounts sum to zero per asset.
+	Asset string `bson:"asset,omitempty"`
 }
 
 // String returns the leg as "account +amount" (a credit) or "account
@@ -85,7 +95,7 @@ func (t *Txn) AllLegs() []Leg {
 	if len(t.Legs) > 0 {
 		return append([]Leg(nil), t.Legs...)
 	}
-	return []Leg{{Account: t.Source, Amount: -t.Value}, {Account: t.Destination, Amount: t.Value}}
+	return []Leg{{Account: t.Source, Amount: -t.Value, Asset: t.Asset}, {Account: t.Destination, Amount: t.Value, Asset: t.Asset}}
 }
 
 // SettledLegs returns what each leg of a done transaction moved: AllLegs,
@@ -228,6 +238,11 @@ func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (
 	if err := holdOptions(&t, tc); err != nil {
 		return nil, err
 	}
+	if tc.assetSet {
+		if err := withAsset(&t, tc.asset); err != nil {
+			return nil, err
+		}
+	}
 	t.Metadata = tc.metadata
 	if c.settler.isClosed() {
 		return nil, ErrClosed
@@ -282,6 +297,13 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 	if r.Placeholder || !r.State.Committed() {
 		return r.txn(), errorf("twopc: reverse %s: it is %s, not applied or done; cancel it instead", id.Hex(), r.State)
 	}
+	if tc.assetSet {
+		for _, l := range r.AllLegs() {
+			if l.Asset != tc.asset {
+				return r.txn(), errorf("%w: reverse %s: it moved %s, not WithAsset's %s", ErrInvalidTransfer, id.Hex(), assetLabel(l.Asset), tc.asset)
+			}
+		}
+	}
 	if tc.keyed {
 		return c.reverse(ctx, r, opts)
 	}
@@ -308,6 +330,9 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 func (c *Coordinator) reverse(ctx context.Context, r *record, opts []TransferOption) (*Txn, error) {
 	legs := r.txn().SettledLegs()
 	if len(r.Legs) == 0 {
+		if r.Asset != "" {
+			opts = append([]TransferOption{WithAsset(r.Asset)}, opts...)
+		}
 		return c.Transfer(ctx, r.Destination, r.Source, legs[1].Amount, opts...)
 	}
 	for i := range legs {
@@ -322,7 +347,7 @@ func sameLegs(a, b []leg) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].delta != b[i].delta || a[i].ledger != b[i].ledger || !schema.SameID(a[i].account, b[i].account) {
+		if a[i].delta != b[i].delta || a[i].ledger != b[i].ledger || a[i].asset != b[i].asset || !schema.SameID(a[i].account, b[i].account) {
 			return false
 		}
 	}
@@ -333,10 +358,51 @@ func sameLegs(a, b []leg) bool {
 // tries after earlier ones were canceled.
 const maxReverseAttempts = 100
 
+// WithAsset sets the asset a Transfer, Hold or TransferBatch request
+// moves (see AccountAsset): both its legs apply only to accounts of that
+// asset, checked by the server in each leg's write (ErrAssetMismatch, the
+// transfer canceled, nothing moved). For TransferLegs and HoldLegs it is
+// the asset of every leg that names none (a leg naming another is
+// ErrInvalidTransfer); for Reverse, which moves the original's assets, it
+// may only repeat them. Without it a transfer moves no asset, and applies
+// only to accounts with none. A code that is not valid (see AccountAsset)
+// is ErrInvalidTransfer; nothing is written.
+func WithAsset(code string) TransferOption {
+	return func(c *transferConfig) { c.asset, c.assetSet = code, true }
+}
+
+// withAsset gives transfer t, whose legs were validated, the asset code:
+// its own, for a transfer of two legs; every leg's that names none, for
+// one of legs, whose sums per asset are then checked again.
+func withAsset(t *Txn, code string) error {
+	if len(t.Legs) == 0 {
+		t.Asset = code
+		return nil
+	}
+	legs := append([]Leg(nil), t.Legs...)
+	for i := range legs {
+		switch legs[i].Asset {
+		case "":
+			legs[i].Asset = code
+		case code:
+		default:
+			return errorf("%w: leg %d moves asset %s, not WithAsset's %s", ErrInvalidTransfer, i, legs[i].Asset, code)
+		}
+	}
+	credited, err := validateLegs(legs)
+	if err != nil {
+		return err
+	}
+	t.Legs, t.Value = legs, credited
+	return nil
+}
+
 // TransferOption configures one Transfer.
 type TransferOption func(*transferConfig)
 
 type transferConfig struct {
+	asset     string
+	assetSet  bool // WithAsset was given
 	metadata  map[string]string
 	key       string
 	keyed     bool // WithKey was given, maybe with ""
@@ -393,6 +459,11 @@ func transferOptions(opts []TransferOption) (transferConfig, error) {
 	}
 	if err := validateMetadata(tc.metadata); err != nil {
 		return tc, err
+	}
+	if tc.assetSet {
+		if err := validAsset(tc.asset); err != nil {
+			return tc, errorf("%w: WithAsset: %w", ErrInvalidTransfer, err)
+		}
 	}
 	if len(tc.metadata) == 0 {
 		tc.metadata = nil

@@ -181,6 +181,39 @@ func TestUnitLegWrites(t *testing.T) {
 	assert.Equal(t, bson.M{"$gte": int64(10), "$type": bson.A{"int", "long"}}, f[fieldBalance], "no overdraft")
 	assert.Equal(t, bson.M{fieldPending: l.marker}, u["$push"])
 	assert.Equal(t, bson.M{fieldBalance: int64(-10), fieldPendingDebit: int64(10)}, u["$inc"])
+	assert.Equal(t, bson.M{"$exists": false}, f[fieldFloorRoom], "only on an account without limits")
+	assert.Contains(t, f, fieldAsset)
+	assert.Nil(t, f[fieldAsset], "a leg of no asset: only on an account with none")
+
+	// Written for an account with limits: its rooms are the guard, and
+	// move with the money; the asset is the leg's.
+	lim := l
+	lim.limited, lim.asset = true, "USD/2"
+	f, u, _ = updateOf(t, applyModel(r, lim, time.Time{}))
+	assert.Equal(t, "USD/2", f[fieldAsset])
+	assert.Equal(t, bson.M{"$gte": int64(10), "$type": bson.A{"int", "long"}}, f[fieldFloorRoom], "the floor, whatever the policy")
+	assert.Equal(t, bson.M{"$type": bson.A{"int", "long"}}, f[fieldBalance])
+	assert.Equal(t, bson.M{fieldBalance: int64(-10), fieldPendingDebit: int64(10), fieldFloorRoom: int64(-10)}, u["$inc"])
+	credit := lim
+	credit.delta = 10
+	f, u, _ = updateOf(t, applyModel(r, credit, time.Time{}))
+	assert.Equal(t, bson.M{"$gte": int64(10), "$type": bson.A{"int", "long"}}, f[fieldCeilingRoom], "the ceiling, counting what is in flight")
+	assert.NotContains(t, f, "$or", "no int64 guard: the rooms bound it")
+	assert.Equal(t, bson.M{fieldPendingCredit: int64(10), fieldCeilingRoom: int64(-10)}, u["$inc"])
+	f, u, _ = updateOf(t, closeModel(credit))
+	assert.Equal(t, bson.M{"$exists": true}, f[fieldFloorRoom])
+	assert.Equal(t, bson.M{fieldBalance: int64(10), fieldPendingCredit: int64(-10), fieldFloorRoom: int64(10)}, u["$inc"])
+	_, u, _ = updateOf(t, closeModel(lim))
+	assert.Equal(t, bson.M{fieldPendingDebit: int64(-10), fieldCeilingRoom: int64(10)}, u["$inc"])
+	_, u, _ = updateOf(t, undoModel(lim))
+	assert.Equal(t, bson.M{fieldBalance: int64(10), fieldPendingDebit: int64(-10), fieldFloorRoom: int64(10)}, u["$inc"])
+	_, u, _ = updateOf(t, undoModel(credit))
+	assert.Equal(t, bson.M{fieldPendingCredit: int64(-10), fieldCeilingRoom: int64(10)}, u["$inc"])
+	part := lim
+	part.part = 4 // a hold of 10 captured for 4: 6 returns, 4 leaves for good
+	_, u, _ = updateOf(t, closeModel(part))
+	assert.Equal(t, bson.M{fieldBalance: int64(6), fieldPendingDebit: int64(-10), fieldFloorRoom: int64(6), fieldCeilingRoom: int64(4)}, u["$inc"])
+	f, u, _ = updateOf(t, applyModel(r, l, time.Time{}))
 
 	// With a mark, the apply moves the line up to it and drops the fences
 	// below it; never up to its own transaction's time.
@@ -193,7 +226,7 @@ func TestUnitLegWrites(t *testing.T) {
 
 	f, u, upsert = updateOf(t, closeModel(l))
 	assert.False(t, upsert)
-	assert.Equal(t, bson.M{"_id": "A", fieldPending: l.marker}, f, "only while pending")
+	assert.Equal(t, bson.M{"_id": "A", fieldPending: l.marker, fieldFloorRoom: bson.M{"$exists": false}}, f, "only while pending")
 	assert.Equal(t, bson.M{fieldPending: l.marker}, u["$pull"])
 	assert.Equal(t, bson.M{fieldFencedLegs: l.fenceID}, u["$addToSet"])
 	earlier := l
@@ -222,7 +255,7 @@ func TestUnitLegWrites(t *testing.T) {
 
 	f, u, upsert = updateOf(t, undoModel(l))
 	assert.False(t, upsert)
-	assert.Equal(t, bson.M{"_id": "A", fieldPending: l.marker}, f, "only while pending")
+	assert.Equal(t, bson.M{"_id": "A", fieldPending: l.marker, fieldFloorRoom: bson.M{"$exists": false}}, f, "only while pending")
 	assert.Equal(t, bson.M{fieldBalance: int64(10), fieldPendingDebit: int64(-10)}, u["$inc"])
 
 	f, u, upsert = updateOf(t, unfenceModel(r, l))

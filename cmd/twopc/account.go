@@ -110,7 +110,16 @@ type accountEntry struct {
 	Fenced       []string        `json:"fencedTransactions"` // an earlier version's fences: markers
 	FencedBefore json.RawMessage `json:"fencedBefore"`       // the fence line; null if none
 	Tombstone    bool            `json:"tombstone"`
-	id           bson.RawValue
+	// Asset is the account's asset code; Floor and Ceiling its limits, and
+	// FloorRoom and CeilingRoom the headroom its leg writes check, as
+	// stored (absent: an account without limits).
+	Asset       string          `json:"asset,omitempty"`
+	Floor       json.RawMessage `json:"floor,omitempty"`
+	Ceiling     json.RawMessage `json:"ceiling,omitempty"`
+	FloorRoom   json.RawMessage `json:"floorRoom,omitempty"`
+	CeilingRoom json.RawMessage `json:"ceilingRoom,omitempty"`
+	id          bson.RawValue
+	doc         bson.Raw
 }
 
 // pendingLeg is a marker in an account's pendingTransactions: a leg
@@ -207,7 +216,16 @@ func account(ctx context.Context, cn *conn, ids []any, ledgers []string) (*accou
 				Balance: plainValue(d.Lookup(schema.Balance)), Held: orZeroJSON(d.Lookup(schema.PendingDebit)),
 				PendingCredit: orZeroJSON(d.Lookup(schema.PendingCredit)), PendingLegs: []pendingLeg{}, Fenced: []string{}, Fences: []string{},
 				FencedBefore: plainValue(d.Lookup(schema.FencedBefore))}
-			e.ID = plainValue(e.id)
+			e.ID, e.doc = plainValue(e.id), d
+			e.Asset, _ = d.Lookup(schema.Asset).StringValueOK()
+			for _, f := range []struct {
+				into *json.RawMessage
+				name string
+			}{{&e.Floor, schema.Floor}, {&e.Ceiling, schema.Ceiling}, {&e.FloorRoom, schema.FloorRoom}, {&e.CeilingRoom, schema.CeilingRoom}} {
+				if v := d.Lookup(f.name); v.Type != 0 {
+					*f.into = plainValue(v)
+				}
+			}
 			if f, _ := cn.g.ledger(name); f.uri != "" {
 				e.Database, e.Deployment = f.db, redact(hostsOf(f.uri))
 			}
@@ -299,7 +317,18 @@ func (r *accountReport) print(w io.Writer) {
 				heldBy = fmt.Sprintf("; %d of it by holds held", a.HeldByHolds)
 			}
 			fmt.Fprintf(w, "  balance %s (available), held %s (pendingDebit: debits applied and not settled%s), pendingCredit %s (credits applied and not settled)\n",
-				string(a.Balance), string(a.Held), heldBy, string(a.PendingCredit))
+				a.amount(schema.Balance), a.amount(schema.PendingDebit), heldBy, a.amount(schema.PendingCredit))
+			if a.Asset != "" {
+				fmt.Fprintf(w, "  asset %s\n", a.Asset)
+			}
+			if a.FloorRoom != nil {
+				ceiling := "none (MaxLimit)"
+				if a.Ceiling != nil {
+					ceiling = a.amount(schema.Ceiling)
+				}
+				fmt.Fprintf(w, "  limits: floor %s, ceiling %s; room above the floor %s, below the ceiling %s (counting what is in flight)\n",
+					a.amount(schema.Floor), ceiling, a.amount(schema.FloorRoom), a.amount(schema.CeilingRoom))
+			}
 		}
 		fmt.Fprintf(w, "  legs in flight (pendingTransactions, %d):", len(a.PendingLegs))
 		if len(a.PendingLegs) == 0 {
@@ -337,4 +366,17 @@ func (r *accountReport) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  fencedLegs: %s; fence line (fencedBefore) %s\n", fenceSpan(fences), line)
 	}
+}
+
+// amount is the account's integer field name with its asset's scale (see
+// scaled); 0 when absent, and any other value as stored.
+func (a *accountEntry) amount(name string) string {
+	v := a.doc.Lookup(name)
+	if v.Type == 0 {
+		return scaled(0, a.Asset, false)
+	}
+	if n, ok := v.AsInt64OK(); ok && (v.Type == bson.TypeInt64 || v.Type == bson.TypeInt32) {
+		return scaled(n, a.Asset, false)
+	}
+	return string(plainValue(v))
 }

@@ -222,3 +222,37 @@ func (d jsonDoc) MarshalJSON() ([]byte, error) {
 	}
 	return plainJSON(d.t.raw), nil
 }
+
+// scaled is amount n of asset code as people read it: with the scale the
+// code gives ("USD/2": 1250 is "12.50 USD/2"), followed by the code; a
+// plain integer for no asset. plus prefixes a non-negative amount with +.
+func scaled(n int64, code string, plus bool) string {
+	sign := ""
+	switch {
+	case n < 0:
+		sign = "-"
+	case plus:
+		sign = "+"
+	}
+	if code == "" {
+		return sign + strconv.FormatUint(absInt64(n), 10)
+	}
+	_, s, _ := strings.Cut(code, "/")
+	scale, _ := strconv.Atoi(s)
+	digits := strconv.FormatUint(absInt64(n), 10)
+	if scale > 0 {
+		if len(digits) <= scale {
+			digits = strings.Repeat("0", scale-len(digits)+1) + digits
+		}
+		digits = digits[:len(digits)-scale] + "." + digits[len(digits)-scale:]
+	}
+	return sign + digits + " " + code
+}
+
+// absInt64 is |n|, MinInt64 included.
+func absInt64(n int64) uint64 {
+	if n < 0 {
+		return uint64(-(n + 1)) + 1
+	}
+	return uint64(n)
+}

@@ -78,6 +78,7 @@ type entryJSON struct {
 	Balance  int64             `json:"balance"`
 	Key      string            `json:"key,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	Asset    string            `json:"asset,omitempty"`
 }
 
 // accountArgs registers statement's and balance's flags.
@@ -188,7 +189,7 @@ func runStatement(ctx context.Context, cl *cli, cmd *command, args []string) err
 		return err
 	}
 	for _, e := range rep.entries {
-		rep.Entries = append(rep.Entries, entryJSON{Txn: e.Txn.Hex(), At: e.At, Amount: e.Amount, Balance: e.Balance, Key: e.Key, Metadata: e.Metadata})
+		rep.Entries = append(rep.Entries, entryJSON{Txn: e.Txn.Hex(), At: e.At, Amount: e.Amount, Balance: e.Balance, Key: e.Key, Metadata: e.Metadata, Asset: e.Asset})
 	}
 	if a.g.json {
 		return cl.printJSON(rep)
@@ -206,7 +207,8 @@ func (r *statementReport) print(w io.Writer) {
 	tw := table(w)
 	fmt.Fprintln(tw, "AT\tTRANSACTION\tAMOUNT\tBALANCE\tKEY\tMETADATA")
 	for _, e := range r.Entries {
-		fmt.Fprintf(tw, "%s\t%s\t%+d\t%d\t%s\t%s\n", timestamp(e.At), e.Txn, e.Amount, e.Balance, e.Key, metaString(e.Metadata))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", timestamp(e.At), e.Txn, scaled(e.Amount, e.Asset, true), scaled(e.Balance, e.Asset, false),
+			e.Key, metaString(e.Metadata))
 	}
 	_ = tw.Flush()
 	if r.Next != "" {
@@ -229,6 +231,7 @@ type balanceReport struct {
 	Account string    `json:"account"`
 	At      time.Time `json:"at"`
 	Balance int64     `json:"balance"`
+	Asset   string    `json:"asset,omitempty"`
 }
 
 func runBalance(ctx context.Context, cl *cli, cmd *command, args []string) error {
@@ -259,7 +262,17 @@ func runBalance(ctx context.Context, cl *cli, cmd *command, args []string) error
 	err = a.first(func(id any) error {
 		b, err := c.BalanceAt(ctx, a.ledger, id, when)
 		rep.Account, rep.Balance = fmt.Sprint(id), b
-		return err
+		if err != nil {
+			return err
+		}
+		// The account's asset, for its scale: an account deleted since
+		// has none to show.
+		if l, lerr := c.Ledger(a.ledger); lerr == nil {
+			if acct, aerr := l.Account(ctx, id); aerr == nil {
+				rep.Asset = acct.Asset
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -267,6 +280,6 @@ func runBalance(ctx context.Context, cl *cli, cmd *command, args []string) error
 	if a.g.json {
 		return cl.printJSON(rep)
 	}
-	fmt.Fprintf(cl.stdout, "Account %s, ledger %s, at %s: %d\n", rep.Account, rep.Ledger, timestamp(rep.At), rep.Balance)
+	fmt.Fprintf(cl.stdout, "Account %s, ledger %s, at %s: %s\n", rep.Account, rep.Ledger, timestamp(rep.At), scaled(rep.Balance, rep.Asset, false))
 	return nil
 }

@@ -59,6 +59,12 @@ const (
 	FencedBefore  = "fencedBefore"
 	FencedLegs    = "fencedLegs"
 	Tombstone     = "tombstone"
+	Asset         = "asset"       // an account's asset code (and a two-leg transfer's, a leg's)
+	Floor         = "floor"       // a limited account's lowest balance allowed
+	Ceiling       = "ceiling"     // a limited account's highest balance allowed, if it has one
+	FloorRoom     = "floorRoom"   // balance - floor, kept in step by every leg write
+	CeilingRoom   = "ceilingRoom" // ceiling - (balance + pendingDebit + pendingCredit), the same
+	LimitsSeq     = "limitsSeq"   // how many times SetLimits changed a limited account's limits
 )
 
 // Fence is the value an account's fencedLegs holds for a closed leg: the

@@ -1,0 +1,452 @@
+package twopc_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/twopc/twopc"
+)
+
+// limitsDoc is what an account document holds of its asset and limits.
+type limitsDoc struct {
+	Balance     int64  `bson:"balance"`
+	Debit       int64  `bson:"pendingDebit"`
+	Credit      int64  `bson:"pendingCredit"`
+	Asset       string `bson:"asset"`
+	Floor       *int64 `bson:"floor"`
+	Ceiling     *int64 `bson:"ceiling"`
+	FloorRoom   *int64 `bson:"floorRoom"`
+	CeilingRoom *int64 `bson:"ceilingRoom"`
+}
+
+// roomsHold asserts account id's rooms are what its balance, its sums in
+// flight and its limits make them.
+func (b *bank) roomsHold(id string) {
+	b.t.Helper()
+	roomsHoldIn(b.t, b.db.Collection("accounts"), id)
+}
+
+// roomsHoldIn is roomsHold for account id of accounts.
+func roomsHoldIn(t *testing.T, accounts *mongo.Collection, id string) {
+	t.Helper()
+	var d limitsDoc
+	require.NoError(t, accounts.FindOne(testCtx(t), bson.D{{Key: "_id", Value: id}}).Decode(&d))
+	require.NotNil(t, d.FloorRoom, "%s has limits", id)
+	require.NotNil(t, d.Floor)
+	ceiling := twopc.MaxLimit
+	if d.Ceiling != nil {
+		ceiling = *d.Ceiling
+	}
+	assert.Equal(t, d.Balance-*d.Floor, *d.FloorRoom, "%s: floorRoom is balance - floor", id)
+	assert.Equal(t, ceiling-(d.Balance+d.Debit+d.Credit), *d.CeilingRoom, "%s: ceilingRoom is ceiling - what the balance reaches", id)
+}
+
+// Assets: a leg applies only to an account of its asset, checked by the
+// server; an exchange is one transfer of legs summing to zero per asset.
+func TestAssetsAreNeverMixed(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	require.NoError(t, b.c.OpenAccount(ctx, "alice", 1000, twopc.AccountAsset("USD/2")))
+	require.NoError(t, b.c.OpenAccount(ctx, "desk-usd", 0, twopc.AccountAsset("USD/2")))
+	require.NoError(t, b.c.OpenAccount(ctx, "desk-eur", 5000, twopc.AccountAsset("EUR/2")))
+	require.NoError(t, b.c.OpenAccount(ctx, "bob", 0, twopc.AccountAsset("EUR/2")))
+	require.NoError(t, b.c.OpenAccount(ctx, "plain", 100))
+	before := b.accountStates()
+
+	for _, tc := range []struct {
+		name     string
+		from, to string
+		opts     []twopc.TransferOption
+	}{
+		{"USD to EUR", "alice", "bob", []twopc.TransferOption{twopc.WithAsset("USD/2")}},
+		{"EUR to USD", "desk-eur", "desk-usd", []twopc.TransferOption{twopc.WithAsset("EUR/2")}},
+		{"no asset from an account with one", "alice", "desk-usd", nil},
+		{"an asset to an account with none", "alice", "plain", []twopc.TransferOption{twopc.WithAsset("USD/2")}},
+		{"no asset to an account with one", "plain", "alice", nil},
+		{"the scale is part of the code", "alice", "desk-usd", []twopc.TransferOption{twopc.WithAsset("USD")}},
+	} {
+		txn, err := b.c.Transfer(ctx, tc.from, tc.to, 10, tc.opts...)
+		require.ErrorIsf(t, err, twopc.ErrAssetMismatch, tc.name)
+		require.NotNil(t, txn, tc.name)
+		got, err := b.c.Get(ctx, txn.ID)
+		require.NoError(t, err)
+		assert.Equalf(t, twopc.StateCanceled, got.State, tc.name)
+		assert.Equalf(t, "asset_mismatch", got.Reason, tc.name)
+	}
+	assert.Equal(t, before, b.accountStates(), "nothing moved")
+
+	// The exchange: alice pays 100 USD to the desk, the desk pays bob 92
+	// EUR, in one transfer.
+	exchange := []twopc.Leg{
+		{Account: "alice", Amount: -100, Asset: "USD/2"},
+		{Account: "desk-usd", Amount: 100, Asset: "USD/2"},
+		{Account: "desk-eur", Amount: -92, Asset: "EUR/2"},
+		{Account: "bob", Amount: 92, Asset: "EUR/2"},
+	}
+	txn, err := b.c.TransferLegs(ctx, exchange)
+	require.NoError(t, err)
+	assert.Equal(t, int64(100), txn.Value, "Value: what the first leg's asset credits")
+	assert.Equal(t, exchange, txn.AllLegs())
+	for id, want := range map[string]int64{"alice": 900, "desk-usd": 100, "desk-eur": 4908, "bob": 92} {
+		assert.Equal(t, want, b.balance(id), id)
+	}
+	a, err := b.c.Account(ctx, "bob")
+	require.NoError(t, err)
+	assert.Equal(t, "EUR/2", a.Asset)
+
+	// A keyed repeat with another asset is another transfer.
+	_, err = b.c.Transfer(ctx, "alice", "desk-usd", 5, twopc.WithAsset("USD/2"), twopc.WithKey("k"))
+	require.NoError(t, err)
+	_, err = b.c.Transfer(ctx, "alice", "desk-usd", 5, twopc.WithKey("k"))
+	require.ErrorIs(t, err, twopc.ErrKeyConflict)
+
+	// Reverse moves the original's assets.
+	rev, err := b.c.Reverse(ctx, txn.ID)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateDone, rev.State)
+	assert.Equal(t, int64(1000-5), b.balance("alice"))
+	assert.Equal(t, int64(0), b.balance("bob"))
+	_, err = b.c.Reverse(ctx, txn.ID, twopc.WithAsset("EUR/2"), twopc.WithKey("other"))
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer, "a reversal moves the original's assets")
+}
+
+// Bad assets and limits are refused before anything is written.
+func TestAssetsAndLimitsRefusedInput(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	for _, code := range []string{"", "usd", "US D", "USD/", "USD/19", "USD/02", "USD/-1", "USD/2/2", "ÉCU", "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456"} {
+		err := b.c.OpenAccount(ctx, "x", 0, twopc.AccountAsset(code))
+		require.ErrorIsf(t, err, twopc.ErrInvalidAccount, "%q", code)
+		_, err = b.c.Transfer(ctx, "a", "b", 1, twopc.WithAsset(code))
+		require.ErrorIsf(t, err, twopc.ErrInvalidTransfer, "%q", code)
+		if code != "" { // a leg of no asset names none
+			_, err = b.c.TransferLegs(ctx, []twopc.Leg{{Account: "a", Amount: -1, Asset: code}, {Account: "b", Amount: 1, Asset: code}})
+			require.ErrorIsf(t, err, twopc.ErrInvalidTransfer, "%q", code)
+		}
+	}
+	for _, ok := range []string{"USD", "USD/0", "USD/18", "X_1/2", "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345/2"} {
+		require.NoErrorf(t, b.c.OpenAccount(ctx, "ok-"+ok, 0, twopc.AccountAsset(ok)), "%q", ok)
+	}
+	require.ErrorIs(t, b.c.OpenAccount(ctx, "x", 5, twopc.AccountFloor(10)), twopc.ErrLimitExceeded)
+	require.ErrorIs(t, b.c.OpenAccount(ctx, "x", 50, twopc.AccountCeiling(10)), twopc.ErrLimitExceeded)
+	require.ErrorIs(t, b.c.OpenAccount(ctx, "x", 0, twopc.AccountFloor(10), twopc.AccountCeiling(5)), twopc.ErrInvalidAccount)
+	require.ErrorIs(t, b.c.OpenAccount(ctx, "x", 0, twopc.AccountFloor(-twopc.MaxLimit-1)), twopc.ErrInvalidAccount)
+	require.ErrorIs(t, b.c.OpenAccount(ctx, "x", 0, twopc.AccountCeiling(twopc.MaxLimit+1)), twopc.ErrInvalidAccount)
+	require.ErrorIs(t, b.c.OpenAccount(ctx, "x", -1), twopc.ErrNegativeBalance)
+	require.NoError(t, b.c.OpenAccount(ctx, "overdraft", -10, twopc.AccountFloor(-50)), "a negative opening within the floor")
+
+	// Legs summing to zero only across assets.
+	_, err := b.c.TransferLegs(ctx, []twopc.Leg{{Account: "a", Amount: -100, Asset: "USD/2"}, {Account: "b", Amount: 100, Asset: "EUR/2"}})
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+	_, err = b.c.TransferLegs(ctx, []twopc.Leg{{Account: "a", Amount: -100, Asset: "USD/2"}, {Account: "b", Amount: 100}}, twopc.WithAsset("EUR/2"))
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer, "WithAsset fills the legs naming none, and may not contradict one")
+	require.Empty(t, b.txns(), "nothing written")
+	_, err = b.c.TransferBatch(ctx, []twopc.TransferRequest{{Source: "a", Destination: "b", Value: 1, Asset: "usd"}})
+	require.NoError(t, err)
+	require.Empty(t, b.txns(), "nothing written")
+	for _, id := range []string{"x"} {
+		_, err := b.c.Account(ctx, id)
+		require.ErrorIs(t, err, twopc.ErrAccountNotFound, "nothing written")
+	}
+}
+
+// Twenty debits race an account's floor, from four coordinators: it is
+// never crossed, and exactly as many apply as fit.
+func TestLimitsFloorRacedByDebits(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	require.NoError(t, b.c.OpenAccount(ctx, "A", 100, twopc.AccountFloor(-50)))
+	b.open(map[string]int64{"B": 0})
+	cs := []*twopc.Coordinator{b.c}
+	for range 3 {
+		cs = append(cs, b.coordinator(twopc.WithSyncSettle()))
+	}
+	var ok, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := cs[i%len(cs)].Transfer(ctx, "A", "B", 10)
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, twopc.ErrInsufficientFunds):
+				refused.Add(1)
+			default:
+				t.Errorf("debit %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(15), ok.Load(), "100 down to the floor of -50")
+	assert.Equal(t, int64(5), refused.Load())
+	assert.Equal(t, int64(-50), b.balance("A"))
+	b.roomsHold("A")
+	a, err := b.c.Account(ctx, "A")
+	require.NoError(t, err)
+	assert.True(t, a.Limited)
+	assert.Equal(t, int64(-50), a.Floor)
+	assert.Equal(t, twopc.MaxLimit, a.Ceiling)
+}
+
+// Twenty credits race an account's ceiling: it is never crossed, counting
+// what is in flight.
+func TestLimitsCeilingRacedByCredits(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	require.NoError(t, b.c.OpenAccount(ctx, "A", 0, twopc.AccountCeiling(100)))
+	b.open(map[string]int64{"B": 1000})
+	cs := []*twopc.Coordinator{b.c}
+	for range 3 {
+		cs = append(cs, b.coordinator(twopc.WithSyncSettle()))
+	}
+	var ok, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := cs[i%len(cs)].Transfer(ctx, "B", "A", 10)
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, twopc.ErrLimitExceeded):
+				refused.Add(1)
+			default:
+				t.Errorf("credit %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(10), ok.Load())
+	assert.Equal(t, int64(10), refused.Load())
+	assert.Equal(t, int64(100), b.balance("A"))
+	b.roomsHold("A")
+}
+
+// Holds count against a floor while held, and a ceiling counts what a
+// hold would return if voided.
+func TestLimitsCountHolds(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	require.NoError(t, b.c.OpenAccount(ctx, "A", 100, twopc.AccountCeiling(120)))
+	b.open(map[string]int64{"B": 0, "C": 1000})
+	hold, err := b.c.Hold(ctx, "A", "B", 80)
+	require.NoError(t, err)
+	_, err = b.c.Transfer(ctx, "A", "B", 30)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds, "80 of the 100 are held")
+	// The balance is 20 with 80 held: a credit of 30 fits the ceiling of
+	// 120 only if the hold is not voided; it counts.
+	_, err = b.c.Transfer(ctx, "C", "A", 30)
+	require.ErrorIs(t, err, twopc.ErrLimitExceeded, "a voided hold would take it to 130")
+	_, err = b.c.Transfer(ctx, "C", "A", 20)
+	require.NoError(t, err)
+	b.roomsHold("A")
+	_, err = b.c.Capture(ctx, hold.ID, 50) // 30 returns
+	require.NoError(t, err)
+	assert.Equal(t, int64(70), b.balance("A"))
+	b.roomsHold("A")
+	_, err = b.c.Transfer(ctx, "A", "B", 70)
+	require.NoError(t, err)
+	_, err = b.c.Transfer(ctx, "A", "B", 1)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	b.roomsHold("A")
+}
+
+// SetLimits gives an account without limits its rooms from what it holds,
+// moves a limited account's by the difference, and moves no money: a
+// floor raised above the balance refuses debits and nothing else.
+func TestLimitsSetLimits(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	require.NoError(t, b.c.SetLimits(ctx, "", "A", twopc.AccountFloor(-100)))
+	b.roomsHold("A")
+	_, err := b.c.Transfer(ctx, "A", "B", 150)
+	require.NoError(t, err, "the overdraft the floor allows")
+	_, err = b.c.Transfer(ctx, "A", "B", 51)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+
+	require.NoError(t, b.c.SetLimits(ctx, "", "A", twopc.AccountFloor(0), twopc.AccountCeiling(10)))
+	assert.Equal(t, int64(-50), b.balance("A"), "nothing moved")
+	b.roomsHold("A")
+	_, err = b.c.Transfer(ctx, "A", "B", 1)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds, "below its new floor")
+	_, err = b.c.Transfer(ctx, "B", "A", 60)
+	require.NoError(t, err, "up to its ceiling")
+	_, err = b.c.Transfer(ctx, "B", "A", 1)
+	require.ErrorIs(t, err, twopc.ErrLimitExceeded)
+	b.roomsHold("A")
+
+	require.ErrorIs(t, b.c.SetLimits(ctx, "", "A", twopc.AccountAsset("USD")), twopc.ErrAssetMismatch, "an asset never changes")
+	require.ErrorIs(t, b.c.SetLimits(ctx, "", "A", twopc.AccountFloor(20)), twopc.ErrInvalidAccount, "floor above the ceiling")
+	require.ErrorIs(t, b.c.SetLimits(ctx, "", "nobody", twopc.AccountFloor(0)), twopc.ErrAccountNotFound)
+	require.ErrorIs(t, b.c.SetLimits(ctx, "tokyo", "A", twopc.AccountFloor(0)), twopc.ErrUnknownLedger)
+	a, err := b.c.Account(ctx, "A")
+	require.NoError(t, err)
+	assert.Equal(t, twopc.Account{ID: "A", Balance: 10, Limited: true, Floor: 0, Ceiling: 10}, *a)
+}
+
+// A leg applied to an account without limits, then settled after
+// SetLimits gave it limits, by a process that never read the account: the
+// close written for an account without limits matches nothing, and is sent
+// for both kinds; the rooms count the leg. The same for a rollback's undo.
+func TestLimitsGivenBetweenApplyAndSettle(t *testing.T) {
+	for _, rollBack := range []bool{false, true} {
+		name := "settle"
+		if rollBack {
+			name = "undo"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t)
+			b := newBank(t)
+			b.open(map[string]int64{"A": 100, "B": 50, "C": 0})
+			stop := twopc.StepSettle
+			if rollBack {
+				stop = twopc.StepUndo
+			}
+			c := b.coordinator(twopc.WithSyncSettle(), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+				if s == stop {
+					return errors.New("stopped here")
+				}
+				return nil
+			}))
+			legs := []twopc.Leg{{Account: "A", Amount: -30}, {Account: "B", Amount: 30}}
+			if rollBack {
+				// C cannot pay: A's and B's legs apply, then are undone.
+				legs = []twopc.Leg{{Account: "A", Amount: -30}, {Account: "B", Amount: 31}, {Account: "C", Amount: -1}}
+			}
+			_, err := c.TransferLegs(ctx, legs)
+			require.Error(t, err)
+			if rollBack {
+				assert.Equal(t, int64(70), b.balance("A"), "applied, not undone yet")
+			}
+			require.NoError(t, b.c.SetLimits(ctx, "", "A", twopc.AccountFloor(0), twopc.AccountCeiling(1000)))
+			require.NoError(t, b.c.SetLimits(ctx, "", "B", twopc.AccountFloor(0), twopc.AccountCeiling(1000)))
+			b.recoverAll()
+			b.checkSettled(map[string]int64{"A": 100, "B": 50, "C": 0})
+			b.roomsHold("A")
+			b.roomsHold("B")
+			if rollBack {
+				assert.Equal(t, int64(100), b.balance("A"))
+			} else {
+				assert.Equal(t, int64(80), b.balance("B"))
+			}
+		})
+	}
+}
+
+// The audit checks each asset's total, and finds an account whose rooms a
+// hand edit broke, or that SetLimits left outside its limits.
+func TestLimitsAudit(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	require.NoError(t, b.c.OpenAccount(ctx, "alice", 1000, twopc.AccountAsset("USD/2"), twopc.AccountFloor(0)))
+	require.NoError(t, b.c.OpenAccount(ctx, "desk-usd", 0, twopc.AccountAsset("USD/2")))
+	require.NoError(t, b.c.OpenAccount(ctx, "desk-eur", 5000, twopc.AccountAsset("EUR/2"), twopc.AccountCeiling(9000)))
+	require.NoError(t, b.c.OpenAccount(ctx, "bob", 0, twopc.AccountAsset("EUR/2")))
+	_, err := b.c.TransferLegs(ctx, []twopc.Leg{
+		{Account: "alice", Amount: -100, Asset: "USD/2"}, {Account: "desk-usd", Amount: 100, Asset: "USD/2"},
+		{Account: "desk-eur", Amount: -92, Asset: "EUR/2"}, {Account: "bob", Amount: 92, Asset: "EUR/2"},
+	})
+	require.NoError(t, err)
+	rep, err := b.c.Audit(ctx, twopc.WithExpectedAssetTotal("", "USD/2", 1000), twopc.WithExpectedAssetTotal("", "EUR/2", 5000),
+		twopc.WithExpectedAssetTotal("", "", 0))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep.Violations)
+	require.Len(t, rep.Totals, 3)
+	for _, tc := range rep.Totals {
+		assert.True(t, tc.Decided && tc.OK && tc.ByAsset, "%+v", tc)
+	}
+	rep, err = b.c.Audit(ctx, twopc.WithExpectedAssetTotal("", "EUR/2", 4999))
+	require.NoError(t, err)
+	require.Len(t, rep.Violations, 1)
+	assert.Equal(t, twopc.ViolationTotal, rep.Violations[0].Kind)
+
+	// A hand edit of a limited account's balance leaves its rooms behind.
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "alice"}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(5)}}}})
+	require.NoError(t, err)
+	// SetLimits takes the floor above the desk's balance: allowed, and
+	// reported.
+	require.NoError(t, b.c.SetLimits(ctx, "", "desk-eur", twopc.AccountFloor(6000)))
+	rep, err = b.c.Audit(ctx)
+	require.NoError(t, err)
+	kinds := map[string]any{}
+	for _, v := range rep.Violations {
+		kinds[v.Kind] = v.Account
+	}
+	assert.Equal(t, map[string]any{twopc.ViolationRooms: "alice", twopc.ViolationOutsideLimits: "desk-eur"}, kinds, "%v", rep.Violations)
+}
+
+// SetLimits' writes delivered again late, even after the limits were set
+// back to what the first one found, change nothing; so do the writes of
+// transfers on accounts with limits (every one delivered again).
+func TestLimitsWritesDeliveredLate(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	rec := &writeRecorder{}
+	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithSyncSettle())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	require.NoError(t, c.OpenAccount(ctx, "A", 100, twopc.AccountFloor(-50), twopc.AccountCeiling(500)))
+	b.open(map[string]int64{"B": 100})
+	require.NoError(t, c.SetLimits(ctx, "", "B", twopc.AccountFloor(-10))) // B gains limits
+	require.NoError(t, c.SetLimits(ctx, "", "A", twopc.AccountFloor(0)))
+	require.NoError(t, c.SetLimits(ctx, "", "A", twopc.AccountFloor(-50))) // back to what the first found
+	for _, v := range []int64{30, 60} {
+		_, err := c.Transfer(ctx, "A", "B", v)
+		require.NoError(t, err)
+	}
+	hold, err := c.Hold(ctx, "B", "A", 40)
+	require.NoError(t, err)
+	_, err = c.Capture(ctx, hold.ID, 25)
+	require.NoError(t, err)
+	_, err = c.TransferLegs(ctx, []twopc.Leg{{Account: "A", Amount: -5}, {Account: "B", Amount: 100}, {Account: "nobody", Amount: -95}})
+	require.ErrorIs(t, err, twopc.ErrAccountNotFound) // rolled back: its undos too
+	before := b.accountStates()
+	limits := map[string]limitsDoc{"A": b.limitsOf("A"), "B": b.limitsOf("B")}
+
+	// First the write that took A's floor to 0, alone: it finds the floor
+	// it required (-50) again.
+	var late []bson.Raw
+	for _, cmd := range rec.recorded() {
+		if u, ok := cmd.Lookup("updates").ArrayOK(); ok {
+			vals, _ := u.Values()
+			for _, v := range vals {
+				if f, ok := v.Document().Lookup("u", "$set", "floor").AsInt64OK(); ok && f == 0 {
+					late = append(late, cmd)
+				}
+			}
+		}
+	}
+	require.Len(t, late, 1)
+	resendAll(t, b.db, late)
+	assert.Equal(t, limits["A"], b.limitsOf("A"), "SetLimits delivered late changed the limits")
+	resendAll(t, b.db, rec.recorded())
+	b.recoverAll()
+	assert.Equal(t, before, b.accountStates(), "a late write moved money")
+	for id, want := range limits {
+		got := b.limitsOf(id)
+		assert.Equal(t, want, got, "%s: a late write changed its limits", id)
+		b.roomsHold(id)
+	}
+	a, err := c.Account(ctx, "A")
+	require.NoError(t, err)
+	assert.Equal(t, int64(-50), a.Floor)
+}
+
+func (b *bank) limitsOf(id string) limitsDoc {
+	b.t.Helper()
+	var d limitsDoc
+	require.NoError(b.t, b.db.Collection("accounts").FindOne(testCtx(b.t), bson.D{{Key: "_id", Value: id}}).Decode(&d))
+	return d
+}

@@ -18,8 +18,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
+	"time"
 
 	sqlite3 "modernc.org/sqlite"
 	sqlite3lib "modernc.org/sqlite/lib"
@@ -626,19 +628,33 @@ func pushdown(filter *types.Document, indexes []metadata.IndexInfo) (where strin
 // and whose value there is a string or a boolean, or {$in: [...]} of those
 // alone, reads only the rows of those values by that index, as MongoDB
 // reads them by an index scan: recovery's and the low-water mark's reads
-// of the transactions collection by {state, ...} and {fences, ...}. The
-// handler applies the whole filter to the rows read, so the clause need
-// only keep every row that can match: those whose value is one of the
-// listed ones, and those whose value is an array (which MongoDB's equality
-// matches by an element, a multikey index scan). Both terms are on the
-// index's own expression, so SQLite searches the index for each: the
-// values by equality, the arrays by the range of JSON texts that begin
-// with "[".
+// of the transactions collection by {state, ...} and {fences, ...}, and
+// the statements' reads by {accounts, committedAt}. The handler applies
+// the whole filter to the rows read, so the clause need only keep every
+// row that can match: those whose value is one of the listed ones, and
+// those whose value is an array holding one (MongoDB's equality matches
+// an array by an element, a multikey index scan). The first term is on
+// the index's own expression, so SQLite searches the index for it. For
+// the second, an index with an elements table (metadata/elements.go)
+// gives the _ids of the documents whose array holds one of the values,
+// within the range the filter sets on the index's second key if it sets
+// one (elementsRange), and SQLite reads those by the _id index; an index
+// without one (created before this patch, or on a field name that is not
+// plain) gives the range of every array-valued entry, the JSON texts that
+// begin with "[".
 func indexPushdown(filter *types.Document, indexes []metadata.IndexInfo) (where string, args []any, ok bool) {
 	if filter == nil {
 		return "", nil, false
 	}
-	for _, index := range indexes {
+
+	// The first index whose first key the filter names, but one with an
+	// elements table before one without, and one whose second key the
+	// filter sets a range on before others.
+	var best *metadata.IndexInfo
+	var bestScore int
+	var values []any
+
+	for i, index := range indexes {
 		if len(index.Key) == 0 || index.Key[0].Field == "_id" || strings.ContainsRune(index.Key[0].Field, '.') {
 			continue
 		}
@@ -647,20 +663,118 @@ func indexPushdown(filter *types.Document, indexes []metadata.IndexInfo) (where 
 			continue
 		}
 		v, _ := filter.Get(field)
-		values, ok := equalities(v)
+		vs, ok := equalities(v)
 		if !ok {
 			continue
 		}
-		expr := fmt.Sprintf("%s->%q", metadata.DefaultColumn, field)
-		placeholders := make([]string, len(values))
-		for i, x := range values {
-			placeholders[i] = "?"
-			args = append(args, string(must.NotFail(sjson.MarshalSingleValue(x))))
+		score := 1
+		if index.Elements != "" {
+			score = 2
+			if _, _, ok := elementsRange(filter, index.ElementsKey); ok {
+				score = 3
+			}
 		}
-		return fmt.Sprintf(` WHERE (%s IN (%s) OR (%s >= '[' AND %s < '\'))`,
-			expr, strings.Join(placeholders, ", "), expr, expr), args, true
+		if score > bestScore {
+			best, bestScore, values = &indexes[i], score, vs
+		}
 	}
-	return "", nil, false
+	if best == nil {
+		return "", nil, false
+	}
+
+	expr := fmt.Sprintf("%s->%q", metadata.DefaultColumn, best.Key[0].Field)
+	placeholders := make([]string, len(values))
+	for i, x := range values {
+		placeholders[i] = "?"
+		args = append(args, string(must.NotFail(sjson.MarshalSingleValue(x))))
+	}
+	in := strings.Join(placeholders, ", ")
+
+	if best.Elements == "" {
+		return fmt.Sprintf(` WHERE (%s IN (%s) OR (%s >= '[' AND %s < '\'))`, expr, in, expr, expr), args, true
+	}
+
+	// The elements table holds a string as its text and a boolean as 1
+	// or 0 (json_each's values).
+	elementArgs := make([]any, len(values))
+	for i, x := range values {
+		switch x := x.(type) {
+		case bool:
+			elementArgs[i] = int64(0)
+			if x {
+				elementArgs[i] = int64(1)
+			}
+		default:
+			elementArgs[i] = x
+		}
+	}
+	elements := fmt.Sprintf(`SELECT id FROM %q WHERE e IN (%s)`, best.Elements, in)
+	args = append(args, elementArgs...)
+	if lo, hi, ok := elementsRange(filter, best.ElementsKey); ok {
+		// Two searches of the table's (e, k) index: the second key in the
+		// range, or an array.
+		elements = fmt.Sprintf(`%s AND k >= ? AND k <= ? UNION ALL %s AND k = '%s'`,
+			elements, elements, metadata.ElementsArray)
+		args = append(args, lo, hi)
+		args = append(args, elementArgs...)
+	}
+
+	return fmt.Sprintf(` WHERE (%s IN (%s) OR %s IN (%s))`, expr, in, metadata.IDColumn, elements), args, true
+}
+
+// elementsRange returns the range [lo, hi] of milliseconds since the epoch
+// that a date in field must be in to match filter, and whether filter sets
+// one: if field's condition is a date (an equality), or a document of
+// operators among which $type "date", or $gt, $gte, $lt or $lte a date
+// (the others are ignored: the conditions are ANDed, so they can only
+// narrow what matches). Each of those matches only a date, or an array
+// (MongoDB compares an array by its elements), never a missing field or
+// another type; a date is stored by sjson as an integer of milliseconds,
+// the elements table's k (metadata/elements.go), and the bounds are taken
+// inclusive, so the range keeps every date that can match.
+func elementsRange(filter *types.Document, field string) (lo, hi int64, ok bool) {
+	if field == "" || !filter.Has(field) {
+		return 0, 0, false
+	}
+	lo, hi = math.MinInt64, math.MaxInt64
+	v, _ := filter.Get(field)
+	switch v := v.(type) {
+	case time.Time:
+		ms := v.UnixMilli()
+		return ms, ms, true
+	case *types.Document:
+		if v.Len() == 0 {
+			return 0, 0, false
+		}
+		iter := v.Iterator()
+		defer iter.Close()
+		for {
+			op, x, err := iter.Next()
+			if err != nil {
+				break
+			}
+			if !strings.HasPrefix(op, "$") {
+				// A document to compare with: no range.
+				return 0, 0, false
+			}
+			switch op {
+			case "$type":
+				if s, isString := x.(string); isString && s == "date" {
+					ok = true
+				}
+			case "$gt", "$gte":
+				if t, isTime := x.(time.Time); isTime {
+					lo, ok = max(lo, t.UnixMilli()), true
+				}
+			case "$lt", "$lte":
+				if t, isTime := x.(time.Time); isTime {
+					hi, ok = min(hi, t.UnixMilli()), true
+				}
+			}
+		}
+		return lo, hi, ok
+	}
+	return 0, 0, false
 }
 
 // equalities returns the values a filter's field value v is an equality

@@ -120,6 +120,38 @@ func (r *Registry) initCollections(ctx context.Context, dbName string, db *fsql.
 		return lazyerrors.Error(err)
 	}
 
+	// twopc's dev server: indexes made before elements tables were
+	// (elements.go) get theirs now, so that data kept from then is read
+	// as new data is. If that fails, the index is read as before.
+	for _, c := range colls {
+		var changed bool
+
+		for i := range c.Settings.Indexes {
+			index := &c.Settings.Indexes[i]
+			if index.Elements != "" {
+				continue
+			}
+
+			if err = createElements(ctx, db, c, index); err != nil {
+				r.l.WarnContext(ctx, "sqlite.metadata: no elements table for an index", slog.String("table", c.TableName),
+					slog.String("index", index.Name), slog.String("error", err.Error()))
+
+				continue
+			}
+
+			changed = changed || index.Elements != ""
+		}
+
+		if !changed {
+			continue
+		}
+
+		q := fmt.Sprintf("UPDATE %q SET settings = ? WHERE table_name = ?", metadataTableName)
+		if _, err = db.ExecContext(ctx, q, c.Settings, c.TableName); err != nil {
+			return lazyerrors.Error(err)
+		}
+	}
+
 	r.colls[dbName] = colls
 
 	return nil
@@ -390,6 +422,14 @@ func (r *Registry) collectionDrop(ctx context.Context, dbName, collectionName st
 		return false, lazyerrors.Error(err)
 	}
 
+	// twopc's dev server: the elements tables of its indexes (elements.go);
+	// dropping the table above dropped the triggers that kept them.
+	for _, index := range c.Settings.Indexes {
+		if err := dropElements(ctx, db, index); err != nil {
+			return false, lazyerrors.Error(err)
+		}
+	}
+
 	delete(r.colls[dbName], collectionName)
 
 	return true, nil
@@ -498,6 +538,13 @@ func (r *Registry) indexesCreate(ctx context.Context, dbName, collectionName str
 			return lazyerrors.Error(err)
 		}
 
+		// twopc's dev server: the index's elements table (elements.go).
+		if err := createElements(ctx, db, c, &index); err != nil {
+			_, _ = db.ExecContext(ctx, fmt.Sprintf("DROP INDEX %q", c.TableName+"_"+index.Name))
+			_ = r.indexesDrop(ctx, dbName, collectionName, created)
+			return lazyerrors.Error(err)
+		}
+
 		created = append(created, index.Name)
 		c.Settings.Indexes = append(c.Settings.Indexes, index)
 	}
@@ -551,6 +598,11 @@ func (r *Registry) indexesDrop(ctx context.Context, dbName, collectionName strin
 
 		q := fmt.Sprintf("DROP INDEX %q", c.TableName+"_"+name)
 		if _, err := db.ExecContext(ctx, q); err != nil {
+			return lazyerrors.Error(err)
+		}
+
+		// twopc's dev server: and its elements table (elements.go).
+		if err := dropElements(ctx, db, c.Settings.Indexes[i]); err != nil {
 			return lazyerrors.Error(err)
 		}
 

@@ -36,6 +36,14 @@ type IndexInfo struct {
 	Name   string         `json:"name"`
 	Key    []IndexKeyPair `json:"key"`
 	Unique bool           `json:"unique"`
+
+	// Elements is twopc's dev server's patch: the name of the index's
+	// elements table (see elements.go), "" if it has none.
+	Elements string `json:"twopc_elements,omitempty"`
+
+	// ElementsKey is the field whose value the elements table holds in its
+	// k column (the index's second key), "" if none.
+	ElementsKey string `json:"twopc_elements_key,omitempty"`
 }
 
 // IndexKeyPair consists of a field name and a sort order that are part of the index.
@@ -53,6 +61,9 @@ func (s Settings) deepCopy() Settings {
 			Name:   index.Name,
 			Key:    slices.Clone(index.Key),
 			Unique: index.Unique,
+
+			Elements:    index.Elements,
+			ElementsKey: index.ElementsKey,
 		}
 	}
 

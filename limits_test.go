@@ -450,3 +450,64 @@ func (b *bank) limitsOf(id string) limitsDoc {
 	require.NoError(b.t, b.db.Collection("accounts").FindOne(testCtx(b.t), bson.D{{Key: "_id", Value: id}}).Decode(&d))
 	return d
 }
+
+// An exchange across the two banks' deployments, each holding one side:
+// alice's dollars and the desk's at Shanghai, the desk's euros and bob's
+// at Beijing, whose deployment stops at each step of the transfer and
+// starts again. The exchange happens whole or not at all, each asset's
+// total is kept, and alice's floor is never crossed.
+func TestLimitsExchangeAcrossDeploymentsWithRestart(t *testing.T) {
+	for _, step := range []twopc.Step{twopc.StepApply, twopc.StepCommit, twopc.StepSettle} {
+		t.Run(step.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			var bk *banks
+			var once sync.Once
+			bk = newBanks(t, twopc.WithSyncSettle(), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+				if s == step {
+					once.Do(func() { require.NoError(t, bk.servers[1].Stop()) })
+				}
+				return nil
+			}))
+			sh, err := bk.c.Ledger("shanghai")
+			require.NoError(t, err)
+			bj, err := bk.c.Ledger("beijing")
+			require.NoError(t, err)
+			require.NoError(t, sh.OpenAccount(ctx, "alice", 50, twopc.AccountAsset("USD/2"), twopc.AccountFloor(-60)))
+			require.NoError(t, sh.OpenAccount(ctx, "desk", 0, twopc.AccountAsset("USD/2")))
+			require.NoError(t, bj.OpenAccount(ctx, "desk", 1000, twopc.AccountAsset("EUR/2")))
+			require.NoError(t, bj.OpenAccount(ctx, "bob", 0, twopc.AccountAsset("EUR/2"), twopc.AccountCeiling(500)))
+			exchange := []twopc.Leg{
+				{Ledger: "shanghai", Account: "alice", Amount: -100, Asset: "USD/2"},
+				{Ledger: "shanghai", Account: "desk", Amount: 100, Asset: "USD/2"},
+				{Ledger: "beijing", Account: "desk", Amount: -92, Asset: "EUR/2"},
+				{Ledger: "beijing", Account: "bob", Amount: 92, Asset: "EUR/2"},
+			}
+			_, err = bk.c.TransferLegs(ctx, exchange)
+			if step != twopc.StepCommit {
+				require.Error(t, err, "beijing is down")
+			}
+			bk.restart(1)
+			bk.recoverAll()
+			bk.check(map[string]map[string]int64{"shanghai": {"alice": 50, "desk": 0}, "beijing": {"desk": 1000, "bob": 0}})
+			moved := bk.balance("beijing", "bob") == 92
+			want := map[[2]string]int64{{"shanghai", "alice"}: 50, {"shanghai", "desk"}: 0, {"beijing", "desk"}: 1000, {"beijing", "bob"}: 0}
+			if moved {
+				want = map[[2]string]int64{{"shanghai", "alice"}: -50, {"shanghai", "desk"}: 100, {"beijing", "desk"}: 908, {"beijing", "bob"}: 92}
+			}
+			for k, v := range want {
+				assert.Equal(t, v, bk.balance(k[0], k[1]), "%v (the exchange moved: %v)", k, moved)
+			}
+			if step != twopc.StepApply {
+				assert.True(t, moved, "past its commit point, it moves")
+			}
+			// Past alice's floor now: refused, nothing moved.
+			_, err = bk.c.TransferLegs(ctx, exchange)
+			if moved {
+				require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+			}
+			rep, err := bk.c.Audit(ctx, twopc.WithExpectedAssetTotal("shanghai", "USD/2", 50), twopc.WithExpectedAssetTotal("beijing", "EUR/2", 1000))
+			require.NoError(t, err)
+			assert.True(t, rep.OK(), "%v", rep.Violations)
+		})
+	}
+}

@@ -332,7 +332,10 @@ func WithHistory(keep time.Duration, archive *mongo.Collection) Option {
 // By default a debit applies only if balance >= value. The policy is
 // recorded in each transaction this coordinator creates, and whoever
 // applies its legs (a Recoverer of another configuration included) obeys
-// the recorded policy, not its own.
+// the recorded policy, not its own. It governs only accounts without
+// limits: an account with limits (AccountFloor, AccountCeiling,
+// SetLimits) has a floor of its own, which its debits obey whatever the
+// policy.
 func WithAllowNegative() Option {
 	return func(c *config) error {
 		c.allowNegative = true

@@ -67,4 +67,8 @@ func TestAccountAndStatementShowAssets(t *testing.T) {
 	r = f.run("balance", "alice")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, ": -2.50 USD/2\n")
+	r = f.run("show", txn.ID.Hex())
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "amount -15.00 USD/2")
+	assert.Contains(t, r.stdout, "amount +15.00 USD/2")
 }

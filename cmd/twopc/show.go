@@ -74,6 +74,7 @@ type legReport struct {
 	Deployment string          `json:"deployment,omitempty"`
 	AccountID  json.RawMessage `json:"accountId"`
 	Amount     int64           `json:"amount"`
+	Asset      string          `json:"asset,omitempty"`
 	Marker     string          `json:"marker"`
 	// Leg says what the account shows of the leg: applied, closed,
 	// not-applied, no-account, or unknown-ledger.
@@ -131,7 +132,7 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 		rep.LogCopy = plainJSON(f.logCopy.raw)
 	}
 	for i, l := range t.legs {
-		lr := legReport{Index: i, Ledger: l.ledger, AccountID: plainValue(l.account), Amount: l.amount,
+		lr := legReport{Index: i, Ledger: l.ledger, AccountID: plainValue(l.account), Amount: l.amount, Asset: l.asset,
 			Marker: schema.Marker(id, i).Hex(), Account: json.RawMessage("null"), id: l.account}
 		coll, ok := cn.ledger(l.ledger)
 		if !ok {
@@ -264,7 +265,7 @@ func (r *showReport) print(w io.Writer) {
 		case l.Collection != "":
 			where += fmt.Sprintf(" (collection %s)", l.Collection)
 		}
-		fmt.Fprintf(w, "  %d. account %s, %s, amount %+d\n", l.Index, human(l.id), where, l.Amount)
+		fmt.Fprintf(w, "  %d. account %s, %s, amount %s\n", l.Index, human(l.id), where, scaled(l.Amount, l.Asset, true))
 		fmt.Fprintf(w, "     leg (marker %s): %s\n", l.Marker, legWords[l.Leg])
 		if l.acct == nil {
 			continue

@@ -29,6 +29,7 @@ type legDoc struct {
 	ledger  string
 	account bson.RawValue
 	amount  int64
+	asset   string // "": none
 }
 
 // parseTxn reads what the tool needs of a transaction document.
@@ -51,6 +52,7 @@ func parseTxn(raw bson.Raw) txnDoc {
 			l.ledger, _ = d.Lookup("ledger").StringValueOK()
 			l.account = d.Lookup("account")
 			l.amount, _ = d.Lookup("amount").AsInt64OK()
+			l.asset, _ = d.Lookup(schema.Asset).StringValueOK()
 			t.legs = append(t.legs, l)
 		}
 		return t
@@ -59,7 +61,8 @@ func parseTxn(raw bson.Raw) txnDoc {
 	if src.Type != 0 || dst.Type != 0 {
 		value, _ := raw.Lookup("value").AsInt64OK()
 		t.twoLegged = true
-		t.legs = []legDoc{{account: src, amount: -value}, {account: dst, amount: value}}
+		asset, _ := raw.Lookup(schema.Asset).StringValueOK()
+		t.legs = []legDoc{{account: src, amount: -value, asset: asset}, {account: dst, amount: value, asset: asset}}
 	}
 	return t
 }

@@ -238,6 +238,8 @@ func (au *audit) ledger(ctx context.Context, l *Ledger) (int64, map[string]int64
 			if !ok {
 				rep.add(Violation{Kind: ViolationMalformed, Ledger: l.name, Account: id, Detail: fmt.Sprintf("balance is a %s, not an integer", a.Balance.Type)})
 			} else if !overflow {
+				// An account whose asset is malformed counts in its
+				// ledger's total, in no asset's.
 				s := perAsset[asset]
 				for _, x := range []int64{b, a.heldDebit()} {
 					if (x > 0 && (sum > math.MaxInt64-x || s > math.MaxInt64-x)) || (x < 0 && (sum < math.MinInt64-x || s < math.MinInt64-x)) {
@@ -246,7 +248,9 @@ func (au *audit) ledger(ctx context.Context, l *Ledger) (int64, map[string]int64
 					sum += x
 					s += x
 				}
-				perAsset[asset] = s
+				if assetOK {
+					perAsset[asset] = s
+				}
 			}
 			if ok && a.limited() {
 				au.limits(l, id, &a, b)

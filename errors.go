@@ -50,8 +50,9 @@ var (
 	// ErrAssetMismatch reports a leg whose asset is not its account's
 	// (AccountAsset, WithAsset; a leg of no asset applies only to an
 	// account with none): the server refuses it in the write that would
-	// move the money, so no coordinator, however configured, moves money
-	// across assets. The transaction ends canceled; no balance changes.
+	// move the money, so no coordinator of this version, however
+	// configured, moves money across assets (an earlier version's writes
+	// know no asset: see PROTOCOL.md, Upgrading). The transaction ends canceled; no balance changes.
 	// SetLimits returns it for an AccountAsset other than the account's.
 	ErrAssetMismatch = errors.New("twopc: asset mismatch")
 

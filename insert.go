@@ -12,6 +12,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // insertUnknown is a transfer's error when its insert failed: it may have
@@ -172,6 +173,48 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
 		cur.guessed = true
 		q.cur = &cur
 		g.transition(ctx, cur.ID, inserted, start, of, true, nil)
+	}
+	g.readBackRemovable(ctx, calls)
+}
+
+// readBackRemovable reads the lastModified the server gave the
+// transactions of calls that WithHistory will remove without an archive
+// (keyless, with a time to keep and no archive), which a grouped insert
+// does not return: their commit requires it (see commitMove), so that a
+// commit delivered again after their removal, when a late insert has
+// brought a copy back, is refused, and no statement lists the copy.
+// Transactions kept for good or archived need not: nothing rebuilds them
+// unseen. One find for the group; if it fails, those commits require no
+// lastModified, as before.
+func (g *txnLog) readBackRemovable(ctx context.Context, calls []*insertCall) {
+	mine := map[bson.ObjectID]*record{}
+	var ids bson.A
+	for _, q := range calls {
+		if r := q.cur; r != nil && r.guessed && r.KeepMs > 0 && r.Archive == "" && r.Key == "" {
+			mine[r.ID] = r
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	var stored []record
+	err := g.retry(ctx, func(ctx context.Context) error {
+		cur, err := g.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+			options.Find().SetProjection(bson.D{{Key: fieldLastModified, Value: 1}, {Key: fieldClaim, Value: 1}, {Key: fieldState, Value: 1}}))
+		if err != nil {
+			return err
+		}
+		stored = stored[:0]
+		return cur.All(ctx, &stored)
+	})
+	if err != nil {
+		return
+	}
+	for _, s := range stored {
+		if r := mine[s.ID]; r != nil && s.Claim == r.Claim && s.State == StatePending {
+			r.LastModified, r.guessed = s.LastModified, false
+		}
 	}
 }
 

@@ -39,6 +39,20 @@ func (k *accountKinds) of(l leg) leg {
 	return l
 }
 
+// limitedNow records that account id has limits: a write just gave them.
+func (k *accountKinds) limitedNow(id any) {
+	key, err := schema.IDKey(id)
+	if err != nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.limited == nil || len(k.limited) >= maxKinds {
+		k.limited = map[string]bool{}
+	}
+	k.limited[key] = true
+}
+
 // saw records what a read found of account a (nil: missing).
 func (k *accountKinds) saw(a *account) {
 	if a == nil {

@@ -79,6 +79,9 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ..
 	opening := bson.D{{Key: "balance", Value: balance}, {Key: "at", Value: l.mark.stamp(ctx)}}
 	set = append(set, bson.E{Key: fieldOpening, Value: opening})
 	_, err := l.accounts.InsertOne(ctx, append(bson.D{{Key: "_id", Value: id}}, set...))
+	if cfg.limited() {
+		defer func() { l.kinds.limitedNow(id) }() // its legs' writes are written for its kind at once
+	}
 	if mongo.IsDuplicateKeyError(err) {
 		res, uerr := l.accounts.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: fieldTombstone, Value: true}}, bson.D{
 			{Key: "$set", Value: set},
@@ -268,12 +271,12 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 // are then closed one statement each, each guarded by its own marker.
 //
 // Each statement is written for the kind of account (with limits or
-// without) the ledger last saw (see leg.limited), and requires it. One
-// that may not have matched (a leg closed by someone else, or an account
-// of the other kind: one given limits since, or one this process has not
-// read yet) is sent again for both kinds, a statement each, each guarded
-// by the leg's marker: at most one of them matches, so a leg closes once,
-// and if its marker is still pending one of them does.
+// without) the ledger last saw (see leg.limited), and requires it. The
+// legs of one that may not have matched (a leg closed by someone else, or
+// an account of the other kind: one given limits since, or one this
+// process has not read yet) are closed one by one by marker and kind
+// read (see byKind): a leg whose marker is still pending is closed for
+// the kind its account has, once.
 func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
 	type group struct {
 		legs    []leg
@@ -343,31 +346,23 @@ func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, e
 		}
 	}
 	// A statement that may not have matched, or that the server refused
-	// (a write error: it did not apply), has its legs sent one by one,
-	// each guarded by its own marker, for both kinds of account; a leg
-	// that fails then fails every transaction of the batch that carries
-	// it.
-	var alone []mongo.WriteModel
+	// (a write error: it did not apply), has its legs closed one by one,
+	// each guarded by its own marker, for the kind its account is read
+	// with; a leg that fails then fails every transaction of the batch
+	// that carries it.
+	var alone []leg
 	var aloneOwners [][]int
 	for i := range unconfirmed {
-		legs := []leg{single[i]}
-		if merged[i] != nil {
-			legs = merged[i].legs
+		if merged[i] == nil {
+			alone, aloneOwners = append(alone, single[i]), append(aloneOwners, owners[i])
+			continue
 		}
-		for _, lg := range legs {
-			for _, kind := range []bool{lg.limited, !lg.limited} {
-				lg.limited = kind
-				alone = append(alone, closeModel(lg))
-				if merged[i] != nil {
-					aloneOwners = append(aloneOwners, merged[i].markers[lg.marker])
-				} else {
-					aloneOwners = append(aloneOwners, owners[i])
-				}
-			}
+		for _, lg := range merged[i].legs {
+			alone, aloneOwners = append(alone, lg), append(aloneOwners, merged[i].markers[lg.marker])
 		}
 	}
 	if len(alone) > 0 {
-		more, aerr := l.write(ctx, alone)
+		more, aerr := l.byKind(ctx, alone, closeModel)
 		for k := range more {
 			for _, o := range aloneOwners[k] {
 				failed[o] = true
@@ -376,6 +371,79 @@ func (l *Ledger) closeLegs(ctx context.Context, recs []*record) (map[int]bool, e
 		err = cmpErr(err, aerr)
 	}
 	return failed, err
+}
+
+// maxKindRounds bounds byKind's read-and-write rounds. An account only
+// ever gains limits, so two rounds see every change of kind; a third
+// covers a write that failed in between.
+const maxKindRounds = 3
+
+// byKind writes model(lg) for each leg of legs whose marker is still
+// pending on its account, a statement each, for the kind of account it is
+// read with (the read records the kinds: see Ledger.inspect), and reads
+// again those that may not have matched, up to maxKindRounds. A leg whose
+// marker is not pending (closed or undone by someone else, or never
+// applied) needs nothing. Each statement is guarded by the leg's marker,
+// so a leg is closed (undone) once however the rounds interleave with
+// other writers. It returns the indexes of the legs that may still be
+// pending, and, if there are any, an error: the server's, for a statement
+// it refused (sent once more, unconfirmed, to learn it), or one saying
+// they kept not matching.
+func (l *Ledger) byKind(ctx context.Context, legs []leg, model func(leg) mongo.WriteModel) (map[int]bool, error) {
+	left := make([]int, len(legs))
+	for i := range left {
+		left[i] = i
+	}
+	var last []mongo.WriteModel // the statements of the last round still unconfirmed
+	for round := 0; round < maxKindRounds && len(left) > 0; round++ {
+		read := make([]leg, len(left))
+		for j, i := range left {
+			read[j] = legs[i]
+		}
+		accts, err := l.inspect(ctx, read)
+		if err != nil {
+			return indexSet(left), err
+		}
+		var models []mongo.WriteModel
+		var of []int
+		confirm := map[int]bool{}
+		for j, i := range left {
+			a := accts[j]
+			if a == nil || !has(a.pending(), legs[i].marker) {
+				continue // nothing to do here
+			}
+			lg := legs[i]
+			lg.limited = a.limited()
+			confirm[len(models)] = true
+			models, of = append(models, model(lg)), append(of, i)
+		}
+		failed, unconfirmed, err := l.writeConfirmed(ctx, models, confirm)
+		if err != nil {
+			return indexSet(of), err
+		}
+		left, last = left[:0], last[:0]
+		for k, i := range of {
+			if failed[k] || unconfirmed[k] {
+				left, last = append(left, i), append(last, models[k])
+			}
+		}
+	}
+	if len(left) == 0 {
+		return nil, nil
+	}
+	if _, err := l.write(ctx, last); err != nil {
+		return indexSet(left), err
+	}
+	return indexSet(left), errorf("twopc: ledger %q: %d legs' markers still pending after %d reads and writes", l.name, len(left), maxKindRounds)
+}
+
+// indexSet is the set of the indexes in is.
+func indexSet(is []int) map[int]bool {
+	out := make(map[int]bool, len(is))
+	for _, i := range is {
+		out[i] = true
+	}
+	return out
 }
 
 // unfenceLegs removes the fences of final transactions recs from their
@@ -445,30 +513,55 @@ func (l *Ledger) inspect(ctx context.Context, legs []leg) ([]*account, error) {
 // what makes the undo final: an apply that raced ahead of the fence is seen
 // and undone, one that comes after it matches nothing.
 func (l *Ledger) fenceAndUndo(ctx context.Context, r *record, legs []leg) error {
-	// Each undo for both kinds of account (see leg.limited): at most one
-	// matches, and if the leg is applied one does.
 	fences := make([]mongo.WriteModel, len(legs))
-	undos := make([]mongo.WriteModel, 0, 3*len(legs))
 	for i, lg := range legs {
 		fences[i] = fenceModel(r, lg)
-		for _, kind := range []bool{false, true} {
-			lg.limited = kind
-			undos = append(undos, undoModel(lg))
-		}
-	}
-	// Then the accounts' lines, which drop their fences below the mark:
-	// an account that only ever sees rollbacks stays bounded too.
-	line := lineFor(l.mark.line(), r)
-	for _, lg := range legs {
-		if m := lineModel(lg, line); m != nil {
-			undos = append(undos, m)
-		}
 	}
 	if err := l.fence(ctx, r, fences); err != nil {
 		return err
 	}
+	// Each undo for the kind of account its leg's account was last seen
+	// with (see leg.limited); one that may not have matched (a leg never
+	// applied, or an account of the other kind) is undone by marker and
+	// kind read (byKind). Then the accounts' lines, which drop their
+	// fences below the mark: an account that only ever sees rollbacks
+	// stays bounded too.
 	return l.try(ctx, StepUndo, r, func(ctx context.Context) error {
-		_, err := l.accounts.BulkWrite(ctx, undos, unorderedWrite)
+		undos := make([]mongo.WriteModel, len(legs))
+		confirm := map[int]bool{}
+		for i, lg := range legs {
+			undos[i], confirm[i] = undoModel(l.kinds.of(lg)), true
+		}
+		failed, unconfirmed, err := l.writeConfirmed(ctx, undos, confirm)
+		if err != nil {
+			return err
+		}
+		var again []leg
+		for i := range legs {
+			if failed[i] || unconfirmed[i] {
+				again = append(again, legs[i])
+			}
+		}
+		if len(again) > 0 {
+			left, err := l.byKind(ctx, again, undoModel)
+			if err != nil {
+				return err
+			}
+			if len(left) > 0 {
+				return errorf("%d legs of %s may not be undone yet", len(left), r.ID.Hex())
+			}
+		}
+		var lines []mongo.WriteModel
+		line := lineFor(l.mark.line(), r)
+		for _, lg := range legs {
+			if m := lineModel(lg, line); m != nil {
+				lines = append(lines, m)
+			}
+		}
+		if len(lines) == 0 {
+			return nil
+		}
+		_, err = l.accounts.BulkWrite(ctx, lines, unorderedWrite)
 		return err
 	})
 }

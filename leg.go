@@ -241,14 +241,20 @@ func applyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
 		// applies (see MaxHolds).
 		filter = append(filter, bson.E{Key: fmt.Sprintf("%s.%d", fieldPending, MaxHolds-1), Value: bson.D{{Key: "$exists", Value: false}}})
 	}
-	filter = append(filter, l.kind(), l.assetCond())
+	filter = append(filter, l.assetCond())
 	switch {
 	case l.limited && l.debit():
+		// The room's condition is the kind's too: a number there.
 		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{integer}},
 			bson.E{Key: fieldFloorRoom, Value: bson.D{{Key: "$gte", Value: -l.delta}, integer}})
 	case l.limited:
-		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{integer}},
+		filter = append(filter, l.kind(), bson.E{Key: fieldBalance, Value: bson.D{integer}},
 			bson.E{Key: fieldCeilingRoom, Value: bson.D{{Key: "$gte", Value: l.delta}, integer}})
+	default:
+		filter = append(filter, l.kind())
+	}
+	switch {
+	case l.limited:
 	case l.debit() && !r.AllowNegative:
 		filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{{Key: "$gte", Value: -l.delta}, integer}})
 	case l.debit():

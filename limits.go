@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -169,7 +170,7 @@ func (lim limits) fields(floorRoom, ceilingRoom int64) bson.D {
 
 // maxSetLimitsAttempts bounds SetLimits' read-and-write rounds on an
 // account that keeps changing between the two.
-const maxSetLimitsAttempts = 16
+const maxSetLimitsAttempts = 64
 
 // SetLimits sets the floor and ceiling of account id of ledger ("" is the
 // default ledger) to what AccountFloor and AccountCeiling give; a limit
@@ -181,9 +182,12 @@ const maxSetLimitsAttempts = 16
 // requires the limits it read, and the count of SetLimits writes it read
 // (limitsSeq, which it adds one to, so that one delivered late never
 // matches), and moves the rooms by the difference (so it never misses a
-// leg written meanwhile); on one without, an update
-// that requires the balance and the sums in flight it read and sets the
-// rooms from them (repeated, up to a bound, while legs keep moving them).
+// leg written meanwhile); on one without, an update that requires the
+// balance and the sums in flight it read and sets the rooms from them.
+// While legs move the account between its read and its write, it reads
+// and writes again, waiting a little longer each time (1 ms, growing to
+// 64 ms), up to 64 times or until ctx ends; then ErrInProgress. On an
+// account that moves faster than that, open it with its limits instead.
 // Legs written for the account as it was match nothing afterwards and are
 // sent again for its kind. It moves no money: a floor raised above the
 // balance, or a ceiling lowered below what the balance and its legs in
@@ -191,8 +195,10 @@ const maxSetLimitsAttempts = 16
 // account's limits are kept for good.
 //
 // It returns ErrAccountNotFound for no account, ErrInvalidAccount (and
-// writes nothing) for limits that are not valid or a balance that is not
-// an integer, ErrUnknownLedger for a ledger the coordinator was not given.
+// writes nothing) for no AccountFloor or AccountCeiling, limits that are
+// not valid, a balance that is not an integer, or one that with its legs
+// in flight may leave [-MaxLimit, MaxLimit], and ErrUnknownLedger for a
+// ledger the coordinator was not given.
 func (c *Coordinator) SetLimits(ctx context.Context, ledger string, id any, opts ...AccountOption) error {
 	l, err := c.ledgers.get(ledger)
 	if err != nil {
@@ -211,7 +217,20 @@ func (l *Ledger) setLimits(ctx context.Context, id any, cfg accountConfig) error
 			return errorf("twopc: set limits of %v: %w: %w", id, ErrInvalidAccount, err)
 		}
 	}
+	backoff := time.Millisecond
 	for attempt := 0; attempt < maxSetLimitsAttempts; attempt++ {
+		if attempt > 0 {
+			// Legs moved the account between the read and the write:
+			// wait a little, growing, then read again.
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return errorf("twopc: set limits of %v: %w", id, ctx.Err())
+			case <-t.C:
+			}
+			backoff = min(2*backoff, 64*time.Millisecond)
+		}
 		var a account
 		err := l.retry(ctx, func(ctx context.Context) error {
 			return l.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(accountProjection)).Decode(&a)
@@ -225,6 +244,9 @@ func (l *Ledger) setLimits(ctx context.Context, id any, cfg accountConfig) error
 		l.kinds.saw(&a)
 		if asset, ok := a.assetOf(); cfg.assetSet && (!ok || asset != cfg.asset) {
 			return errorf("twopc: set limits of %v: %w: it holds %s, not %s", id, ErrAssetMismatch, assetName(a.Asset), cfg.asset)
+		}
+		if !cfg.limited() {
+			return errorf("twopc: set limits of %v: %w: give AccountFloor or AccountCeiling", id, ErrInvalidAccount)
 		}
 		filter, update, err := limitsWrite(&a, id, cfg)
 		if err != nil {
@@ -240,6 +262,7 @@ func (l *Ledger) setLimits(ctx context.Context, id any, cfg accountConfig) error
 			return errorf("twopc: set limits of %v: %w", id, err)
 		}
 		if res.MatchedCount == 1 {
+			l.kinds.limitedNow(id)
 			return nil
 		}
 	}
@@ -249,10 +272,29 @@ func (l *Ledger) setLimits(ctx context.Context, id any, cfg accountConfig) error
 
 // limitsWrite is SetLimits' guarded update of account a, read just before.
 func limitsWrite(a *account, id any, cfg accountConfig) (filter, update bson.D, err error) {
+	b, ok := a.balance()
+	if !ok {
+		return nil, nil, errorf("%w: balance of BSON type %s", ErrInvalidAccount, a.Balance.Type)
+	}
+	debit, dok := intOf(a.PendingDebit)
+	credit, cok := intOf(a.PendingCredit)
+	switch {
+	case (!dok && a.PendingDebit.Type != 0) || (!cok && a.PendingCredit.Type != 0):
+		return nil, nil, errorf("%w: pendingDebit of BSON type %s, pendingCredit of BSON type %s", ErrInvalidAccount, a.PendingDebit.Type, a.PendingCredit.Type)
+	case b < -MaxLimit || debit < 0 || credit < 0 || b > MaxLimit-debit || b+debit > MaxLimit-credit:
+		// What the balance can become, whatever in flight settles or is
+		// undone, lies in [b, b+debit+credit]: within [-MaxLimit,
+		// MaxLimit], the rooms of any limits fit in int64, now and after.
+		return nil, nil, errorf("%w: balance %d with %d in flight out and %d in: limits need it within [-MaxLimit, MaxLimit]",
+			ErrInvalidAccount, b, debit, credit)
+	}
 	if a.limited() {
 		cur, ok := a.limits()
 		if !ok {
 			return nil, nil, errorf("%w: floor or ceiling not an integer", ErrInvalidAccount)
+		}
+		if _, _, ok := a.rooms(); !ok {
+			return nil, nil, errorf("%w: floorRoom of BSON type %s, ceilingRoom of BSON type %s", ErrInvalidAccount, a.FloorRoom.Type, a.CeilingRoom.Type)
 		}
 		lim, err := limitsOf(cfg, cur)
 		if err != nil {
@@ -281,27 +323,27 @@ func limitsWrite(a *account, id any, cfg accountConfig) (filter, update bson.D, 
 		}
 		update = bson.D{{Key: "$set", Value: set}}
 		inc := bson.D{{Key: fieldLimitsSeq, Value: int64(1)}}
-		if d := cur.floor - lim.floor; d != 0 { // both in [-MaxLimit, MaxLimit]: no overflow
-			inc = append(inc, bson.E{Key: fieldFloorRoom, Value: d})
+		floorRoom, ceilingRoom, _ := a.rooms()
+		df, dc := cur.floor-lim.floor, lim.ceiling-cur.ceiling // all in [-MaxLimit, MaxLimit]: no overflow
+		if _, ok1 := addInt64(floorRoom, df); !ok1 {
+			return nil, nil, errorf("%w: floorRoom %d does not take %+d in int64 (edited by hand?)", ErrInvalidAccount, floorRoom, df)
 		}
-		if d := lim.ceiling - cur.ceiling; d != 0 {
-			inc = append(inc, bson.E{Key: fieldCeilingRoom, Value: d})
+		if _, ok2 := addInt64(ceilingRoom, dc); !ok2 {
+			return nil, nil, errorf("%w: ceilingRoom %d does not take %+d in int64 (edited by hand?)", ErrInvalidAccount, ceilingRoom, dc)
+		}
+		if df != 0 {
+			inc = append(inc, bson.E{Key: fieldFloorRoom, Value: df})
+		}
+		if dc != 0 {
+			inc = append(inc, bson.E{Key: fieldCeilingRoom, Value: dc})
 		}
 		return filter, append(update, bson.E{Key: "$inc", Value: inc}), nil
-	}
-	b, ok := a.balance()
-	if !ok {
-		return nil, nil, errorf("%w: balance of BSON type %s", ErrInvalidAccount, a.Balance.Type)
 	}
 	lim, err := limitsOf(cfg, limits{})
 	if err != nil {
 		return nil, nil, err
 	}
-	floorRoom, ceilingRoom, ok := lim.rooms(b, a.heldDebit(), a.credit())
-	if !ok {
-		return nil, nil, errorf("%w: balance %d with %d in flight out and %d in does not fit these limits' rooms in int64",
-			ErrInvalidAccount, b, a.heldDebit(), a.credit())
-	}
+	floorRoom, ceilingRoom, _ := lim.rooms(b, debit, credit) // bounded above: they fit
 	// The rooms are set from the balance and the sums in flight read:
 	// the write requires them unchanged, and no room yet.
 	filter = bson.D{{Key: "_id", Value: id}, {Key: fieldFloorRoom, Value: bson.D{{Key: "$exists", Value: false}}}, {Key: fieldBalance, Value: b}}

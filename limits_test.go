@@ -3,6 +3,8 @@ package twopc_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,9 +12,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/mongotest"
 )
 
 // limitsDoc is what an account document holds of its asset and limits.
@@ -509,5 +514,118 @@ func TestLimitsExchangeAcrossDeploymentsWithRestart(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, rep.OK(), "%v", rep.Violations)
 		})
+	}
+}
+
+// SetLimits refuses, writing nothing, what its rooms could not hold: an
+// account beyond MaxLimit now, or one whose legs in flight could take it
+// there once they settle or are undone (here a debit in flight whose undo
+// would push a converted floorRoom past int64, and a balance below
+// -MaxLimit under WithAllowNegative); limits with no floor or ceiling;
+// and rooms a hand edit made non-integer. The transfers in flight then
+// finish as they would have.
+func TestLimitsSetLimitsRefusesWhatDoesNotFit(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithAllowNegative(), twopc.WithSyncSettle())
+	b.open(map[string]int64{"big": math.MaxInt64 - 10, "A": 1<<62 + 1000, "low": 0, "C": 0, "D": 0, "plain": 5})
+	_, err := b.c.Transfer(ctx, "low", "C", 1<<62+10) // low: below -MaxLimit
+	require.NoError(t, err)
+	stopAt := b.coordinator(twopc.WithSyncSettle(), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepUndo {
+			return errors.New("stopped before undoing")
+		}
+		return nil
+	}))
+	_, err = stopAt.TransferLegs(ctx, []twopc.Leg{{Account: "A", Amount: -2000}, {Account: "C", Amount: 2001}, {Account: "D", Amount: -1}})
+	require.Error(t, err) // A's 2000 in flight, to be undone
+	before := b.accountStates()
+
+	require.ErrorIs(t, b.c.SetLimits(ctx, "", "big", twopc.AccountFloor(0)), twopc.ErrInvalidAccount)
+	require.ErrorIs(t, b.c.SetLimits(ctx, "", "A", twopc.AccountFloor(-twopc.MaxLimit)), twopc.ErrInvalidAccount)
+	require.ErrorIs(t, b.c.SetLimits(ctx, "", "low", twopc.AccountFloor(-twopc.MaxLimit)), twopc.ErrInvalidAccount)
+	require.ErrorIs(t, b.c.SetLimits(ctx, "", "plain"), twopc.ErrInvalidAccount, "no limit given")
+	require.ErrorIs(t, b.c.SetLimits(ctx, "", "plain", twopc.AccountAsset("USD")), twopc.ErrAssetMismatch)
+	assert.Equal(t, before, b.accountStates(), "nothing written")
+	for _, id := range []string{"big", "A", "low", "plain"} {
+		assert.Nil(t, b.limitsOf(id).FloorRoom, "%s: no limits", id)
+	}
+	b.recoverAll()
+	assert.Equal(t, int64(1<<62+1000), b.balance("A"), "the rollback finished")
+
+	require.NoError(t, b.c.OpenAccount(ctx, "E", 100, twopc.AccountFloor(0)))
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "E"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "floorRoom", Value: 100.0}}}})
+	require.NoError(t, err)
+	require.ErrorIs(t, b.c.SetLimits(ctx, "", "E", twopc.AccountFloor(-10)), twopc.ErrInvalidAccount, "a room that is not an integer, at once")
+}
+
+// The audit counts an account whose asset is malformed in its ledger's
+// total and in no asset's, and reports it.
+func TestLimitsAuditMalformedAsset(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"plain": 10})
+	require.NoError(t, b.c.OpenAccount(ctx, "usd", 100, twopc.AccountAsset("USD")))
+	_, err := b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "usd"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "asset", Value: int64(7)}}}})
+	require.NoError(t, err)
+	rep, err := b.c.Audit(ctx, twopc.WithExpectedAssetTotal("", "", 10), twopc.WithExpectedTotal("", 110))
+	require.NoError(t, err)
+	require.Len(t, rep.Totals, 2)
+	for _, tc := range rep.Totals {
+		assert.True(t, tc.OK, "%+v", tc)
+	}
+	require.Len(t, rep.Violations, 1)
+	assert.Equal(t, twopc.ViolationMalformed, rep.Violations[0].Kind)
+}
+
+// A fresh process settling legs on accounts with limits that it has never
+// read: its first statements, written for accounts without, match
+// nothing; it reads those accounts once and closes each leg for its kind,
+// and sends no more than one statement a leg beyond the first try.
+func TestLimitsSettleUnknownKind(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	const n = 20
+	for i := range n {
+		require.NoError(t, b.c.OpenAccount(ctx, fmt.Sprintf("src%d", i), 100, twopc.AccountFloor(0)))
+		require.NoError(t, b.c.OpenAccount(ctx, fmt.Sprintf("dst%d", i), 0, twopc.AccountCeiling(1000)))
+	}
+	c := b.coordinator(twopc.WithSyncSettle(), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == twopc.StepSettle {
+			return errors.New("stopped before settling")
+		}
+		return nil
+	}))
+	for i := range n {
+		_, err := c.Transfer(ctx, fmt.Sprintf("src%d", i), fmt.Sprintf("dst%d", i), 10)
+		require.Error(t, err)
+	}
+	var mu sync.Mutex
+	stmts := 0
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "update" && e.DatabaseName == b.db.Name() {
+			if coll, _ := e.Command.Lookup("update").StringValueOK(); coll == "accounts" {
+				vals, _ := e.Command.Lookup("updates").Array().Values()
+				mu.Lock()
+				stmts += len(vals)
+				mu.Unlock()
+			}
+		}
+	}}
+	db := mongotest.ConnectURI(t, b.server.URI, options.Client().SetMonitor(mon)).Database(b.db.Name())
+	rc, err := twopc.NewCoordinator(db, twopc.WithApplication("fresh-recoverer"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rc.Close(context.Background()) })
+	rep, err := twopc.NewRecoverer(rc).RecoverOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, rep.Settled)
+	mu.Lock()
+	assert.LessOrEqual(t, stmts, 2*(2*n), "a statement a leg, then one a leg for its kind")
+	mu.Unlock()
+	for i := range n {
+		assert.Equal(t, int64(10), b.balance(fmt.Sprintf("dst%d", i)))
+		b.roomsHold(fmt.Sprintf("src%d", i))
+		b.roomsHold(fmt.Sprintf("dst%d", i))
 	}
 }

@@ -299,13 +299,14 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 // the copy's are the late writes'), and a Recoverer's pass cancels it
 // (reason "late_copy": a copy brought back pending has a leg closed and
 // none applied, one brought back held has none of its legs on its
-// accounts), so no statement lists it. One exception: the commit of a
-// transfer inserted in a group (concurrent transfers on one coordinator;
-// a grouped insert's reply returns no lastModified) requires only its
-// state and claim, so if its insert and then its commit are both
-// delivered again after its removal, the copy is committed, with no leg
-// applied and no money moved, and statements without an archive list it.
-// The copy is removed in turn, and the archive
+// accounts), so no statement lists it. A transfer inserted in a group
+// (concurrent transfers on one coordinator, TransferBatch) has its
+// lastModified read back after the grouped insert, which returns none,
+// when it is to be removed without an archive; if that read fails, its
+// commit requires only its state and claim, and a copy brought back by
+// its insert and its commit both delivered again after its removal would
+// be committed (with no leg applied and no money moved) and listed by
+// statements. The copy is removed in turn, and the archive
 // keeps the first record (a copy's archiving finds the id there and leaves
 // it), which is what Get, Cancel and Reverse then read. Without an
 // archive, do not Reverse a transaction older than keep on the log's word

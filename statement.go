@@ -113,9 +113,8 @@ const statementHorizon = time.Second
 // it (a copy in the log is a late duplicate's, which WithHistory
 // describes). Transactions removed without an archive are not counted:
 // see BalanceAt. A copy that late writes rebuilt after a removal without
-// an archive is canceled, never an entry, with one exception WithHistory
-// states (a transfer inserted in a group whose insert and commit are both
-// delivered again after its removal).
+// an archive is canceled, never an entry (but see WithHistory for a read
+// that fails after a grouped insert).
 //
 // The opening balance is the one OpenAccount recorded. For an account with
 // none (inserted by hand, or opened by an earlier version), it is derived

@@ -772,3 +772,70 @@ func TestStatementNeverListsALateCopy(t *testing.T) {
 		assert.Equal(t, b.balance(acct), bal, acct)
 	}
 }
+
+// The same for transfers inserted in a group (TransferBatch): the grouped
+// insert returns no lastModified, so the coordinator reads it back for
+// the transactions WithHistory will remove without an archive, and their
+// commit requires it too.
+func TestStatementNeverListsALateCopyOfABatch(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	rec := &writeRecorder{}
+	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithStatementHorizon(0), twopc.WithSyncSettle(),
+		twopc.WithHistory(time.Millisecond, nil))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	b.open(map[string]int64{"A": 500, "B": 0})
+	res, err := c.TransferBatch(ctx, []twopc.TransferRequest{
+		{Source: "A", Destination: "B", Value: 10}, {Source: "A", Destination: "B", Value: 20}, {Source: "A", Destination: "B", Value: 1000},
+	})
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	require.NoError(t, res[1].Err)
+	require.ErrorIs(t, res[2].Err, twopc.ErrInsufficientFunds)
+	grouped := 0
+	for _, cmd := range rec.recorded() {
+		if coll, _ := cmd.Lookup("update").StringValueOK(); coll == "transactions" {
+			if u, ok := cmd.Lookup("updates").ArrayOK(); ok {
+				if vals, _ := u.Values(); len(vals) == 3 {
+					grouped++ // the three inserts in one command
+				}
+			}
+		}
+	}
+	require.Equal(t, 1, grouped, "the inserts went in one command")
+
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("remover"), twopc.WithHistory(time.Millisecond, nil),
+		twopc.WithCheckpoints(1000, 0)))
+	removed := 0
+	for range 3 {
+		b.ageFinal()
+		rep, err := r.RecoverOnce(ctx)
+		require.NoError(t, err)
+		removed += rep.Removed
+	}
+	require.Equal(t, 3, removed)
+	since := time.Now()
+	later, err := c.Transfer(ctx, "A", "B", 7, twopc.WithKey("kept"))
+	require.NoError(t, err)
+	balances := b.accountStates()
+
+	resendAll(t, b.db, rec.recorded())
+	for _, d := range b.txns() {
+		if d.ID != later.ID {
+			assert.Containsf(t, []twopc.State{twopc.StatePending, twopc.StateCanceled}, d.State,
+				"copy %s: a late commit matched it", d.ID.Hex())
+		}
+	}
+	b.recoverAll()
+	assert.Equal(t, balances, b.accountStates(), "a late write moved money")
+	for _, acct := range []string{"A", "B"} {
+		p, err := c.Statement(ctx, "", acct, twopc.StatementQuery{Since: since})
+		require.NoError(t, err)
+		require.Len(t, p.Entries, 1, acct)
+		assert.Equal(t, later.ID, p.Entries[0].Txn, acct)
+		bal, err := c.BalanceAt(ctx, "", acct, time.Now().Add(time.Hour))
+		require.NoError(t, err)
+		assert.Equal(t, b.balance(acct), bal, acct)
+	}
+}

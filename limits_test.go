@@ -629,3 +629,63 @@ func TestLimitsSettleUnknownKind(t *testing.T) {
 		b.roomsHold(fmt.Sprintf("dst%d", i))
 	}
 }
+
+// SetLimits gives limits to accounts without them while transfers run
+// through them from four coordinators: each call succeeds or says
+// ErrInProgress, and once the transfers stop, the rooms of every account
+// it converted are exactly what its balance and limits make them, and the
+// money is all there.
+func TestLimitsSetLimitsWhileTransfersRun(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 1_000_000, "B": 1_000_000})
+	stop := make(chan struct{})
+	started := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	var moved atomic.Int64
+	cs := []*twopc.Coordinator{b.c, b.coordinator(twopc.WithSyncSettle()), b.coordinator(twopc.WithSyncSettle()), b.coordinator(twopc.WithSyncSettle())}
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cs[i%len(cs)]
+			src, dst := "A", "B"
+			if i%2 == 1 {
+				src, dst = "B", "A"
+			}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := c.Transfer(ctx, src, dst, 1+int64(i)); err == nil {
+					if moved.Add(1) == 40 {
+						once.Do(func() { close(started) })
+					}
+				}
+			}
+		}()
+	}
+	<-started
+	converted := map[string]bool{}
+	for _, id := range []string{"A", "B"} {
+		err := b.c.SetLimits(ctx, "", id, twopc.AccountFloor(-5000), twopc.AccountCeiling(3_000_000))
+		if err == nil {
+			converted[id] = true
+			continue
+		}
+		require.ErrorIs(t, err, twopc.ErrInProgress)
+	}
+	before := moved.Load()
+	close(stop)
+	wg.Wait()
+	t.Logf("SetLimits converted %d of 2 accounts while %d transfers ran (%d before it)", len(converted), moved.Load(), before)
+	b.recoverAll()
+	b.checkSettled(map[string]int64{"A": 1_000_000, "B": 1_000_000})
+	assert.Equal(t, int64(2_000_000), b.balance("A")+b.balance("B"))
+	for id := range converted {
+		b.roomsHold(id)
+	}
+}

@@ -4,6 +4,7 @@ package twopc
 // rules that judge a leg against it (the leg verdict and the credit guard).
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -140,20 +141,9 @@ func (a *account) limited() bool { return a.FloorRoom.Type != 0 }
 // rooms returns a limited account's floorRoom and ceilingRoom, and false
 // if either is missing or not an integer.
 func (a *account) rooms() (floor, ceiling int64, ok bool) {
-	f, ok1 := intOf(a.FloorRoom)
-	c, ok2 := intOf(a.CeilingRoom)
+	f, ok1 := integerOK(a.FloorRoom)
+	c, ok2 := integerOK(a.CeilingRoom)
 	return f, c, ok1 && ok2
-}
-
-// intOf returns v as an int64 if it is an int32 or an int64.
-func intOf(v bson.RawValue) (int64, bool) {
-	switch v.Type {
-	case bson.TypeInt64:
-		return v.Int64(), true
-	case bson.TypeInt32:
-		return int64(v.Int32()), true
-	}
-	return 0, false
 }
 
 // assetOf returns the account's asset code: "" for none (missing or
@@ -299,15 +289,7 @@ var (
 )
 
 // balance returns the account's balance if it is an integer.
-func (a *account) balance() (int64, bool) {
-	switch a.Balance.Type {
-	case bson.TypeInt64:
-		return a.Balance.Int64(), true
-	case bson.TypeInt32:
-		return int64(a.Balance.Int32()), true
-	}
-	return 0, false
-}
+func (a *account) balance() (int64, bool) { return integerOK(a.Balance) }
 
 func has(ids []bson.ObjectID, id bson.ObjectID) bool {
 	for _, x := range ids {
@@ -327,6 +309,13 @@ const (
 	legFenced                    // closed: settled or rolled back by someone else
 	legBlocked                   // cannot apply: see the error
 )
+
+// closedVerdict reports whether judge's verdict v (with why) says the
+// leg is closed: fenced on its account, or behind its account's fence
+// line. Either stays so for good.
+func closedVerdict(v legVerdict, why error) bool {
+	return v == legFenced || v == legBlocked && errors.Is(why, ErrTooLate)
+}
 
 // judge reads account a (nil if missing) for leg l of transaction r. An
 // account with limits is judged by its rooms, whatever r's policy says

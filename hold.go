@@ -436,7 +436,7 @@ func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail 
 				switch v, why := judge(accts[i], t, l); {
 				case v == legApplied:
 					on++
-				case v == legFenced, v == legBlocked && errors.Is(why, ErrTooLate):
+				case closedVerdict(v, why):
 					closed++
 				}
 			}

@@ -47,6 +47,11 @@ func (k *accountKinds) limitedNow(id any) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.add(key)
+}
+
+// add records key as limited; k.mu is held.
+func (k *accountKinds) add(key string) {
 	if k.limited == nil || len(k.limited) >= maxKinds {
 		k.limited = map[string]bool{}
 	}
@@ -64,11 +69,7 @@ func (k *accountKinds) saw(a *account) {
 	switch {
 	case !a.limited():
 		delete(k.limited, key)
-	case k.limited[key]:
-	default:
-		if k.limited == nil || len(k.limited) >= maxKinds {
-			k.limited = map[string]bool{}
-		}
-		k.limited[key] = true
+	case !k.limited[key]:
+		k.add(key)
 	}
 }

@@ -78,17 +78,22 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ..
 	// the balance, and the time by the clock corrected to the server's.
 	opening := bson.D{{Key: "balance", Value: balance}, {Key: "at", Value: l.mark.stamp(ctx)}}
 	set = append(set, bson.E{Key: fieldOpening, Value: opening})
-	_, err := l.accounts.InsertOne(ctx, append(bson.D{{Key: "_id", Value: id}}, set...))
-	if cfg.limited() {
-		defer func() { l.kinds.limitedNow(id) }() // its legs' writes are written for its kind at once
+	// Opened: an account with limits has its legs' writes written for
+	// its kind at once.
+	opened := func() error {
+		if cfg.limited() {
+			l.kinds.limitedNow(id)
+		}
+		return nil
 	}
+	_, err := l.accounts.InsertOne(ctx, append(bson.D{{Key: "_id", Value: id}}, set...))
 	if mongo.IsDuplicateKeyError(err) {
 		res, uerr := l.accounts.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: fieldTombstone, Value: true}}, bson.D{
 			{Key: "$set", Value: set},
 			{Key: "$unset", Value: bson.D{{Key: fieldTombstone, Value: ""}}},
 		})
 		if uerr == nil && res.ModifiedCount == 1 {
-			return nil
+			return opened()
 		}
 		if uerr == nil {
 			return errorf("twopc: open account %v: %w", id, ErrAccountExists)
@@ -97,7 +102,7 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ..
 	if err != nil {
 		return errorf("twopc: open account %v: %w", id, err)
 	}
-	return nil
+	return opened()
 }
 
 // Account is an account document as the protocol sees it.

@@ -276,8 +276,8 @@ func limitsWrite(a *account, id any, cfg accountConfig) (filter, update bson.D, 
 	if !ok {
 		return nil, nil, errorf("%w: balance of BSON type %s", ErrInvalidAccount, a.Balance.Type)
 	}
-	debit, dok := intOf(a.PendingDebit)
-	credit, cok := intOf(a.PendingCredit)
+	debit, dok := integerOK(a.PendingDebit)
+	credit, cok := integerOK(a.PendingCredit)
 	switch {
 	case (!dok && a.PendingDebit.Type != 0) || (!cok && a.PendingCredit.Type != 0):
 		return nil, nil, errorf("%w: pendingDebit of BSON type %s, pendingCredit of BSON type %s", ErrInvalidAccount, a.PendingDebit.Type, a.PendingCredit.Type)
@@ -304,7 +304,7 @@ func limitsWrite(a *account, id any, cfg accountConfig) (filter, update bson.D, 
 		// move them too, and $inc adds to whatever they are.
 		filter = bson.D{{Key: "_id", Value: id}, {Key: fieldFloorRoom, Value: bson.D{integer}},
 			{Key: fieldCeilingRoom, Value: bson.D{integer}}, {Key: fieldFloor, Value: cur.floor}}
-		switch seq, ok := intOf(a.LimitsSeq); {
+		switch seq, ok := integerOK(a.LimitsSeq); {
 		case ok:
 			filter = append(filter, bson.E{Key: fieldLimitsSeq, Value: seq})
 		case a.LimitsSeq.Type == 0:
@@ -351,7 +351,7 @@ func limitsWrite(a *account, id any, cfg accountConfig) (filter, update bson.D, 
 		name string
 		v    bson.RawValue
 	}{{fieldPendingDebit, a.PendingDebit}, {fieldPendingCredit, a.PendingCredit}} {
-		if n, ok := intOf(f.v); ok {
+		if n, ok := integerOK(f.v); ok {
 			filter = append(filter, bson.E{Key: f.name, Value: n})
 		} else if f.v.Type == 0 {
 			filter = append(filter, bson.E{Key: f.name, Value: bson.D{{Key: "$exists", Value: false}}})
@@ -365,12 +365,12 @@ func limitsWrite(a *account, id any, cfg accountConfig) (filter, update bson.D, 
 // limits returns a limited account's floor and ceiling, and false if one
 // is not an integer.
 func (a *account) limits() (limits, bool) {
-	floor, ok := intOf(a.Floor)
+	floor, ok := integerOK(a.Floor)
 	lim := limits{floor: floor, ceiling: MaxLimit}
 	switch a.Ceiling.Type {
 	case 0:
 	default:
-		c, cok := intOf(a.Ceiling)
+		c, cok := integerOK(a.Ceiling)
 		lim.ceiling, lim.ceilingSet, ok = c, true, ok && cok
 	}
 	return lim, ok

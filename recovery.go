@@ -400,7 +400,7 @@ func (c *Coordinator) begun(ctx context.Context, r *record) (applied, closed boo
 		switch v, why := judge(accts[i], r, l); {
 		case v == legApplied:
 			applied = true
-		case v == legFenced, v == legBlocked && errors.Is(why, ErrTooLate):
+		case closedVerdict(v, why):
 			closed = true
 		}
 	}

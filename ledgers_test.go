@@ -55,6 +55,21 @@ func newBanks(t *testing.T, opts ...twopc.Option) *banks {
 	return bk
 }
 
+// newBanksStoppingAt is newBanks with WithSyncSettle, whose second
+// deployment (the bank of Beijing) stops at the first call of step.
+func newBanksStoppingAt(t *testing.T, step twopc.Step) *banks {
+	t.Helper()
+	var bk *banks
+	var once sync.Once
+	bk = newBanks(t, twopc.WithSyncSettle(), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+		if s == step {
+			once.Do(func() { require.NoError(t, bk.servers[1].Stop()) })
+		}
+		return nil
+	}))
+	return bk
+}
+
 // database is deployment i's database through a new client with short
 // timeouts, so that a stopped deployment fails fast; more options, if
 // given, are applied after those.
@@ -298,14 +313,7 @@ func TestLedgersDeploymentDownMidTransfer(t *testing.T) {
 	for _, step := range []twopc.Step{twopc.StepApply, twopc.StepCommit, twopc.StepSettle} {
 		t.Run(step.String(), func(t *testing.T) {
 			ctx := testCtx(t)
-			var bk *banks
-			var once sync.Once
-			bk = newBanks(t, twopc.WithSyncSettle(), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
-				if s == step {
-					once.Do(func() { require.NoError(t, bk.servers[1].Stop()) })
-				}
-				return nil
-			}))
+			bk := newBanksStoppingAt(t, step)
 			bk.open(seed004)
 			_, err := bk.c.TransferLegs(ctx, crossLegs(100))
 			if step != twopc.StepCommit {

@@ -170,30 +170,9 @@ func TestLimitsFloorRacedByDebits(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	require.NoError(t, b.c.OpenAccount(ctx, "A", 100, twopc.AccountFloor(-50)))
 	b.open(map[string]int64{"B": 0})
-	cs := []*twopc.Coordinator{b.c}
-	for range 3 {
-		cs = append(cs, b.coordinator(twopc.WithSyncSettle()))
-	}
-	var ok, refused atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := cs[i%len(cs)].Transfer(ctx, "A", "B", 10)
-			switch {
-			case err == nil:
-				ok.Add(1)
-			case errors.Is(err, twopc.ErrInsufficientFunds):
-				refused.Add(1)
-			default:
-				t.Errorf("debit %d: %v", i, err)
-			}
-		}()
-	}
-	wg.Wait()
-	assert.Equal(t, int64(15), ok.Load(), "100 down to the floor of -50")
-	assert.Equal(t, int64(5), refused.Load())
+	ok, refused := race(t, b, "A", "B", twopc.ErrInsufficientFunds)
+	assert.Equal(t, 15, ok, "100 down to the floor of -50")
+	assert.Equal(t, 5, refused)
 	assert.Equal(t, int64(-50), b.balance("A"))
 	b.roomsHold("A")
 	a, err := b.c.Account(ctx, "A")
@@ -210,30 +189,9 @@ func TestLimitsCeilingRacedByCredits(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	require.NoError(t, b.c.OpenAccount(ctx, "A", 0, twopc.AccountCeiling(100)))
 	b.open(map[string]int64{"B": 1000})
-	cs := []*twopc.Coordinator{b.c}
-	for range 3 {
-		cs = append(cs, b.coordinator(twopc.WithSyncSettle()))
-	}
-	var ok, refused atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := cs[i%len(cs)].Transfer(ctx, "B", "A", 10)
-			switch {
-			case err == nil:
-				ok.Add(1)
-			case errors.Is(err, twopc.ErrLimitExceeded):
-				refused.Add(1)
-			default:
-				t.Errorf("credit %d: %v", i, err)
-			}
-		}()
-	}
-	wg.Wait()
-	assert.Equal(t, int64(10), ok.Load())
-	assert.Equal(t, int64(10), refused.Load())
+	ok, refused := race(t, b, "B", "A", twopc.ErrLimitExceeded)
+	assert.Equal(t, 10, ok)
+	assert.Equal(t, 10, refused)
 	assert.Equal(t, int64(100), b.balance("A"))
 	b.roomsHold("A")
 }
@@ -465,14 +423,7 @@ func TestLimitsExchangeAcrossDeploymentsWithRestart(t *testing.T) {
 	for _, step := range []twopc.Step{twopc.StepApply, twopc.StepCommit, twopc.StepSettle} {
 		t.Run(step.String(), func(t *testing.T) {
 			ctx := testCtx(t)
-			var bk *banks
-			var once sync.Once
-			bk = newBanks(t, twopc.WithSyncSettle(), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
-				if s == step {
-					once.Do(func() { require.NoError(t, bk.servers[1].Stop()) })
-				}
-				return nil
-			}))
+			bk := newBanksStoppingAt(t, step)
 			sh, err := bk.c.Ledger("shanghai")
 			require.NoError(t, err)
 			bj, err := bk.c.Ledger("beijing")
@@ -688,4 +639,35 @@ func TestLimitsSetLimitsWhileTransfersRun(t *testing.T) {
 	for id := range converted {
 		b.roomsHold(id)
 	}
+}
+
+// race makes 20 transfers of 10 from src to dst at once, from four
+// coordinators on b, and counts those that committed and those refused
+// with refusal; any other outcome fails the test.
+func race(t *testing.T, b *bank, src, dst string, refusal error) (ok, refused int) {
+	t.Helper()
+	ctx := testCtx(t)
+	cs := []*twopc.Coordinator{b.c}
+	for range 3 {
+		cs = append(cs, b.coordinator(twopc.WithSyncSettle()))
+	}
+	var oks, refusals atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := cs[i%len(cs)].Transfer(ctx, src, dst, 10)
+			switch {
+			case err == nil:
+				oks.Add(1)
+			case errors.Is(err, refusal):
+				refusals.Add(1)
+			default:
+				t.Errorf("transfer %d from %s to %s: %v", i, src, dst, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(oks.Load()), int(refusals.Load())
 }

@@ -683,12 +683,7 @@ func TestStatementAfterRemoval(t *testing.T) {
 func TestStatementNeverListsALateCopy(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t)
-	rec := &writeRecorder{}
-	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithStatementHorizon(0), twopc.WithSyncSettle(),
-		twopc.WithHistory(time.Millisecond, nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	b.open(map[string]int64{"A": 500, "B": 0})
+	c, rec := lateCopyCoordinator(t, b)
 	done, err := c.Transfer(ctx, "A", "B", 10)
 	require.NoError(t, err)
 	_, err = c.Transfer(ctx, "A", "B", 1000)
@@ -701,16 +696,7 @@ func TestStatementNeverListsALateCopy(t *testing.T) {
 	require.Len(t, before, 2)
 	assert.Equal(t, done.ID, before[0].Txn)
 
-	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("remover"), twopc.WithHistory(time.Millisecond, nil),
-		twopc.WithCheckpoints(1000, 0)))
-	removed := 0
-	for range 3 {
-		b.ageFinal()
-		rep, err := r.RecoverOnce(ctx)
-		require.NoError(t, err)
-		removed += rep.Removed
-	}
-	require.Equal(t, 3, removed)
+	removeFinal(t, b, 3)
 	require.Empty(t, b.txns())
 	since := time.Now()
 	later, err := c.Transfer(ctx, "A", "B", 7, twopc.WithKey("kept")) // keyed: never removed
@@ -759,18 +745,7 @@ func TestStatementNeverListsALateCopy(t *testing.T) {
 		assert.Falsef(t, d.State.Committed() && d.ID != later.ID, "copy %s is %s", d.ID.Hex(), d.State)
 	}
 
-	for _, acct := range []string{"A", "B"} {
-		p, err := c.Statement(ctx, "", acct, twopc.StatementQuery{Since: since})
-		require.NoError(t, err)
-		var ids []bson.ObjectID
-		for _, e := range p.Entries {
-			ids = append(ids, e.Txn)
-		}
-		assert.Equalf(t, []bson.ObjectID{later.ID}, ids, "%s: only the transfer made after the removal", acct)
-		bal, err := c.BalanceAt(ctx, "", acct, time.Now().Add(time.Hour))
-		require.NoError(t, err)
-		assert.Equal(t, b.balance(acct), bal, acct)
-	}
+	onlyEntrySince(t, b, c, since, later.ID)
 }
 
 // The same for transfers inserted in a group (TransferBatch): the grouped
@@ -780,12 +755,7 @@ func TestStatementNeverListsALateCopy(t *testing.T) {
 func TestStatementNeverListsALateCopyOfABatch(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t)
-	rec := &writeRecorder{}
-	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithStatementHorizon(0), twopc.WithSyncSettle(),
-		twopc.WithHistory(time.Millisecond, nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	b.open(map[string]int64{"A": 500, "B": 0})
+	c, rec := lateCopyCoordinator(t, b)
 	res, err := c.TransferBatch(ctx, []twopc.TransferRequest{
 		{Source: "A", Destination: "B", Value: 10}, {Source: "A", Destination: "B", Value: 20}, {Source: "A", Destination: "B", Value: 1000},
 	})
@@ -805,16 +775,7 @@ func TestStatementNeverListsALateCopyOfABatch(t *testing.T) {
 	}
 	require.Equal(t, 1, grouped, "the inserts went in one command")
 
-	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("remover"), twopc.WithHistory(time.Millisecond, nil),
-		twopc.WithCheckpoints(1000, 0)))
-	removed := 0
-	for range 3 {
-		b.ageFinal()
-		rep, err := r.RecoverOnce(ctx)
-		require.NoError(t, err)
-		removed += rep.Removed
-	}
-	require.Equal(t, 3, removed)
+	removeFinal(t, b, 3)
 	since := time.Now()
 	later, err := c.Transfer(ctx, "A", "B", 7, twopc.WithKey("kept"))
 	require.NoError(t, err)
@@ -829,11 +790,52 @@ func TestStatementNeverListsALateCopyOfABatch(t *testing.T) {
 	}
 	b.recoverAll()
 	assert.Equal(t, balances, b.accountStates(), "a late write moved money")
+	onlyEntrySince(t, b, c, since, later.ID)
+}
+
+// lateCopyCoordinator is a coordinator on b whose writes rec records, with
+// statements at once and WithHistory removing without an archive, and
+// accounts A (500) and B (0).
+func lateCopyCoordinator(t *testing.T, b *bank) (*twopc.Coordinator, *writeRecorder) {
+	t.Helper()
+	rec := &writeRecorder{}
+	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithStatementHorizon(0), twopc.WithSyncSettle(),
+		twopc.WithHistory(time.Millisecond, nil))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	b.open(map[string]int64{"A": 500, "B": 0})
+	return c, rec
+}
+
+// removeFinal removes b's final transactions without an archive (three
+// recovery passes), and asserts it removed want.
+func removeFinal(t *testing.T, b *bank, want int) {
+	t.Helper()
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("remover"), twopc.WithHistory(time.Millisecond, nil),
+		twopc.WithCheckpoints(1000, 0)))
+	removed := 0
+	for range 3 {
+		b.ageFinal()
+		rep, err := r.RecoverOnce(testCtx(t))
+		require.NoError(t, err)
+		removed += rep.Removed
+	}
+	require.Equal(t, want, removed)
+}
+
+// onlyEntrySince asserts that the statements of A and B since since list
+// transaction id alone, and that BalanceAt now gives each its balance.
+func onlyEntrySince(t *testing.T, b *bank, c *twopc.Coordinator, since time.Time, id bson.ObjectID) {
+	t.Helper()
+	ctx := testCtx(t)
 	for _, acct := range []string{"A", "B"} {
 		p, err := c.Statement(ctx, "", acct, twopc.StatementQuery{Since: since})
 		require.NoError(t, err)
-		require.Len(t, p.Entries, 1, acct)
-		assert.Equal(t, later.ID, p.Entries[0].Txn, acct)
+		var ids []bson.ObjectID
+		for _, e := range p.Entries {
+			ids = append(ids, e.Txn)
+		}
+		assert.Equalf(t, []bson.ObjectID{id}, ids, "%s: only the transfer made after the removal", acct)
 		bal, err := c.BalanceAt(ctx, "", acct, time.Now().Add(time.Hour))
 		require.NoError(t, err)
 		assert.Equal(t, b.balance(acct), bal, acct)

@@ -185,6 +185,7 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 		return
 	}
 	accts, err := c.ledgers.inspectLegs(ctx, judged)
+	var short []shortDebit // debits refused for funds, before settleFirst
 	for j, l := range judged {
 		i := of[j]
 		q := owner[i]
@@ -207,9 +208,37 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 		case legFenced:
 			q.lost = true
 		case legBlocked:
+			if s := (shortDebit{q: q, l: l, a: accts[j], why: why}); s.spendable() {
+				short = append(short, s)
+				continue
+			}
 			q.why = why
 		case legRetry:
 			q.next = append(q.next, l)
+		}
+	}
+	c.spendCommitted(ctx, short)
+}
+
+// spendCommitted settles first (see settleFirst) the committed legs on the
+// accounts of the debits in short, and sends each debit again in its
+// call's next round if its account took a close; the others are refused
+// for funds, as judged. Each transfer settles first once: a debit still
+// short after it is refused.
+func (c *Coordinator) spendCommitted(ctx context.Context, short []shortDebit) {
+	if len(short) == 0 {
+		return
+	}
+	again := c.settleFirst(ctx, short)
+	for i, s := range short {
+		q := s.q
+		q.o.settledFirst = true
+		switch {
+		case q.err != nil || q.lost || q.why != nil:
+		case again[i]:
+			q.next = append(q.next, s.l)
+		default:
+			q.why = s.why
 		}
 	}
 }

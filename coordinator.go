@@ -227,9 +227,19 @@ func (c *Coordinator) OpenAccount(ctx context.Context, id any, balance int64, op
 	return c.ledger.OpenAccount(ctx, id, balance, opts...)
 }
 
-// Account reads account id of the default ledger (see Ledger.Account).
+// Account reads account id of the default ledger (see Ledger.Account),
+// and, from the log, by the account's markers, its CommittedCredit: what
+// committed transfers will add to Balance once settled, which a debit
+// may already spend.
 func (c *Coordinator) Account(ctx context.Context, id any) (*Account, error) {
-	return c.ledger.Account(ctx, id)
+	a, pending, err := c.ledger.account(ctx, id)
+	if err != nil || len(pending) == 0 {
+		return a, err
+	}
+	if a.CommittedCredit, err = c.committedCredit(ctx, c.ledger.name, id, pending); err != nil {
+		return nil, errorf("twopc: account %v: %w", id, err)
+	}
+	return a, nil
 }
 
 // Balance returns the available balance of account id of the default

@@ -154,6 +154,11 @@ type owned struct {
 	// cannot apply.
 	next []leg
 	why  error
+
+	// settledFirst is set once a debit of the transfer, refused for
+	// funds, had its account's committed legs settled first (see
+	// spendCommitted): a debit refused again is refused for good.
+	settledFirst bool
 }
 
 // drive takes an owned pending transaction to its commit point, or rolls it

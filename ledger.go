@@ -115,7 +115,10 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ..
 // apply and its settle (with background settling, for milliseconds after
 // Transfer returns) a reader sees the debit gone from the source's Balance
 // and the credit only in the destination's PendingCredit, and it sees a
-// rolled back debit until it is undone. WithSyncSettle makes Transfer
+// rolled back debit until it is undone. The credit of a committed
+// transfer is spendable all the same: a debit that Balance refuses first
+// settles, on its account, the committed transfers waiting there, and is
+// tried again (see Coordinator.Transfer). WithSyncSettle makes Transfer
 // return with the credit in Balance. A hold keeps its amounts in Held and
 // PendingCredit until it is captured and settled, voided or expired (see
 // Coordinator.Hold).
@@ -147,13 +150,29 @@ type Account struct {
 	// are 0, and the coordinator's policy governs (WithAllowNegative).
 	Limited        bool
 	Floor, Ceiling int64
+	// CommittedCredit is what settling the committed transactions with a
+	// leg on the account (state applied, not yet settled) will add to
+	// Balance: their credits, and the part of a partly captured hold's
+	// debit that returns. It is part of PendingCredit, and already
+	// spendable: a debit that Balance alone refuses settles them on the
+	// account first (see Coordinator.Transfer). Coordinator.Account reads
+	// it from the log by the account's markers; Ledger.Account, which
+	// never reads the log, leaves it zero.
+	CommittedCredit int64
 }
 
 // Account reads account id: ErrAccountNotFound if there is none,
 // ErrInvalidAccountID for an id that cannot be an account's.
 func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
+	out, _, err := l.account(ctx, id)
+	return out, err
+}
+
+// account reads account id as Account does, and returns with it the leg
+// markers its pendingTransactions holds.
+func (l *Ledger) account(ctx context.Context, id any) (*Account, []bson.ObjectID, error) {
 	if err := validateAccountID("account", id); err != nil {
-		return nil, errorf("twopc: account: %w", err)
+		return nil, nil, errorf("twopc: account: %w", err)
 	}
 	var a account
 	err := l.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
@@ -161,14 +180,14 @@ func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
 			{Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}, {Key: fieldAsset, Value: 1}, {Key: fieldFloor, Value: 1},
 			{Key: fieldCeiling, Value: 1}, {Key: fieldFloorRoom, Value: 1}})).Decode(&a)
 	if errors.Is(err, mongo.ErrNoDocuments) || (err == nil && a.Tombstone) {
-		return nil, errorf("%w: %v", ErrAccountNotFound, id)
+		return nil, nil, errorf("%w: %v", ErrAccountNotFound, id)
 	}
 	if err != nil {
-		return nil, errorf("twopc: account %v: %w", id, err)
+		return nil, nil, errorf("twopc: account %v: %w", id, err)
 	}
 	b, ok := a.balance()
 	if !ok {
-		return nil, errorf("%w: %v", ErrInvalidAccount, id)
+		return nil, nil, errorf("%w: %v", ErrInvalidAccount, id)
 	}
 	var txns []bson.ObjectID
 	for _, m := range a.pending() {
@@ -180,16 +199,16 @@ func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
 	if asset, ok := a.assetOf(); ok {
 		out.Asset = asset
 	} else {
-		return nil, errorf("%w: %v has %s", ErrInvalidAccount, id, assetName(a.Asset))
+		return nil, nil, errorf("%w: %v has %s", ErrInvalidAccount, id, assetName(a.Asset))
 	}
 	if a.limited() {
 		lim, ok := a.limits()
 		if !ok {
-			return nil, errorf("%w: %v has a floor or ceiling that is not an integer", ErrInvalidAccount, id)
+			return nil, nil, errorf("%w: %v has a floor or ceiling that is not an integer", ErrInvalidAccount, id)
 		}
 		out.Limited, out.Floor, out.Ceiling = true, lim.floor, lim.ceiling
 	}
-	return out, nil
+	return out, a.pending(), nil
 }
 
 // Balance returns an account's available balance (see Account).

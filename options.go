@@ -350,7 +350,10 @@ func WithAllowNegative() Option {
 // with the credit in the destination's Balance. By default the coordinator
 // settles committed transfers in the background, in batches, so that a
 // transfer costs three round trips and its credit reaches the balance
-// moments after it returns; Close and Settle wait for it.
+// moments after it returns; Close and Settle wait for it. Either way the
+// credit is spendable when Transfer returns: a debit its balance refuses
+// settles the account's committed transfers first (see
+// Coordinator.Transfer).
 func WithSyncSettle() Option {
 	return func(c *config) error {
 		c.syncSettle = true

@@ -182,6 +182,18 @@ func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
 // dies first. Until the transfer settles, the debit is out of the source's
 // Balance (in its Account.Held) and the credit is in the destination's
 // Account.PendingCredit, not yet in its Balance (see Account).
+//
+// The money is spendable when Transfer returns, in this process or
+// another: a debit that its account's Balance (or floor room) refuses
+// first reads the markers pending on that account, settles there the legs
+// of those whose transactions the log holds committed (state applied;
+// never pending, never held), and is tried again, once, under its own
+// claim; if it is still short it is refused as before. Only that leg of
+// each committed transaction is closed, guarded by its marker; the
+// background settle closes the rest. A held credit (a hold not yet
+// captured) and the credit of a transfer not yet committed are never
+// spendable.
+//
 // Concurrent calls of one Coordinator share their writes; nothing is
 // atomic across transfers, and a call whose ctx ends while a shared write
 // is in flight returns at once, its transfer's outcome then being what

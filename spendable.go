@@ -1,0 +1,204 @@
+package twopc
+
+// Spendable on return: a debit its account refuses for funds first closes
+// there the legs of committed transfers still waiting for the background
+// settle, then is tried again, once. So the money a Transfer moved is
+// spendable when it returns, while the settle stays off the caller's path.
+
+import (
+	"context"
+	"errors"
+
+	"github.com/twopc/twopc/internal/schema"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// shortDebit is a debit leg of an apply call that its account refused for
+// funds (balance or floor room), with the account as the round read it.
+type shortDebit struct {
+	q   *applyCall
+	l   leg
+	a   *account
+	why error
+}
+
+// spendable reports whether the debit refused in s may be tried again
+// after settleFirst: its transfer has not tried so yet, and its account
+// holds markers of other transactions, some of which may be committed.
+func (s shortDebit) spendable() bool {
+	if s.q.o.settledFirst || !s.l.debit() || !errors.Is(s.why, ErrInsufficientFunds) {
+		return false
+	}
+	for _, m := range s.a.pending() {
+		if schema.TxnOfMarker(m) != s.q.o.rec.ID {
+			return true
+		}
+	}
+	return false
+}
+
+// settleFirst closes, on the accounts of the debits in short, the legs of
+// the transactions the log holds in state applied (committed, not yet
+// settled: never pending, never held) whose markers those accounts hold,
+// with closeModel: guarded by the marker, so a leg closes once whoever
+// else settles it (the background settler closes the others and moves the
+// transaction to done). A marker whose transaction the log does not hold
+// is skipped: an applied transaction leaves the log only after it is
+// done, which closes its markers first. It returns, by index in short,
+// the debits worth trying again: those whose account had a leg to close
+// and took the closes without error.
+//
+// Nothing here reads the archive, takes a transaction over or changes its
+// state: a committed transaction may be settled by anyone, any number of
+// times (see settle).
+func (c *Coordinator) settleFirst(ctx context.Context, short []shortDebit) map[int]bool {
+	var ids bson.A
+	seen := map[bson.ObjectID]bool{}
+	for _, s := range short {
+		for _, m := range s.a.pending() {
+			if t := schema.TxnOfMarker(m); t != s.q.o.rec.ID && !seen[t] {
+				seen[t] = true
+				ids = append(ids, t)
+			}
+		}
+	}
+	committed, settled, err := c.log.committed(ctx, ids)
+	if err != nil || len(committed)+len(settled) == 0 {
+		return nil
+	}
+	type target struct {
+		models []mongo.WriteModel
+		of     []int // the indexes in short the models serve
+	}
+	byLedger := map[string]*target{}
+	var order []string
+	for i, s := range short {
+		key, err := schema.IDKey(s.l.account)
+		if err != nil {
+			continue
+		}
+		pending := s.a.pending()
+		var models []mongo.WriteModel
+		for _, r := range committed {
+			for _, lg := range r.legs() {
+				if lg.ledger != s.l.ledger || !has(pending, lg.marker) {
+					continue
+				}
+				if k, err := schema.IDKey(lg.account); err != nil || k != key {
+					continue
+				}
+				lg.limited = s.a.limited()
+				models = append(models, closeModel(lg))
+			}
+		}
+		if len(models) == 0 {
+			continue
+		}
+		t := byLedger[s.l.ledger]
+		if t == nil {
+			t = &target{}
+			byLedger[s.l.ledger] = t
+			order = append(order, s.l.ledger)
+		}
+		t.models = append(t.models, models...)
+		t.of = append(t.of, i)
+	}
+	again := map[int]bool{}
+	// A transaction settled since the round read the account (done) has
+	// added its credit to the balance the round judged by.
+	for i, s := range short {
+		for _, m := range s.a.pending() {
+			if settled[schema.TxnOfMarker(m)] {
+				again[i] = true
+			}
+		}
+	}
+	for _, name := range order {
+		t := byLedger[name]
+		l, err := c.ledgers.get(name)
+		if err != nil {
+			continue
+		}
+		if _, err := l.write(ctx, t.models); err != nil {
+			continue
+		}
+		for _, i := range t.of {
+			again[i] = true
+		}
+	}
+	return again
+}
+
+// committed reads the transactions of ids that are committed, in one find
+// by _id: those in state applied, and the ids of those already done. A
+// document the protocol could not have written is left out.
+func (g *txnLog) committed(ctx context.Context, ids bson.A) ([]*record, map[bson.ObjectID]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	var found []*record
+	var done map[bson.ObjectID]bool
+	err := g.retry(ctx, func(ctx context.Context) error {
+		cur, err := g.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
+			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateApplied, StateDone}}}}})
+		if err != nil {
+			return err
+		}
+		var all []*record
+		if err := cur.All(ctx, &all); err != nil {
+			return err
+		}
+		found, done = found[:0], map[bson.ObjectID]bool{}
+		for _, r := range all {
+			switch {
+			case r.check() != nil || r.foreign():
+			case r.State == StateApplied:
+				found = append(found, r)
+			case r.State == StateDone:
+				done[r.ID] = true
+			}
+		}
+		return nil
+	})
+	return found, done, err
+}
+
+// committedCredit is what settling the committed transactions whose
+// markers account a of ledger holds adds to its balance: their credits,
+// and the part of a partly captured hold's debit not captured.
+func (c *Coordinator) committedCredit(ctx context.Context, ledger string, id any, pending []bson.ObjectID) (int64, error) {
+	var ids bson.A
+	seen := map[bson.ObjectID]bool{}
+	for _, m := range pending {
+		if t := schema.TxnOfMarker(m); !seen[t] {
+			seen[t] = true
+			ids = append(ids, t)
+		}
+	}
+	committed, _, err := c.log.committed(ctx, ids)
+	if err != nil {
+		return 0, err
+	}
+	key, err := schema.IDKey(id)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, r := range committed {
+		for _, lg := range r.legs() {
+			if lg.ledger != ledger || !has(pending, lg.marker) {
+				continue
+			}
+			if k, err := schema.IDKey(lg.account); err != nil || k != key {
+				continue
+			}
+			for _, e := range lg.settleInc() {
+				if e.Key == fieldBalance {
+					sum += e.Value.(int64)
+				}
+			}
+		}
+	}
+	return sum, nil
+}

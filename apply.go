@@ -217,7 +217,7 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 			q.next = append(q.next, l)
 		}
 	}
-	c.spendCommitted(ctx, short)
+	spendCommitted(ctx, c.log, c.ledgers, short)
 }
 
 // spendCommitted settles first (see settleFirst) the committed legs on the
@@ -225,11 +225,11 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 // call's next round if its account took a close; the others are refused
 // for funds, as judged. Each transfer settles first once: a debit still
 // short after it is refused.
-func (c *Coordinator) spendCommitted(ctx context.Context, short []shortDebit) {
+func spendCommitted(ctx context.Context, g *txnLog, ls ledgers, short []shortDebit) {
 	if len(short) == 0 {
 		return
 	}
-	again := c.settleFirst(ctx, short)
+	again := settleFirst(ctx, g, ls, short)
 	for i, s := range short {
 		q := s.q
 		q.o.settledFirst = true

@@ -236,7 +236,7 @@ func (c *Coordinator) Account(ctx context.Context, id any) (*Account, error) {
 	if err != nil || len(pending) == 0 {
 		return a, err
 	}
-	if a.CommittedCredit, err = c.committedCredit(ctx, c.ledger.name, id, pending); err != nil {
+	if a.CommittedCredit, err = c.log.committedCredit(ctx, c.ledger.name, id, pending); err != nil {
 		return nil, errorf("twopc: account %v: %w", id, err)
 	}
 	return a, nil

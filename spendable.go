@@ -52,7 +52,7 @@ func (s shortDebit) spendable() bool {
 // Nothing here reads the archive, takes a transaction over or changes its
 // state: a committed transaction may be settled by anyone, any number of
 // times (see settle).
-func (c *Coordinator) settleFirst(ctx context.Context, short []shortDebit) map[int]bool {
+func settleFirst(ctx context.Context, g *txnLog, ls ledgers, short []shortDebit) map[int]bool {
 	var ids bson.A
 	seen := map[bson.ObjectID]bool{}
 	for _, s := range short {
@@ -63,7 +63,7 @@ func (c *Coordinator) settleFirst(ctx context.Context, short []shortDebit) map[i
 			}
 		}
 	}
-	committed, settled, err := c.log.committed(ctx, ids)
+	committed, settled, err := g.committed(ctx, ids)
 	if err != nil || len(committed)+len(settled) == 0 {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (c *Coordinator) settleFirst(ctx context.Context, short []shortDebit) map[i
 	}
 	for _, name := range order {
 		t := byLedger[name]
-		l, err := c.ledgers.get(name)
+		l, err := ls.get(name)
 		if err != nil {
 			continue
 		}
@@ -167,7 +167,7 @@ func (g *txnLog) committed(ctx context.Context, ids bson.A) ([]*record, map[bson
 // committedCredit is what settling the committed transactions whose
 // markers account a of ledger holds adds to its balance: their credits,
 // and the part of a partly captured hold's debit not captured.
-func (c *Coordinator) committedCredit(ctx context.Context, ledger string, id any, pending []bson.ObjectID) (int64, error) {
+func (g *txnLog) committedCredit(ctx context.Context, ledger string, id any, pending []bson.ObjectID) (int64, error) {
 	var ids bson.A
 	seen := map[bson.ObjectID]bool{}
 	for _, m := range pending {
@@ -176,7 +176,7 @@ func (c *Coordinator) committedCredit(ctx context.Context, ledger string, id any
 			ids = append(ids, t)
 		}
 	}
-	committed, _, err := c.log.committed(ctx, ids)
+	committed, _, err := g.committed(ctx, ids)
 	if err != nil {
 		return 0, err
 	}

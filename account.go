@@ -29,11 +29,6 @@ const (
 	// fences it passes (see lowWater): the array holds about the last
 	// three quarters of a second of the account's traffic.
 	fieldFencedLegs = schema.FencedLegs
-	// fieldFenced holds the markers of the legs that earlier versions
-	// closed on the account (the same guard, with no time). Nothing adds
-	// to it now; every leg write still checks it, and recovery removes a
-	// marker once its transaction is past the line (unfence).
-	fieldFenced = schema.Fenced
 	// fieldPendingCredit holds the sum of the credits applied to the account
 	// and not yet settled. A credit reaches balance only when its
 	// transaction settles, after the commit point, so it cannot be spent
@@ -48,8 +43,8 @@ const (
 	// fieldFencedBefore is the account's fence line, a transaction time:
 	// no leg of a transaction created at or before it applies here. The
 	// writes that drop fences move it forward first, in the same update,
-	// past the transactions whose fences they drop (moveLine, and unfence
-	// for an earlier version's), so that a leg write delivered however
+	// past the transactions whose fences they drop (moveLine), so that a
+	// leg write delivered however
 	// late after its fence is gone is still refused by the server. Missing,
 	// null or a date (see fenceable).
 	fieldFencedBefore = schema.FencedBefore
@@ -111,7 +106,6 @@ type account struct {
 	ID            bson.RawValue `bson:"_id"`
 	Balance       bson.RawValue `bson:"balance"`
 	PendingIDs    bson.RawValue `bson:"pendingTransactions"`
-	FencedIDs     bson.RawValue `bson:"fencedTransactions"`
 	Fences        bson.RawValue `bson:"fencedLegs"`
 	PendingCredit bson.RawValue `bson:"pendingCredit"`
 	PendingDebit  bson.RawValue `bson:"pendingDebit"`
@@ -127,7 +121,7 @@ type account struct {
 
 // accountProjection is what the protocol reads of an account.
 var accountProjection = bson.D{
-	{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFenced, Value: 1}, {Key: fieldFencedLegs, Value: 1},
+	{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFencedLegs, Value: 1},
 	{Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1},
 	{Key: fieldFencedBefore, Value: 1}, {Key: fieldTombstone, Value: 1},
 	{Key: fieldAsset, Value: 1}, {Key: fieldFloor, Value: 1}, {Key: fieldCeiling, Value: 1},
@@ -213,13 +207,11 @@ func (a *account) pendingLen() int {
 	return len(vals)
 }
 
-func (a *account) fenced() []bson.ObjectID { return objectIDs(a.FencedIDs) }
-
 func (a *account) fences() []bson.ObjectID { return objectIDs(a.Fences) }
 
 // closed reports whether l is closed on the account: its fence in
-// fencedLegs, or its marker in the fencedTransactions of earlier versions.
-func (a *account) closed(l leg) bool { return has(a.fences(), l.fenceID) || has(a.fenced(), l.marker) }
+// fencedLegs.
+func (a *account) closed(l leg) bool { return has(a.fences(), l.fenceID) }
 
 // credit returns pendingCredit, 0 when absent.
 func (a *account) credit() int64 {
@@ -335,8 +327,6 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 			ErrTooLate, l.account, a.FencedBefore.Time().UTC().Format(time.RFC3339Nano))
 	case a == nil || a.Tombstone:
 		return legBlocked, errorf("%w: %v", ErrAccountNotFound, l.account)
-	case a.FencedIDs.Type != 0 && a.FencedIDs.Type != bson.TypeArray:
-		return legBlocked, errorf("%w: account %v has fencedTransactions of BSON type %s", ErrInvalidAccount, l.account, a.FencedIDs.Type)
 	case a.Fences.Type != 0 && a.Fences.Type != bson.TypeArray:
 		return legBlocked, errorf("%w: account %v has fencedLegs of BSON type %s", ErrInvalidAccount, l.account, a.Fences.Type)
 	case !a.lineTyped():

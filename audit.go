@@ -210,13 +210,13 @@ func (au *audit) ledger(ctx context.Context, l *Ledger) (int64, map[string]int64
 			rep.Accounts[l.name]++
 		}
 		id := rawID(a.ID)
-		pending, fenced := a.pending(), len(a.fenced())+len(a.fences())
+		pending, fenced := a.pending(), len(a.fences())
 		rep.Markers += len(pending)
 		rep.Fences += fenced
 		for _, f := range []struct {
 			name string
 			raw  bson.RawValue
-		}{{fieldPending, a.PendingIDs}, {fieldFenced, a.FencedIDs}, {fieldFencedLegs, a.Fences}} {
+		}{{fieldPending, a.PendingIDs}, {fieldFencedLegs, a.Fences}} {
 			if _, ok := f.raw.ArrayOK(); f.raw.Type != 0 && !ok {
 				rep.add(Violation{Kind: ViolationMalformed, Ledger: l.name, Account: id, Detail: fmt.Sprintf("%s is a %s, not an array", f.name, f.raw.Type)})
 			}

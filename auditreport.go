@@ -24,9 +24,8 @@ const (
 	// account may hold before the audit reports it: legs in flight are
 	// bounded by the transfers in flight on the account.
 	DefaultPendingBound = 1_000
-	// DefaultFencedBound is the most fences one account may hold, of both
-	// forms (fencedLegs and an earlier version's fencedTransactions): about
-	// 170 kB. The low-water mark keeps an account's fences to about the
+	// DefaultFencedBound is the most fences one account may hold in
+	// fencedLegs: about 170 kB. The low-water mark keeps an account's fences to about the
 	// last second of its traffic plus the age of the oldest unfinished
 	// transaction, so a hot account at 1,000 legs a second holds about
 	// 1,000; more means a transaction unfinished for long.
@@ -221,8 +220,7 @@ func WithAuditBatch(n int) AuditOption {
 }
 
 // WithMarkerBounds sets the most markers of legs in flight
-// (pendingTransactions) and fences (fencedLegs and fencedTransactions
-// together) one account may hold (defaults DefaultPendingBound and
+// (pendingTransactions) and fences (fencedLegs) one account may hold (defaults DefaultPendingBound and
 // DefaultFencedBound).
 func WithMarkerBounds(pending, fenced int) AuditOption {
 	return func(c *auditConfig) {

@@ -601,7 +601,7 @@ func BenchmarkServerStatements(b *testing.B) {
 // BenchmarkServerDocumentSize measures what an account's fences cost each
 // write to it on the server the benchmarks run on: a leg-like guarded
 // update by _id ($inc and a guard on the markers) of an account holding
-// fences markers in fencedTransactions. An op is one statement; on the dev
+// fences in fencedLegs. An op is one statement; on the dev
 // server srv-ms/op is the server's own time for it.
 func BenchmarkServerDocumentSize(b *testing.B) {
 	const docs = 64
@@ -617,7 +617,7 @@ func BenchmarkServerDocumentSize(b *testing.B) {
 			}
 			for i := range docs {
 				_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: accountID(i)}, {Key: "balance", Value: benchOpening},
-					{Key: "pendingTransactions", Value: bson.A{}}, {Key: "fencedTransactions", Value: markers}})
+					{Key: "pendingTransactions", Value: bson.A{}}, {Key: "fencedLegs", Value: markers}})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -628,7 +628,7 @@ func BenchmarkServerDocumentSize(b *testing.B) {
 				marker := bson.NewObjectID()
 				res, err := coll.UpdateOne(ctx,
 					bson.D{{Key: "_id", Value: accountID(i % docs)}, {Key: "pendingTransactions", Value: bson.D{{Key: "$ne", Value: marker}}},
-						{Key: "fencedTransactions", Value: bson.D{{Key: "$ne", Value: marker}}}},
+						{Key: "fencedLegs", Value: bson.D{{Key: "$ne", Value: marker}}}},
 					bson.D{{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(1)}}}})
 				if err != nil {
 					b.Fatal(err)

@@ -204,14 +204,8 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.Captured, ok = v.Int64OK()
 	case fieldClaim:
 		r.Claim, ok = v.ObjectIDOK()
-	case fieldFences:
-		r.Fences, ok = v.BooleanOK()
-	case fieldLegFences:
-		r.LegFences, ok = v.BooleanOK()
 	case fieldLease:
 		r.LeaseMs, ok = v.Int64OK()
-	case fieldRetain:
-		r.RetainMs, ok = v.Int64OK()
 	case fieldKeep:
 		r.KeepMs, ok = v.Int64OK()
 	case fieldArchive:

@@ -80,7 +80,7 @@ func TestUnitDecodeRecordIsTheDriversDecoding(t *testing.T) {
 			LastModified: at, Application: "app", Key: "k", Reason: "r", Created: at.Add(-time.Second),
 			Hold: true, ExpiryMs: 60_000, HeldAt: at.Add(time.Second), Captured: 100, Metadata: map[string]string{"order": "o-1", "memo": ""}, Asset: "USD/2",
 		},
-		Claim: bson.NewObjectID(), Fences: true, LegFences: true, CommittedAt: at.Add(2 * time.Second), LeaseMs: 30_000, RetainMs: 90_000, KeepMs: 1,
+		Claim: bson.NewObjectID(), CommittedAt: at.Add(2 * time.Second), LeaseMs: 30_000, KeepMs: 1,
 		Archive: "old", AllowNegative: true, Placeholder: true,
 	}
 	// Every field is set but the legs, which decodeRecord leaves to the
@@ -115,7 +115,7 @@ func TestUnitDecodeRecordIsTheDriversDecoding(t *testing.T) {
 		{{Key: "source", Value: nil}},
 		{{Key: "value", Value: int32(5)}},
 		{{Key: "lastModified", Value: "yesterday"}},
-		{{Key: "fences", Value: int32(1)}},
+		{{Key: "leaseMs", Value: "long"}},
 		{{Key: "legs", Value: bson.A{bson.D{{Key: "account", Value: "a"}, {Key: "amount", Value: int64(1)}}}}},
 		{{Key: "state", Value: "done"}, {Key: "created", Value: int64(7)}},
 		// Keys the driver matches by their lower case.

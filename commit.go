@@ -51,11 +51,10 @@ type commitCall struct {
 // the commits of one Coordinator are grouped.
 func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 	// A hold's move (pending → held) is written alone: a group's update
-	// sets one state. So is an earlier version's transaction's, which
-	// sets its accounts keys too (see commitMove).
+	// sets one state.
 	var group []*commitCall
 	for _, q := range calls {
-		if q.rec.Hold || !q.rec.LegFences {
+		if q.rec.Hold {
 			q.cur, q.moved, q.err = g.advanceHooked(ctx, q.rec, commitMove(q.rec), true)
 			continue
 		}
@@ -163,7 +162,7 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 // by its owner (renewals) or after a takeover (a new claim), so this adds
 // no refusal of its owner's own commit.
 func commitMove(r *record) move {
-	m := move{step: StepCommit, from: StatePending, to: StateApplied, claim: r.Claim, set: earlierKeys(r)}
+	m := move{step: StepCommit, from: StatePending, to: StateApplied, claim: r.Claim}
 	if r.Hold {
 		m = move{step: StepCommit, from: StatePending, to: StateHeld, claim: r.Claim, stampHeldAt: true}
 	}
@@ -171,15 +170,4 @@ func commitMove(r *record) move {
 		m.lastModified = r.LastModified
 	}
 	return m
-}
-
-// earlierKeys is, for a transaction an earlier version made (no
-// legFences), the $set of its accounts keys, which this version's inserts
-// write and statements find entries by: its move to applied (a commit, a
-// capture) stamps committedAt, and so makes it an entry. Nil otherwise.
-func earlierKeys(r *record) bson.D {
-	if r.LegFences {
-		return nil
-	}
-	return bson.D{{Key: fieldEntryKeys, Value: entryKeys(r)}}
 }

@@ -82,9 +82,6 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 			return nil, errorf("twopc: %w", err)
 		}
 	}
-	if cfg.fenceRetention < cfg.staleAfter {
-		cfg.fenceRetention = cfg.staleAfter
-	}
 	// Every read the library decides by is a majority read, and every
 	// write a majority write, on the primary: on a replica set, a write
 	// that a failover could roll back is never taken as done, nor reported
@@ -122,20 +119,16 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 func (c *Coordinator) Application() string { return c.application }
 
 // EnsureIndexes creates the indexes the protocol's scans use, idempotently:
-// {state, lastModified} for recovery, {state, created} for the unfinished
-// transactions fence removal must wait for, and {fences, lastModified} for
-// fence removal, and {accounts, committedAt} for statements, with
-// {key, at} on the statements' checkpoints (the transactions collection's
-// name with "_checkpoints"). The fences one is partial ({fences: true}: only the
-// transactions whose fences are still up) where the server has partial
-// indexes, as MongoDB has; where it refuses them (FerretDB), it is sparse,
-// which holds every transaction. An index of the same name and keys made
-// by an earlier version is kept as it is. No index is needed for
+// {state, lastModified} for recovery, {state, created} for the low-water
+// mark (the oldest unfinished transaction), and {accounts, committedAt}
+// for statements, with {key, at} on the statements' checkpoints (the
+// transactions collection's name with "_checkpoints"). An index of the same
+// name already there is kept as it is. No index is needed for
 // correctness: accounts and transactions are read and written by _id, and
 // idempotency keys are enforced by the _id derived from them.
 func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 	// Only the missing ones are asked for, one per command: an index of
-	// that name, of this version or an earlier one, serves; and FerretDB
+	// that name serves; and FerretDB
 	// v1 drops the connection when one createIndexes names several that
 	// exist.
 	specs, err := c.log.txns.Indexes().ListSpecifications(ctx)
@@ -146,8 +139,6 @@ func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 	for _, ix := range specs {
 		have[ix.Name] = true
 	}
-	partial := options.Index().SetName(fencesIndex).SetPartialFilterExpression(bson.D{{Key: fieldFences, Value: true}})
-	sparse := options.Index().SetName(fencesIndex).SetSparse(true)
 	for _, ix := range []struct {
 		keys     bson.D
 		opts     *options.IndexOptionsBuilder
@@ -155,7 +146,6 @@ func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 	}{
 		{keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}, opts: options.Index().SetName("state_1_lastModified_1")},
 		{keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldCreated, Value: 1}}, opts: options.Index().SetName("state_1_created_1")},
-		{keys: bson.D{{Key: fieldFences, Value: 1}, {Key: fieldLastModified, Value: 1}}, opts: partial, fallback: sparse},
 		{keys: bson.D{{Key: fieldEntryKeys, Value: 1}, {Key: fieldCommittedAt, Value: 1}}, opts: options.Index().SetName("accounts_1_committedAt_1")},
 	} {
 		if err := c.ensureIndex(ctx, c.log.txns, have, ix.keys, ix.opts, ix.fallback); err != nil {
@@ -210,9 +200,6 @@ func (c *Coordinator) ensureIndex(ctx context.Context, coll *mongo.Collection, h
 	}
 	return err
 }
-
-// fencesIndex names fence removal's index, partial or sparse.
-const fencesIndex = "fences_1_lastModified_1"
 
 // The server's codes for an index that exists with other options, or other
 // keys, under the name asked for.

@@ -51,10 +51,8 @@ func (c *Coordinator) newTransfer(t Txn, key string) *transfer {
 	return &transfer{rec: &record{
 		Txn:           t,
 		Claim:         bson.NewObjectID(),
-		LegFences:     true,
 		AllowNegative: c.allowNegative,
 		LeaseMs:       c.staleAfter.Milliseconds(),
-		RetainMs:      c.fenceRetention.Milliseconds(),
 		KeepMs:        c.history.keep.Milliseconds(),
 		Archive:       c.history.archiveName(),
 	}}

@@ -51,8 +51,8 @@ var (
 	// (AccountAsset, WithAsset; a leg of no asset applies only to an
 	// account with none): the server refuses it in the write that would
 	// move the money, so no coordinator of this version, however
-	// configured, moves money across assets (an earlier version's writes
-	// know no asset: see PROTOCOL.md, Upgrading). The transaction ends canceled; no balance changes.
+	// configured, moves money across assets. The transaction ends
+	// canceled; no balance changes.
 	// SetLimits returns it for an AccountAsset other than the account's.
 	ErrAssetMismatch = errors.New("twopc: asset mismatch")
 
@@ -75,8 +75,8 @@ var (
 	ErrBalanceOverflow = errors.New("twopc: balance would overflow int64")
 
 	// ErrInvalidAccount reports an account document whose balance is missing
-	// or not an int32 or int64 (a float, a string), whose fencedLegs or
-	// fencedTransactions is not an array, or whose fence line
+	// or not an int32 or int64 (a float, a string), whose fencedLegs is
+	// not an array, or whose fence line
 	// (fencedBefore) is neither a date nor null, or, for an account with
 	// limits, whose floorRoom or ceilingRoom is not an integer. The
 	// transaction ends canceled; no balance changes. Coordinator.Account

@@ -88,7 +88,7 @@ func TestReview2LateLegWriteAfterUnfence(t *testing.T) {
 	b.open(map[string]int64{"A": 100, "B": 0})
 	rec := &writeRecorder{}
 	owner, err := twopc.NewCoordinator(rec.database(b), twopc.WithApplication("owner"),
-		twopc.WithStaleAfter(time.Minute), twopc.WithFenceRetention(time.Hour), twopc.WithStepHook(crashAt(twopc.StepCommit)))
+		twopc.WithStaleAfter(time.Minute), twopc.WithStepHook(crashAt(twopc.StepCommit)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = owner.Close(context.Background()) })
 	txn, err := owner.Transfer(ctx, "A", "B", 60)
@@ -104,7 +104,6 @@ func TestReview2LateLegWriteAfterUnfence(t *testing.T) {
 	b.backdate(txn.ID, 2*time.Minute)
 	rep, err = r.RecoverOnce(ctx)
 	require.NoError(t, err)
-	assert.Zero(t, rep.Unfenced)
 	require.Contains(t, b.account("A").Fenced, twopc.LegFence(txn, 0))
 	b.moveLine(txn.Created, "A", "B")
 	require.Empty(t, b.account("A").Fenced, "the fences are gone")
@@ -428,8 +427,7 @@ func TestReviewClockAheadDoesNotCloseAccounts(t *testing.T) {
 	txn, err := ahead.Transfer(ctx, "A", "B", 10)
 	require.NoError(t, err)
 	b.backdate(txn.ID, 2*time.Minute) // final for longer than its retention
-	rep := b.recoverAll()
-	assert.Zero(t, rep.Unfenced, "its transaction time is two hours ahead of the server")
+	b.recoverAll()
 	_, err = b.c.Transfer(ctx, "A", "B", 10)
 	require.NoError(t, err, "a transfer from a host on time")
 	b.ageFinal()
@@ -444,7 +442,7 @@ func TestReviewOffShapeAccounts(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	b.open(map[string]int64{"A": 100})
 	_, err := b.db.Collection("accounts").InsertMany(ctx, []any{
-		bson.D{{Key: "_id", Value: "scalarFences"}, {Key: "balance", Value: int64(0)}, {Key: "pendingTransactions", Value: bson.A{}}, {Key: "fencedTransactions", Value: "x"}},
+		bson.D{{Key: "_id", Value: "scalarFences"}, {Key: "balance", Value: int64(0)}, {Key: "pendingTransactions", Value: bson.A{}}, {Key: "fencedLegs", Value: "x"}},
 		bson.D{{Key: "_id", Value: "noPending"}, {Key: "balance", Value: int64(math.MaxInt64 / 2)}},
 	})
 	require.NoError(t, err)

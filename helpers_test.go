@@ -129,8 +129,7 @@ type accountDoc struct {
 	ID      any             `bson:"_id"`
 	Balance int64           `bson:"balance"`
 	Pending []bson.ObjectID `bson:"pendingTransactions"`
-	Fenced  []bson.ObjectID `bson:"fencedLegs"`         // see twopc.LegFence
-	Legacy  []bson.ObjectID `bson:"fencedTransactions"` // fences of earlier versions
+	Fenced  []bson.ObjectID `bson:"fencedLegs"` // see twopc.LegFence
 	Credit  int64           `bson:"pendingCredit"`
 	Debit   int64           `bson:"pendingDebit"`
 	// FencedBefore is the account's fence line.
@@ -151,7 +150,6 @@ func (b *bank) balance(id any) int64 { return b.account(id).Balance }
 type txnDoc struct {
 	twopc.Txn `bson:",inline"`
 	Claim     bson.ObjectID `bson:"claim"`
-	Fences    bool          `bson:"fences"`
 }
 
 func (b *bank) txn(id bson.ObjectID) txnDoc {

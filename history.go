@@ -12,8 +12,7 @@ import (
 
 // prune moves to the archive (or removes) the final transactions whose
 // recorded time to keep (WithHistory) has passed by now, since they were
-// last modified (and, for one an earlier version finished, whose fences
-// are off their accounts): no leg of it can apply however late it is
+// last modified: no leg of it can apply however late it is
 // delivered, its fences or the fence lines refuse it (see WithHistory). Only those
 // recorded for this coordinator's archive (or for removal, if it has
 // none) are taken. Placeholders and keyed transactions (WithKey, and the
@@ -27,7 +26,6 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 	filter := bson.D{
 		{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateDone, StateCanceled}}}},
 		{Key: fieldKeep, Value: bson.D{{Key: "$gt", Value: 0}}},
-		{Key: fieldFences, Value: bson.D{{Key: "$ne", Value: true}}},
 		{Key: fieldKey, Value: bson.D{{Key: "$exists", Value: false}}},
 	}
 	if c.history.keep > 0 {
@@ -44,7 +42,7 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 		var dueRecs []*record
 		states := map[any]State{}
 		for _, t := range recs {
-			if t.Fences || t.Placeholder || t.Key != "" || t.Archive != c.history.archiveName() ||
+			if t.Placeholder || t.Key != "" || t.Archive != c.history.archiveName() ||
 				!t.LastModified.Before(now.Add(-time.Duration(t.KeepMs)*time.Millisecond)) {
 				continue
 			}
@@ -80,11 +78,10 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 				return
 			}
 		}
-		// Guarded as the read was: final, unfenced, no placeholder, no key.
+		// Guarded as the read was: final, no placeholder, no key.
 		res, err := c.log.txns.DeleteMany(ctx, bson.D{
 			{Key: "_id", Value: bson.D{{Key: "$in", Value: due}}},
 			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateDone, StateCanceled}}}},
-			{Key: fieldFences, Value: bson.D{{Key: "$ne", Value: true}}},
 			{Key: fieldPlaceholder, Value: bson.D{{Key: "$ne", Value: true}}},
 			{Key: fieldKey, Value: bson.D{{Key: "$exists", Value: false}}},
 		})

@@ -190,8 +190,8 @@ func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int6
 			// copy a late insert brought back held under another heldAt
 			// (see commitMove), and is refused.
 			step: StepCapture, from: StateHeld, to: StateApplied, anyClaim: true, heldAt: r.HeldAt,
-			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
-			set: append(bson.D{{Key: fieldCaptured, Value: amount}}, earlierKeys(r)...),
+			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
+			set: bson.D{{Key: fieldCaptured, Value: amount}},
 		})
 		if err != nil {
 			return cur.txn(), errorf("twopc: capture %s: %w", id.Hex(), err)
@@ -316,7 +316,7 @@ func (c *Coordinator) resolved(r *record, op string) error {
 func voidMove(c *Coordinator, r *record, reason string) move {
 	return move{
 		step: StepVoid, from: StateHeld, to: StateCanceling, anyClaim: true,
-		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
+		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
 		set: bson.D{{Key: fieldReason, Value: reason}},
 	}
 }

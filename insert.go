@@ -250,11 +250,7 @@ func insertWrite(r *record) (filter, update bson.D) {
 		{Key: fieldApplication, Value: r.Application},
 		{Key: fieldCreated, Value: r.Created},
 		{Key: fieldLease, Value: r.LeaseMs},
-		{Key: fieldRetain, Value: r.RetainMs},
 	}...)
-	if r.LegFences {
-		doc = append(doc, bson.E{Key: fieldLegFences, Value: true})
-	}
 	if r.AllowNegative {
 		doc = append(doc, bson.E{Key: fieldAllowNegative, Value: true})
 	}

@@ -470,34 +470,6 @@ func indexSet(is []int) map[int]bool {
 	return out
 }
 
-// unfenceLegs removes the fences of final transactions recs from their
-// accounts and moves each account's fence line up to the transaction's
-// time, in one update per leg. It returns the indexes in recs of the
-// transactions a leg of which may not have been unfenced.
-func (l *Ledger) unfenceLegs(ctx context.Context, recs []*record) (map[int]bool, error) {
-	var models []mongo.WriteModel
-	var owner []int
-	for i, r := range recs {
-		mine, _ := l.own(r.legs())
-		for _, lg := range mine {
-			models = append(models, unfenceModel(r, lg))
-			owner = append(owner, i)
-		}
-	}
-	return l.failedOwners(ctx, models, owner)
-}
-
-// failedOwners writes models and maps the ones that may not have applied
-// to their owners.
-func (l *Ledger) failedOwners(ctx context.Context, models []mongo.WriteModel, owner []int) (map[int]bool, error) {
-	failedModels, err := l.write(ctx, models)
-	failed := map[int]bool{}
-	for i := range failedModels {
-		failed[owner[i]] = true
-	}
-	return failed, err
-}
-
 // inspect reads the accounts of legs, in order; nil for a missing one.
 func (l *Ledger) inspect(ctx context.Context, legs []leg) ([]*account, error) {
 	ids := make(bson.A, len(legs))

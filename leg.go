@@ -1,7 +1,7 @@
 package twopc
 
 // A leg and its five guarded writes, side by side (COMMANDS.md C17, C19-C22):
-// apply, close (settle), fence, undo and unfence. Each is guarded so that
+// apply, close (settle), fence, undo and the line write. Each is guarded so that
 // whoever sends it, however often and however late, it takes effect at most
 // once.
 
@@ -16,8 +16,8 @@ import (
 )
 
 // leg is one side of a transfer: the account, the signed amount, and the
-// leg's marker, the value its account's pendingTransactions and
-// fencedTransactions hold for it (see schema.Marker).
+// leg's marker, the value its account's pendingTransactions holds for it
+// (see schema.Marker).
 type leg struct {
 	ledger  string // the ledger's name; "" is the default ledger
 	account any
@@ -30,9 +30,6 @@ type leg struct {
 	// amount captured (positive); 0: the leg settles whole (see
 	// record.legs).
 	part int64
-	// legacy is set for a leg of a transaction an earlier version made
-	// (see record.LegFences): it is fenced in both forms.
-	legacy bool
 	// asset is the leg's asset code; "": none.
 	asset string
 	// limited says which kind of account the writes that move l's money
@@ -101,15 +98,9 @@ func roomInc(inc bson.D) (_ bson.D, ok bool) {
 
 func (l leg) debit() bool { return l.delta < 0 }
 
-// addFence is the $addToSet that fences l: its fence in fencedLegs and,
-// for a leg of an earlier version's transaction, its bare marker in
-// fencedTransactions too, which is what that version's leg writes read.
+// addFence is the $addToSet that fences l: its fence in fencedLegs.
 func (l leg) addFence() bson.D {
-	d := bson.D{{Key: fieldFencedLegs, Value: l.fenceID}}
-	if l.legacy {
-		d = append(d, bson.E{Key: fieldFenced, Value: l.marker})
-	}
-	return d
+	return bson.D{{Key: fieldFencedLegs, Value: l.fenceID}}
 }
 
 // applyInc is what applying l adds: a debit comes off the balance at once
@@ -149,8 +140,8 @@ func (l leg) undoInc() bson.D {
 }
 
 // fenceable is the condition that an account can take a fence:
-// fencedLegs, and fencedTransactions (which earlier versions fenced in),
-// each missing or an array, and its fence line missing, null or a date.
+// fencedLegs missing or an array, and its fence line missing, null or a
+// date.
 // Every leg write requires it, so that a leg that applies can always be
 // settled or undone and fenced: a committed transfer always settles. An
 // account that fails it refuses every leg, as one past its fence line
@@ -162,10 +153,6 @@ var fenceable = bson.E{Key: "$and", Value: bson.A{
 	bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: fieldFencedLegs, Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: fieldFencedLegs, Value: bson.D{{Key: "$type", Value: "array"}}}},
-	}}},
-	bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$exists", Value: false}}}},
-		bson.D{{Key: fieldFenced, Value: bson.D{{Key: "$type", Value: "array"}}}},
 	}}},
 	bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: fieldFencedBefore, Value: bson.D{{Key: "$exists", Value: false}}}},
@@ -196,9 +183,7 @@ var integer = bson.E{Key: "$type", Value: bson.A{"int", "long"}}
 // updateByID starts the write model of one statement whose filter names
 // one document by its _id: a single-document update (multi: false), which
 // makes a command of such statements a retryable write on MongoDB, and
-// which every server can serve from the _id index. (An earlier version
-// sent them as updates of many, to dodge a FerretDB v1 defect that the dev
-// server's front now answers for: see COMMANDS.md.)
+// which every server can serve from the _id index.
 //
 // Its filter and update are handed to the driver already encoded (see
 // encoded).
@@ -208,8 +193,8 @@ func updateByID(filter, update bson.D) *mongo.UpdateOneModel {
 
 // applyModel is the guarded write that applies l for transaction r: it
 // matches only if the leg is neither applied (pendingTransactions) nor
-// closed (its fence in fencedLegs, its marker in the fencedTransactions of
-// earlier versions, or a fence line at or after r's transaction time), the
+// closed (its fence in fencedLegs, or a fence line at or after r's
+// transaction time), the
 // balance is an integer, and the result stays in range (for a debit, at or
 // above zero unless r's recorded policy allows negative balances; for a
 // credit, see creditGuard). It pushes id to pendingTransactions with the
@@ -226,13 +211,11 @@ func updateByID(filter, update bson.D) *mongo.UpdateOneModel {
 // below the ceiling once everything in flight settles or is undone),
 // whatever r's policy; the rooms move with the money (withRooms).
 func applyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
-	notMarker := bson.D{{Key: "$ne", Value: l.marker}}
 	filter := make(bson.D, 0, 12)
 	filter = append(filter,
 		bson.E{Key: "_id", Value: l.account},
-		bson.E{Key: fieldPending, Value: notMarker},
+		bson.E{Key: fieldPending, Value: bson.D{{Key: "$ne", Value: l.marker}}},
 		bson.E{Key: fieldFencedLegs, Value: bson.D{{Key: "$ne", Value: l.fenceID}}},
-		bson.E{Key: fieldFenced, Value: notMarker},
 		bson.E{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
 		fenceable,
 	)
@@ -281,7 +264,7 @@ func (r *record) legs() []leg {
 	for i, l := range all {
 		m := schema.Marker(r.ID, i)
 		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: m, fenceID: schema.Fence(r.Created, m), part: part,
-			legacy: !r.LegFences, asset: l.Asset}
+			asset: l.Asset}
 	}
 	return out
 }
@@ -315,14 +298,10 @@ func closeModel(l leg) mongo.WriteModel {
 func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 	markers := make(bson.A, len(legs))
 	fences := make(bson.A, len(legs))
-	var legacy bson.A // bare markers of earlier versions' legs (see leg.addFence)
 	var balance, credit, debit int64
 	for i, lg := range legs {
 		markers[i] = lg.marker
 		fences[i] = lg.fenceID
-		if lg.legacy {
-			legacy = append(legacy, lg.marker)
-		}
 		for _, e := range lg.settleInc() {
 			v := e.Value.(int64)
 			var sum *int64
@@ -356,9 +335,6 @@ func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 		inc = append(inc, rooms...)
 	}
 	add := bson.D{{Key: fieldFencedLegs, Value: bson.D{{Key: "$each", Value: fences}}}}
-	if len(legacy) > 0 {
-		add = append(add, bson.E{Key: fieldFenced, Value: bson.D{{Key: "$each", Value: legacy}}})
-	}
 	update := bson.D{
 		{Key: "$pullAll", Value: bson.D{{Key: fieldPending, Value: markers}}},
 		{Key: "$addToSet", Value: add},
@@ -414,22 +390,5 @@ func undoModel(l leg) mongo.WriteModel {
 	return updateByID(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}, l.kind()}, bson.D{
 		{Key: "$inc", Value: l.withRooms(l.undoInc())},
 		{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
-	})
-}
-
-// unfenceModel is the write that removes the fence of l of final
-// transaction r and moves the account's fence line up to r's transaction
-// time ($max: never back), so that a leg of r delivered however late is
-// still refused. Idempotent. Recovery sends it for the transactions an
-// earlier version finished (their fences are markers in
-// fencedTransactions, with no time); this version's fences go with the
-// writes that move lines (moveLine).
-//
-// Only on an account that can take a line (fenceable): a fence pulled
-// below a line that does not refuse its leg would let a late one apply.
-func unfenceModel(r *record, l leg) mongo.WriteModel {
-	return updateByID(bson.D{{Key: "_id", Value: l.account}, fenceable}, bson.D{
-		{Key: "$pull", Value: bson.D{{Key: fieldFenced, Value: l.marker}, {Key: fieldFencedLegs, Value: l.fenceID}}},
-		{Key: "$max", Value: bson.D{{Key: fieldFencedBefore, Value: r.Created}}},
 	})
 }

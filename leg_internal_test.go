@@ -60,33 +60,6 @@ func TestTxnIDsLeaveTheMarkerByteFree(t *testing.T) {
 	require.Zero(t, keyID("order-1")[11])
 }
 
-// Fence removal waits for unfinished transactions of any shape: it reads
-// the accounts of a multi-leg transaction's legs, as of a two-leg one's
-// source and destination.
-func TestOpenBeforeSeesEveryLeg(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := NewCoordinator(mongotest.NewDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	created := time.Now().UTC().Truncate(time.Millisecond)
-	for _, tx := range []Txn{
-		{Legs: []Leg{{Account: "A", Amount: -3}, {Account: "B", Amount: 2}, {Account: "C", Amount: 1}}, Value: 3},
-		{Source: "D", Destination: "E", Value: 1},
-	} {
-		tx.ID, tx.State, tx.Created = newTxnID(), StatePending, created
-		_, err := c.insert(ctx, &record{Txn: tx, Claim: bson.NewObjectID()}, new(bool))
-		require.NoError(t, err)
-	}
-	open, err := c.log.openBefore(ctx, []*record{{Txn: Txn{Created: created}}})
-	require.NoError(t, err)
-	for _, id := range []string{"A", "B", "C", "D", "E"} {
-		assert.Contains(t, open.earliest, legKey("", id), "account %s", id)
-	}
-	later := &record{Txn: Txn{ID: newTxnID(), Source: "C", Destination: "Z", Value: 1, Created: created.Add(time.Second)}}
-	assert.False(t, open.clear(later), "an older unfinished transaction shares account C")
-}
-
 // A settle batch that names one transaction twice (two members of one
 // batched group naming the same document) settles it once: its legs on
 // one account close in one statement, which must not count a leg twice.

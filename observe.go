@@ -84,15 +84,13 @@ const (
 	// this write (or an earlier attempt of it whose reply was lost); for
 	// a recovery action, the action was done (the transaction taken over,
 	// or, as the RecoveryReport counts, rolled forward, settled, rolled
-	// back, canceled or unfenced).
+	// back or canceled).
 	OutcomeMoved Outcome = "moved"
 	// OutcomeNotMoved: the write's guard did not match, because someone
 	// else moved the transaction first (another process, a Canceler, a
 	// Recoverer, a takeover); the protocol then goes by what it finds. For
 	// a recovery action, another process did it or took the transaction
-	// first (Skipped in the report), or, for RecoveryUnfence, an older
-	// unfinished transaction on the same accounts holds the fences back
-	// until a later pass.
+	// first (Skipped in the report).
 	OutcomeNotMoved Outcome = "not_moved"
 	// OutcomeError: the write or action failed, a step hook's error
 	// (*StepError) included; the transaction may or may not have moved,
@@ -194,13 +192,7 @@ const (
 	RecoveryRollBack RecoveryAction = "roll_back"
 	// RecoveryCancelInitial: take a stale initial transaction to canceled.
 	RecoveryCancelInitial RecoveryAction = "cancel_initial"
-	// RecoveryUnfence: remove the bare-marker fences of a final
-	// transaction an earlier version made (flagged fences) from its
-	// accounts once its retention has passed, moving their lines past it
-	// (in batches, as settling). This version's fences go with the writes
-	// that move lines, with no Recoverer.
-	RecoveryUnfence RecoveryAction = "unfence"
-	// RecoveryRemove: move a final transaction (unfenced, if flagged) past its time
+	// RecoveryRemove: move a final transaction past its time
 	// to keep to the archive, or remove it (WithHistory), in batches. A
 	// batch whose guarded delete removed fewer than it named (another
 	// recoverer was first) reports all of them not_moved.

@@ -139,30 +139,6 @@ func WithStaleAfter(d time.Duration) Option {
 	}
 }
 
-// WithFenceRetention sets how long a Recoverer leaves the fences of a
-// transaction that an earlier version of this library finished (markers in
-// an account's fencedTransactions, with no time) before it removes them and
-// moves the account's fence line past it (default: StaleAfter; never less).
-// It is recorded in every transaction this coordinator claims or finishes.
-//
-// This version's fences carry their transaction's time and need no
-// retention: the writes that touch an account anyway (an apply, a
-// rollback) move its fence line up to the coordinator's low-water mark and
-// drop the fences below it, so an account holds the fences of about the
-// last three quarters of a second of its traffic, plus the age of the oldest
-// unfinished transaction, with no Recoverer running while callers finish
-// their transfers (see PROTOCOL.md, Limits). Safety never depends on either: a leg write delivered after its
-// fence is gone meets the fence line.
-func WithFenceRetention(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return errorf("WithFenceRetention: %v is not positive", d)
-		}
-		c.fenceRetention = d
-		return nil
-	}
-}
-
 // WithStepHook installs a hook called before every database operation the
 // coordinator, its cancelers and its recoverers make. If the hook returns an
 // error, the caller stops right there as if its process had died: it
@@ -255,8 +231,7 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 // WithHistory bounds the transactions collection: each transaction this
 // coordinator creates records keep, and once it is final and keep has
 // passed since it was last modified (by the server's clock), a Recoverer's
-// pass moves it to archive, or removes it if archive is nil (a transaction
-// an earlier version finished waits for its fences to be removed too).
+// pass moves it to archive, or removes it if archive is nil.
 // Without WithHistory transactions are kept for good. Before removing
 // committed transfers (archive nil), the pass records for each of their
 // accounts a checkpoint of its balance through them, so that statements

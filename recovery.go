@@ -41,15 +41,8 @@ import (
 //   - voids each held hold past its expiry (see WithExpiry) as expired, and
 //     rolls it back to canceled. A held hold is never rolled back for being
 //     old: only its expiry, Capture or Void end it.
-//   - removes, from every account a final transaction that an earlier
-//     version of this library finished touched, the fences it left (markers
-//     with no time), once its fence retention has passed (see
-//     WithFenceRetention), moving the accounts' fence lines past it. This
-//     version's fences need no Recoverer: the writes that touch an account
-//     drop them (see PROTOCOL.md, Limits).
 //   - with WithHistory, moves each final transaction whose time to keep
-//     has passed (and, for an earlier version's, whose fences are removed)
-//     to the archive collection,
+//     has passed to the archive collection,
 //     or removes it (keyed transactions and Cancel's placeholders are kept
 //     for good; see WithHistory).
 //
@@ -65,12 +58,10 @@ import (
 // takeover is conditional on the claim and lastModified the recoverer
 // read, so exactly one wins each transaction.
 //
-// Documents the library did not write (no transaction time: the
-// tutorial's protocol, another program, a version before transaction
-// times) are left alone. Upgrading from such a version: let its
-// recoverers finish every transaction first (none left initial, pending,
-// applied or canceling), stop every process of it (its fence removal
-// deleted tombstones, which now hold fence lines), then start this one.
+// Fences need no Recoverer: the writes that touch an account drop them
+// (see PROTOCOL.md, Limits). Documents the library did not write (no
+// transaction time: the tutorial's protocol, another program) are left
+// alone.
 type Recoverer struct {
 	c        *Coordinator
 	interval time.Duration
@@ -101,7 +92,6 @@ type RecoveryReport struct {
 	Canceled      int // stale initial transactions canceled
 	Skipped       int // transactions another process took or moved first
 	Failed        int // transactions left as they were after an error (see the error)
-	Unfenced      int // final transactions of an earlier version whose fences were removed
 	Removed       int // final transactions moved to the archive or removed (WithHistory)
 	Expired       int // held holds past their expiry voided to canceled (WithExpiry)
 }
@@ -114,7 +104,7 @@ func (rep RecoveryReport) Finished() int {
 // RecoverOnce makes one recovery pass (see Recoverer), judging
 // staleness and expiry by the server's clock at its start: it settles the
 // applied transactions, finishes the stale ones, voids the holds past
-// their expiry, removes the fences whose retention has passed, and, with
+// their expiry, and, with
 // WithHistory, archives or removes what is due. It returns the report and
 // the first error it met; a transaction it failed on stays as it was for
 // the next pass, and does not stop the pass. A document that is not a
@@ -185,15 +175,8 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 		firstErr = cmpErr(firstErr, err)
 	}
 
-	// Fences past their retention.
-	n, err := r.unfence(ctx, now)
-	rep.Unfenced = n
-	if err != nil {
-		firstErr = cmpErr(firstErr, err)
-	}
-
-	// History past its time to keep, once unfenced.
-	n, err = r.prune(ctx, now)
+	// History past its time to keep.
+	n, err := r.prune(ctx, now)
 	rep.Removed = n
 	if err != nil {
 		firstErr = cmpErr(firstErr, err)
@@ -264,7 +247,7 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 	cur, moved, err := c.log.advance(ctx, t, move{
 		step: StepTakeover, from: t.State, to: t.State,
 		claim: t.Claim, lastModified: t.LastModified,
-		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
+		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
 	})
 	r.report(ctx, t.ID, t.State, RecoveryTakeover, start, outcomeOf(moved, err), StepTakeover, err)
 	if err != nil {

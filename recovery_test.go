@@ -95,7 +95,6 @@ func (b *bank) recoverAll(opts ...twopc.Option) twopc.RecoveryReport {
 		sum.RolledBack += rep.RolledBack
 		sum.Canceled += rep.Canceled
 		sum.Skipped += rep.Skipped
-		sum.Unfenced += rep.Unfenced
 		if rep.Finished() == 0 {
 			break
 		}
@@ -249,9 +248,8 @@ func TestRecoverLargeBatches(t *testing.T) {
 	for _, d := range b.txns() {
 		b.backdate(d.ID, time.Hour)
 	}
-	rep, err = r.RecoverOnce(ctx)
+	_, err = r.RecoverOnce(ctx)
 	require.NoError(t, err)
-	assert.Zero(t, rep.Unfenced, "fences go with the lines, not with recovery")
 }
 
 // TestSettleWriteErrorInABatch: when one leg of a settle fails with a
@@ -564,128 +562,6 @@ func TestOwnerRacesCanceler(t *testing.T) {
 	close(s.release)
 	require.ErrorIs(t, (<-res).err, twopc.ErrCanceled)
 	b.checkSettled(map[string]int64{"A": 100, "B": 0})
-}
-
-// TestFencesOfEarlierVersionsAreRemovedAfterRetention: the transactions an
-// earlier version finished carry the fences flag, and their fences are
-// markers in fencedTransactions with no time; recovery still removes them
-// once their retention has passed, moving each account's line past them.
-func TestFencesOfEarlierVersionsAreRemovedAfterRetention(t *testing.T) {
-	ctx := testCtx(t)
-	b := newBank(t, twopc.WithSyncSettle())
-	b.open(map[string]int64{"A": 100, "B": 0})
-	txn, err := b.c.Transfer(ctx, "A", "B", 10)
-	require.NoError(t, err)
-	canceled, err := b.c.Transfer(ctx, "A", "B", 1000)
-	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
-	assert.Len(t, b.account("B").Fenced, 2)
-	assert.False(t, b.txn(txn.ID).Fences, "this version flags no transaction for recovery")
-	b.asEarlierVersion(txn, canceled)
-	assert.Len(t, b.account("B").Legacy, 2)
-	rep := b.recoverAll()
-	assert.Zero(t, rep.Unfenced, "fences stay within their retention")
-	assert.Len(t, b.account("B").Legacy, 2)
-	for _, d := range b.txns() {
-		b.backdate(d.ID, time.Hour)
-	}
-	rep = b.recoverAll()
-	assert.Equal(t, 2, rep.Unfenced)
-	for _, id := range []string{"A", "B"} {
-		a := b.account(id)
-		assert.Empty(t, a.Legacy)
-		assert.Empty(t, a.Fenced)
-		assert.False(t, a.FencedBefore.Before(canceled.Created), "the line passed them")
-	}
-	assert.False(t, b.txn(txn.ID).Fences)
-	b.checkSettled(map[string]int64{"A": 100, "B": 0})
-}
-
-// asEarlierVersion rewrites the fences of final transactions txns as an
-// earlier version left them: each leg's marker in its account's
-// fencedTransactions, and the transaction flagged for recovery's unfence.
-func (b *bank) asEarlierVersion(txns ...*twopc.Txn) {
-	b.t.Helper()
-	ctx := testCtx(b.t)
-	for _, txn := range txns {
-		for i, l := range txn.AllLegs() {
-			_, err := b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: l.Account}}, bson.D{
-				{Key: "$pull", Value: bson.D{{Key: "fencedLegs", Value: twopc.LegFence(txn, i)}}},
-				{Key: "$addToSet", Value: bson.D{{Key: "fencedTransactions", Value: twopc.LegMarker(txn.ID, i)}}},
-			})
-			require.NoError(b.t, err)
-		}
-		_, err := b.db.Collection("transactions").UpdateOne(ctx, bson.D{{Key: "_id", Value: txn.ID}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "fences", Value: true}}}, {Key: "$unset", Value: bson.D{{Key: "legFences", Value: ""}}}})
-		require.NoError(b.t, err)
-	}
-}
-
-// TestEarlierVersionsLateApplyIsRefused: an earlier version's leg write
-// (whose guard reads only fencedTransactions) still on its way at the
-// upgrade, delivered after this version finished that version's
-// transaction, whether rolled forward by recovery or canceled, is refused:
-// this version fences the legs of a transaction with no legFences in both
-// forms, and flags it for recovery, whose unfence later removes the bare
-// markers and moves the lines past it.
-func TestEarlierVersionsLateApplyIsRefused(t *testing.T) {
-	for _, cancel := range []bool{false, true} {
-		t.Run(map[bool]string{false: "settled", true: "canceled"}[cancel], func(t *testing.T) {
-			ctx := testCtx(t)
-			crash, want := twopc.StepSettle, map[string]int64{"A": 90, "B": 10}
-			if cancel {
-				crash, want = twopc.StepApply, map[string]int64{"A": 100, "B": 0}
-			}
-			b := newBank(t, twopc.WithStepHook(crashAt(crash)), twopc.WithSyncSettle())
-			b.open(map[string]int64{"A": 100, "B": 0})
-			_, err := b.c.Transfer(ctx, "A", "B", 10)
-			require.ErrorIs(t, err, errCrash)
-			txn := b.txns()[0]
-			require.Equal(t, map[bool]twopc.State{false: twopc.StateApplied, true: twopc.StatePending}[cancel], txn.State)
-			// As an earlier version made it: no legFences.
-			_, err = b.db.Collection("transactions").UpdateOne(ctx, bson.D{{Key: "_id", Value: txn.ID}},
-				bson.D{{Key: "$unset", Value: bson.D{{Key: "legFences", Value: ""}}}})
-			require.NoError(t, err)
-			b.backdateAll(time.Hour)
-			if cancel {
-				_, err := twopc.NewCanceler(b.coordinator()).Cancel(ctx, txn.ID)
-				require.NoError(t, err)
-			} else {
-				rep := b.recoverAll()
-				require.Equal(t, 1, rep.Settled, "%+v", rep)
-			}
-			require.True(t, b.txn(txn.ID).Fences, "flagged for recovery's unfence")
-
-			// The earlier version's apply of the debit (its guard as it was), late.
-			marker := twopc.LegMarker(txn.ID, 0)
-			res, err := b.db.Collection("accounts").UpdateOne(ctx, bson.D{
-				{Key: "_id", Value: "A"},
-				{Key: "pendingTransactions", Value: bson.D{{Key: "$ne", Value: marker}}},
-				{Key: "fencedTransactions", Value: bson.D{{Key: "$ne", Value: marker}}},
-				{Key: "fencedBefore", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: txn.Created}}}}},
-				{Key: "balance", Value: bson.D{{Key: "$gte", Value: int64(10)}}},
-			}, bson.D{
-				{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(-10)}, {Key: "pendingDebit", Value: int64(10)}}},
-				{Key: "$push", Value: bson.D{{Key: "pendingTransactions", Value: marker}}},
-			})
-			require.NoError(t, err)
-			assert.Zero(t, res.MatchedCount, "the late apply is refused")
-			b.checkSettled(map[string]int64{"A": 100, "B": 0})
-			for id, bal := range want {
-				assert.Equalf(t, bal, b.balance(id), "balance of %s", id)
-			}
-
-			for _, d := range b.txns() {
-				b.backdate(d.ID, time.Hour)
-			}
-			rep := b.recoverAll()
-			assert.Equal(t, 1, rep.Unfenced)
-			for _, id := range []string{"A", "B"} {
-				a := b.account(id)
-				assert.Emptyf(t, a.Legacy, "%s: the bare markers are removed", id)
-				assert.Falsef(t, a.FencedBefore.Before(txn.Created), "%s: the line passed it", id)
-			}
-		})
-	}
 }
 
 func TestRunRecoversUntilCanceled(t *testing.T) {

@@ -116,7 +116,7 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 		cur, moved, err := c.log.advance(ctx, r, move{
 			step: StepCancel, from: r.State, to: StateCanceling,
 			claim: r.Claim, lastModified: r.LastModified,
-			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter, retain: c.fenceRetention,
+			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
 			set: bson.D{{Key: fieldReason, Value: reasonCanceled}},
 		})
 		if err != nil {

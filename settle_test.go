@@ -94,7 +94,7 @@ func TestSettleMergedFallsBackLegByLeg(t *testing.T) {
 		bson.D{{Key: "_id", Value: "hot"}, {Key: "pendingTransactions", Value: twopc.LegMarker(first.ID, 1)}},
 		bson.D{
 			{Key: "$pull", Value: bson.D{{Key: "pendingTransactions", Value: twopc.LegMarker(first.ID, 1)}}},
-			{Key: "$addToSet", Value: bson.D{{Key: "fencedTransactions", Value: twopc.LegMarker(first.ID, 1)}}},
+			{Key: "$addToSet", Value: bson.D{{Key: "fencedLegs", Value: twopc.LegFence(first, 1)}}},
 			{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(5)}, {Key: "pendingCredit", Value: int64(-5)}}},
 		})
 	require.NoError(t, err)

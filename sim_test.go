@@ -444,7 +444,7 @@ func runSimulation(t *testing.T, w simWorld, cfg simConfig) *simStats {
 	}
 	newApp := func(name string, hook func(context.Context, twopc.Step, *twopc.Txn) error) *twopc.Coordinator {
 		opts := []twopc.Option{
-			twopc.WithStaleAfter(cfg.staleAfter), twopc.WithFenceRetention(10 * cfg.staleAfter), twopc.WithStepHook(hook),
+			twopc.WithStaleAfter(cfg.staleAfter), twopc.WithStepHook(hook),
 		}
 		if cfg.allowNegative {
 			opts = append(opts, twopc.WithAllowNegative())

@@ -3,7 +3,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/twopc/twopc/internal/schema"
@@ -94,13 +93,10 @@ const (
 	fieldClaim         = schema.Claim
 	fieldKey           = schema.Key
 	fieldReason        = schema.Reason
-	fieldFences        = schema.Fences
-	fieldLegFences     = schema.LegFences
 	fieldMetadata      = schema.Metadata
 	fieldCommittedAt   = schema.CommittedAt
 	fieldEntryKeys     = schema.EntryKeys
 	fieldLease         = schema.Lease
-	fieldRetain        = schema.Retain
 	fieldKeep          = schema.Keep
 	fieldArchive       = schema.Archive
 	fieldCreated       = schema.Created
@@ -120,15 +116,6 @@ type record struct {
 	Txn `bson:",inline"`
 	// Claim is the token of the transaction's current owner.
 	Claim bson.ObjectID `bson:"claim,omitempty"`
-	// Fences says the transaction's fences may still be on its accounts.
-	Fences bool `bson:"fences,omitempty"`
-	// LegFences says the transaction was made by this version: its legs
-	// are fenced in fencedLegs only, with their time. Without it (an
-	// earlier version made it, and a leg write of that version may still
-	// be on its way, which reads only fencedTransactions), its fences go
-	// in both forms, and finishing it flags Fences, so that recovery later
-	// removes the bare markers and moves the lines past it.
-	LegFences bool `bson:"legFences,omitempty"`
 	// guessed says LastModified is not the stored value but the time the
 	// write that set it was sent: a grouped write returns no documents.
 	// Not stored.
@@ -136,20 +123,15 @@ type record struct {
 	// CommittedAt is the commit point (pending → applied, or a hold's
 	// capture), stamped by the log server's clock in the commit write
 	// ($currentDate): the time a statement orders the transfer's entries
-	// by. Zero before it committed, and for earlier versions'.
+	// by. Zero before it committed.
 	CommittedAt time.Time `bson:"committedAt,omitempty"`
 	// LeaseMs is the longest StaleAfter of any process that claimed the
 	// transaction: takeover and Cancel judge staleness by it, so a process
 	// configured with a short StaleAfter cannot take a transaction another
 	// process still holds by its own rules.
 	LeaseMs int64 `bson:"leaseMs,omitempty"`
-	// RetainMs is the longest fence retention of any process that claimed
-	// or finished it: the bare-marker fences of a transaction an earlier
-	// version made (Fences set) stay at least that long after it is final.
-	// This version's fences do not wait for it (see lowWater).
-	RetainMs int64 `bson:"retainMs,omitempty"`
-	// KeepMs is how long the transaction is kept once final (and, with
-	// Fences set, unfenced) (WithHistory), written with it; 0: for good.
+	// KeepMs is how long the transaction is kept once final
+	// (WithHistory), written with it; 0: for good.
 	KeepMs int64 `bson:"keepMs,omitempty"`
 	// Archive names the collection it is moved to then; "": removed.
 	Archive string `bson:"archive,omitempty"`
@@ -165,12 +147,6 @@ type record struct {
 // lease is the longer of own and the lease recorded in the transaction.
 func (r *record) lease(own time.Duration) time.Duration {
 	return max(own, time.Duration(r.LeaseMs)*time.Millisecond)
-}
-
-// retention is how long r's fences stay after it is final: the longest of
-// own, its recorded lease and its recorded retention.
-func (r *record) retention(own time.Duration) time.Duration {
-	return max(r.lease(own), time.Duration(r.RetainMs)*time.Millisecond)
 }
 
 // foreign reports whether r was not written by this library (the
@@ -228,7 +204,6 @@ type move struct {
 	newClaim     bson.ObjectID // a claim to take; zero: keep the current one
 	application  string        // the application taking the claim, with newClaim
 	lease        time.Duration // recorded in the transaction if longer than its lease
-	retain       time.Duration // recorded in the transaction if longer than its retention
 }
 
 // filter is the guard of m for transaction id.
@@ -269,15 +244,8 @@ func (m move) update() bson.D {
 		{Key: "$set", Value: set},
 		{Key: "$currentDate", Value: stamps},
 	}
-	var longest bson.D
 	if m.lease > 0 {
-		longest = append(longest, bson.E{Key: fieldLease, Value: m.lease.Milliseconds()})
-	}
-	if m.retain > 0 {
-		longest = append(longest, bson.E{Key: fieldRetain, Value: m.retain.Milliseconds()})
-	}
-	if len(longest) > 0 {
-		u = append(u, bson.E{Key: "$max", Value: longest})
+		u = append(u, bson.E{Key: "$max", Value: bson.D{{Key: fieldLease, Value: m.lease.Milliseconds()}}})
 	}
 	return u
 }
@@ -366,36 +334,6 @@ func (g *txnLog) read(ctx context.Context, id bson.ObjectID) (*record, error) {
 // reply was lost): not moved. The update of several says only how many
 // moved, so each is reported moved when it succeeds.
 func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
-	// No fences flag: this version's fences carry their transaction's time
-	// and go with the writes that move lines (lowWater), with no
-	// Recoverer. Earlier versions flagged every final transaction for
-	// recovery's unfence, which still serves those, and the transactions
-	// they made that this version finishes: their legs were fenced in
-	// both forms too (see record.LegFences), and the bare markers go only
-	// by unfence.
-	var earlier, ours []*record
-	for _, r := range recs {
-		if r.LegFences {
-			ours = append(ours, r)
-		} else {
-			earlier = append(earlier, r)
-		}
-	}
-	if len(earlier) > 0 {
-		flagged := m
-		flagged.set = append(slices.Clone(m.set), bson.E{Key: fieldFences, Value: true})
-		if len(ours) == 0 {
-			m = flagged
-		} else {
-			done, err := g.finish(ctx, ours, m)
-			if err != nil {
-				return done, err
-			}
-			more, err := g.finish(ctx, earlier, flagged)
-			return append(done, more...), err
-		}
-	}
-	m.retain = g.fenceRetention
 	start := time.Now()
 	switch len(recs) {
 	case 0:

@@ -117,7 +117,7 @@ const statementHorizon = time.Second
 // that fails after a grouped insert).
 //
 // The opening balance is the one OpenAccount recorded. For an account with
-// none (inserted by hand, or opened by an earlier version), it is derived
+// none (inserted by hand, or by another program), it is derived
 // from the account document, the transactions in flight on it and the sum
 // of its entries, read twice until the two readings agree: the balance
 // before the first entry this version's log holds. An account also moved
@@ -918,10 +918,7 @@ func (s *statement) inFlight(ctx context.Context, a bson.Raw) (map[bson.ObjectID
 			diff -= all[i].Amount // a debit is out of the balance since it applied
 		}
 		if r.State.Committed() {
-			// What settling will do to the balance: an entry, or for a
-			// transfer an earlier version committed (no committedAt, never
-			// an entry) a move the opening counts, before and after it
-			// settles alike.
+			// What settling will do to the balance: an entry.
 			diff += settled[i].Amount
 		}
 	}

@@ -36,7 +36,7 @@ func fillLog(b *testing.B, db *mongo.Database, n int, start time.Time, from, to 
 				{Key: "_id", Value: bson.NewObjectIDFromTimestamp(at)}, {Key: "source", Value: src}, {Key: "destination", Value: dst},
 				{Key: "value", Value: int64(1)}, {Key: "state", Value: "done"}, {Key: "application", Value: "fill"},
 				{Key: "created", Value: at}, {Key: "lastModified", Value: at}, {Key: "committedAt", Value: at},
-				{Key: "legFences", Value: true}, {Key: "accounts", Value: bson.A{ks, kd}},
+				{Key: "accounts", Value: bson.A{ks, kd}},
 			})
 		}
 		if _, err := db.Collection("transactions").InsertMany(ctx, docs); err != nil {

@@ -42,8 +42,6 @@ const (
 	StepScan
 	// StepTakeover: claim a stale transaction for this application.
 	StepTakeover
-	// StepUnfence: remove fences whose retention has passed.
-	StepUnfence
 	// StepClock: read the server's clock, to judge staleness (Txn is nil).
 	StepClock
 	// StepCapture: held to applied, a hold's capture (see Coordinator.Capture).
@@ -67,7 +65,6 @@ var stepNames = [...]string{
 	StepCanceled: "canceled",
 	StepScan:     "scan",
 	StepTakeover: "takeover",
-	StepUnfence:  "unfence",
 	StepClock:    "clock",
 	StepCapture:  "capture",
 	StepVoid:     "void",

@@ -59,15 +59,12 @@ func TestUnitJudge(t *testing.T) {
 		{"fenced", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedLegs", Value: bson.A{debit.fenceID}}}, debit, false, legFenced, nil},
 		{"fenced tombstone", bson.D{{Key: "tombstone", Value: true}, {Key: "fencedLegs", Value: bson.A{credit.fenceID}}}, credit, false, legFenced, nil},
 		{"another leg's fence is not this one's", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedLegs", Value: bson.A{credit.fenceID}}}, debit, false, legRetry, nil},
-		{"fenced by an earlier version", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedTransactions", Value: bson.A{debit.marker}}}, debit, false, legFenced, nil},
-		{"fenced tombstone of an earlier version", bson.D{{Key: "tombstone", Value: true}, {Key: "fencedTransactions", Value: bson.A{credit.marker}}}, credit, false, legFenced, nil},
 		{"past the fence line", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: created}}, debit, false, legBlocked, ErrTooLate},
 		{"before the fence line", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: created.Add(-time.Millisecond)}}, debit, false, legRetry, nil},
 		{"missing", nil, credit, false, legBlocked, ErrAccountNotFound},
 		{"tombstone", bson.D{{Key: "tombstone", Value: true}}, credit, false, legBlocked, ErrAccountNotFound},
 		{"balance a string", bson.D{{Key: "balance", Value: "10"}}, credit, false, legBlocked, ErrInvalidAccount},
 		{"balance int32", bson.D{{Key: "balance", Value: int32(10)}}, debit, false, legRetry, nil},
-		{"fences not an array", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedTransactions", Value: "x"}}, debit, false, legBlocked, ErrInvalidAccount},
 		{"fencedLegs not an array", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedLegs", Value: "x"}}, debit, false, legBlocked, ErrInvalidAccount},
 		{"fence line null", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: nil}}, debit, false, legRetry, nil},
 		{"fence line a timestamp", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: bson.Timestamp{T: 1}}}, debit, false, legBlocked, ErrInvalidAccount},
@@ -173,7 +170,6 @@ func TestUnitLegWrites(t *testing.T) {
 	assert.Equal(t, "A", f["_id"])
 	assert.Equal(t, bson.M{"$ne": l.marker}, f[fieldPending], "not applied yet")
 	assert.Equal(t, bson.M{"$ne": l.fenceID}, f[fieldFencedLegs], "not closed")
-	assert.Equal(t, bson.M{"$ne": l.marker}, f[fieldFenced], "not closed by an earlier version")
 	assert.NotContains(t, u, "$max", "no mark read yet: the line stays")
 	assert.NotContains(t, u, "$pull")
 	assert.Equal(t, bson.M{"$not": bson.M{"$gte": bson.DateTime(created.UnixMilli())}}, f[fieldFencedBefore], "before the fence line")
@@ -229,12 +225,6 @@ func TestUnitLegWrites(t *testing.T) {
 	assert.Equal(t, bson.M{"_id": "A", fieldPending: l.marker, fieldFloorRoom: bson.M{"$exists": false}}, f, "only while pending")
 	assert.Equal(t, bson.M{fieldPending: l.marker}, u["$pull"])
 	assert.Equal(t, bson.M{fieldFencedLegs: l.fenceID}, u["$addToSet"])
-	earlier := l
-	earlier.legacy = true
-	_, u, _ = updateOf(t, closeModel(earlier))
-	assert.Equal(t, bson.M{fieldFencedLegs: l.fenceID, fieldFenced: l.marker}, u["$addToSet"], "an earlier version's leg is fenced in both forms")
-	_, u, _ = updateOf(t, fenceModel(r, earlier))
-	assert.Equal(t, bson.M{fieldFencedLegs: l.fenceID, fieldFenced: l.marker}, u["$addToSet"], "an earlier version's leg is fenced in both forms")
 
 	f, u, upsert = updateOf(t, fenceModel(r, l))
 	assert.True(t, upsert, "a tombstone where the account is missing")
@@ -257,12 +247,6 @@ func TestUnitLegWrites(t *testing.T) {
 	assert.False(t, upsert)
 	assert.Equal(t, bson.M{"_id": "A", fieldPending: l.marker, fieldFloorRoom: bson.M{"$exists": false}}, f, "only while pending")
 	assert.Equal(t, bson.M{fieldBalance: int64(10), fieldPendingDebit: int64(-10)}, u["$inc"])
-
-	f, u, upsert = updateOf(t, unfenceModel(r, l))
-	assert.False(t, upsert)
-	assert.Equal(t, "A", f["_id"])
-	assert.Contains(t, f, "$and", "only where the line refuses what it pulls")
-	assert.Equal(t, bson.M{fieldFencedBefore: bson.DateTime(created.UnixMilli())}, u["$max"], "the fence line only moves forward")
 
 	// A credit is held in pendingCredit until it settles, and a debit
 	// leaves the balance when it applies.

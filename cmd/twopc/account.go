@@ -29,9 +29,8 @@ spendable once settled). Then its markers: each leg in flight on it
 index, and the transaction's state, application and the leg's amount,
 read from the log; a marker whose transaction the log does not hold is
 said so), and its fences (fencedLegs, the legs settled or undone since
-its fence line moved, each with its transaction's time; and
-fencedTransactions, the bare markers of an earlier version's) with its
-fence line, fencedBefore. A
+its fence line moved, each with its transaction's time) with its fence
+line, fencedBefore. A
 tombstone (fences written for an account that did not exist) is shown as
 one: the library reads it as no account.
 
@@ -106,9 +105,8 @@ type accountEntry struct {
 	// HeldByHolds is what the holds held on the account reserve of Held.
 	HeldByHolds  int64           `json:"heldByHolds"`
 	PendingLegs  []pendingLeg    `json:"pendingLegs"`
-	Fences       []string        `json:"fencedLegs"`         // fences, with their transactions' times first (schema.Fence)
-	Fenced       []string        `json:"fencedTransactions"` // an earlier version's fences: markers
-	FencedBefore json.RawMessage `json:"fencedBefore"`       // the fence line; null if none
+	Fences       []string        `json:"fencedLegs"`   // fences, with their transactions' times first (schema.Fence)
+	FencedBefore json.RawMessage `json:"fencedBefore"` // the fence line; null if none
 	Tombstone    bool            `json:"tombstone"`
 	// Asset is the account's asset code; Floor and Ceiling its limits, and
 	// FloorRoom and CeilingRoom the headroom its leg writes check, as
@@ -214,7 +212,7 @@ func account(ctx context.Context, cn *conn, ids []any, ledgers []string) (*accou
 		for _, d := range docs {
 			e := accountEntry{Ledger: ledgerName(name), Collection: coll.Name(), id: d.Lookup("_id"),
 				Balance: plainValue(d.Lookup(schema.Balance)), Held: orZeroJSON(d.Lookup(schema.PendingDebit)),
-				PendingCredit: orZeroJSON(d.Lookup(schema.PendingCredit)), PendingLegs: []pendingLeg{}, Fenced: []string{}, Fences: []string{},
+				PendingCredit: orZeroJSON(d.Lookup(schema.PendingCredit)), PendingLegs: []pendingLeg{}, Fences: []string{},
 				FencedBefore: plainValue(d.Lookup(schema.FencedBefore))}
 			e.ID, e.doc = plainValue(e.id), d
 			e.Asset, _ = d.Lookup(schema.Asset).StringValueOK()
@@ -236,9 +234,6 @@ func account(ctx context.Context, cn *conn, ids []any, ledgers []string) (*accou
 			}
 			for _, f := range markers(d, schema.FencedLegs) {
 				e.Fences = append(e.Fences, f.Hex())
-			}
-			for _, m := range markers(d, schema.Fenced) {
-				e.Fenced = append(e.Fenced, m.Hex())
 			}
 			if err := legsInFlight(ctx, cn, &e); err != nil {
 				return nil, err
@@ -346,11 +341,6 @@ func (r *accountReport) print(w io.Writer) {
 			}
 			fmt.Fprintf(w, "    %s leg %d: %s, application %s%s, amount %+d\n", l.Transaction, l.Leg, l.State, appName(l.Application), hold, l.Amount)
 		}
-		fenced := make([]bson.ObjectID, 0, len(a.Fenced))
-		for _, h := range a.Fenced {
-			id, _ := bson.ObjectIDFromHex(h)
-			fenced = append(fenced, id)
-		}
 		line := "none"
 		var t time.Time
 		if err := json.Unmarshal(a.FencedBefore, &t); err == nil && !t.IsZero() {
@@ -360,9 +350,6 @@ func (r *accountReport) print(w io.Writer) {
 		for _, h := range a.Fences {
 			id, _ := bson.ObjectIDFromHex(h)
 			fences = append(fences, id)
-		}
-		if len(fenced) > 0 {
-			fmt.Fprintf(w, "  fencedTransactions (an earlier version's fences, %d): %s\n", len(a.Fenced), markerList(fenced))
 		}
 		fmt.Fprintf(w, "  fencedLegs: %s; fence line (fencedBefore) %s\n", fenceSpan(fences), line)
 	}

@@ -133,8 +133,8 @@
 // pendingTransactions: the transaction, the leg's index, and from the log
 // the transaction's state, application and the leg's amount; a marker
 // whose transaction the log does not hold is said so), and its fences
-// (fencedLegs: how many, and the times of their transactions; an earlier
-// version's, fencedTransactions, if any) and fence line (fencedBefore).
+// (fencedLegs: how many, and the times of their transactions) and fence
+// line (fencedBefore).
 // A tombstone is
 // shown as one. ID is matched as list --account matches it, and every
 // document that matches is shown. The account is read in the default
@@ -144,7 +144,7 @@
 // so named, whose collections must be given. Exit status 1 if no ledger
 // read holds it. With --json: {"accounts": [{"ledger", "id", "balance",
 // "held", "heldByHolds", "pendingCredit", "pendingLegs": [...],
-// "fencedLegs": [...], "fencedTransactions": [...], "fencedBefore",
+// "fencedLegs": [...], "fencedBefore",
 // "tombstone"}]}.
 //
 // # Statement and balance
@@ -189,8 +189,7 @@
 // twopc recover makes one recovery pass (Recoverer.RecoverOnce) and
 // prints what it did: applied transactions settled, stale pending ones
 // rolled forward (or back when no leg was applied), canceling ones
-// finished, an earlier version's fences past their retention removed
-// (this version's go with the writes), and final transactions
+// finished, and final transactions
 // past the time to keep recorded in them (twopc.WithHistory) removed, or
 // moved to the archive given with --archive NAME if they were recorded for
 // that archive. A transaction is stale

@@ -23,10 +23,10 @@ settles every applied transaction, takes over each initial, pending or
 canceling transaction untouched for longer than its lease and finishes
 it (a pending one rolls forward if a leg of it was applied, back if
 none was; a pending hold always rolls back), voids every hold held past
-its expiry (WithExpiry, by the server's clock), and removes the fences
-an earlier version left (fencedTransactions) once their retention has
-passed (this version's go with the writes, with no pass). It prints
-what the pass did; progress goes to stderr.
+its expiry (WithExpiry, by the server's clock), and, for transactions
+recorded with a time to keep (WithHistory), archives or removes those
+past it. Fences need no pass: the writes that touch an account drop
+them. It prints what the pass did; progress goes to stderr.
 
 Taking a transaction over (or voiding a hold for its expiry) writes the
 tool's application name in the transaction's application field, in place
@@ -83,7 +83,6 @@ type recoverReport struct {
 	Skipped       int       `json:"skipped"`
 	Failed        int       `json:"failed"`
 	Expired       int       `json:"expired"` // holds past their expiry, voided
-	Unfenced      int       `json:"unfenced"`
 	Removed       int       `json:"removed"`
 	Finished      int       `json:"finished"`
 	Error         string    `json:"error,omitempty"`
@@ -253,7 +252,7 @@ func runRecover(ctx context.Context, cl *cli, cmd *command, args []string) error
 		p.end()
 		out := recoverReport{Started: start, RolledForward: rep.RolledForward, Settled: rep.Settled,
 			RolledBack: rep.RolledBack, Canceled: rep.Canceled, Expired: rep.Expired, Skipped: rep.Skipped, Failed: rep.Failed,
-			Unfenced: rep.Unfenced, Removed: rep.Removed, Finished: rep.Finished(), took: time.Since(start)}
+			Removed: rep.Removed, Finished: rep.Finished(), took: time.Since(start)}
 		out.Transactions, out.NotListed = took.take()
 		out.MinLeaseSkipped, out.minLease = skips, *minLease
 		out.Duration = seconds(out.took)
@@ -369,8 +368,8 @@ var actionWords = map[string]string{
 }
 
 func (r recoverReport) print(w io.Writer) {
-	fmt.Fprintf(w, "finished %d (rolled forward %d, settled %d, rolled back %d, canceled %d, holds expired %d); skipped %d, failed %d; fences removed for %d; archived or removed %d; took %v\n",
-		r.Finished, r.RolledForward, r.Settled, r.RolledBack, r.Canceled, r.Expired, r.Skipped, r.Failed, r.Unfenced, r.Removed, r.took.Round(time.Millisecond))
+	fmt.Fprintf(w, "finished %d (rolled forward %d, settled %d, rolled back %d, canceled %d, holds expired %d); skipped %d, failed %d; archived or removed %d; took %v\n",
+		r.Finished, r.RolledForward, r.Settled, r.RolledBack, r.Canceled, r.Expired, r.Skipped, r.Failed, r.Removed, r.took.Round(time.Millisecond))
 	for i, t := range r.Transactions {
 		if i == humanListed {
 			fmt.Fprintf(w, "  and %d more (--json lists them)\n", len(r.Transactions)-humanListed+r.NotListed)

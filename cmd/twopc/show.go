@@ -25,8 +25,7 @@ leg's ledger: its balance, pendingCredit and pendingDebit (credits and
 debits applied and not yet settled), its markers, and what they say of
 the leg: applied and not settled (the leg's marker is in
 pendingTransactions), closed (settled or undone: the leg's fence is in
-fencedLegs, or its marker in an earlier version's fencedTransactions, or
-the account's fence line fencedBefore is at or past the transaction's
+fencedLegs, or the account's fence line fencedBefore is at or past the transaction's
 time), or not applied. A leg's marker is the
 transaction's id with its last byte set to the leg's index. A leg on a
 ledger not given with --ledger is listed without its account.
@@ -163,7 +162,7 @@ func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) 
 // legState says what account acct shows of the leg whose marker is m, of a
 // transaction created at created.
 func legState(acct bson.Raw, m bson.ObjectID, created time.Time) string {
-	fenced := hasMarker(acct, schema.FencedLegs, schema.Fence(created, m)) || hasMarker(acct, schema.Fenced, m)
+	fenced := hasMarker(acct, schema.FencedLegs, schema.Fence(created, m))
 	if line, ok := acct.Lookup(schema.FencedBefore).TimeOK(); ok && !created.IsZero() && !line.Before(created) {
 		fenced = true // closed by the line: its fence, if any, was dropped
 	}
@@ -275,9 +274,6 @@ func (r *showReport) print(w io.Writer) {
 			human(a.Lookup(schema.Balance)), orZero(a.Lookup(schema.PendingCredit)), orZero(a.Lookup(schema.PendingDebit)))
 		pending := markers(a, "pendingTransactions")
 		fmt.Fprintf(w, "     pendingTransactions: %s\n", markerList(pending))
-		if legacy := markers(a, schema.Fenced); len(legacy) > 0 {
-			fmt.Fprintf(w, "     fencedTransactions (an earlier version's fences): %s\n", markerList(legacy))
-		}
 		fmt.Fprintf(w, "     fencedLegs: %s; fence line (fencedBefore) %s", fenceSpan(markers(a, schema.FencedLegs)), human(a.Lookup(schema.FencedBefore)))
 		if tomb, _ := a.Lookup(schema.Tombstone).BooleanOK(); tomb {
 			fmt.Fprint(w, "; a tombstone (fences of an account that did not exist)")

@@ -29,7 +29,6 @@ func TestUnitLegState(t *testing.T) {
 		{"not applied", doc(bson.E{Key: "balance", Value: int64(1)}), legNotApplied},
 		{"applied", doc(bson.E{Key: "pendingTransactions", Value: bson.A{m}}), legApplied},
 		{"fenced", doc(bson.E{Key: schema.FencedLegs, Value: bson.A{schema.Fence(created, m)}}), legClosed},
-		{"fenced by an earlier version", doc(bson.E{Key: schema.Fenced, Value: bson.A{m}}), legClosed},
 		{"behind the line", doc(bson.E{Key: schema.FencedBefore, Value: created}), legClosed},
 		{"before the line", doc(bson.E{Key: schema.FencedBefore, Value: created.Add(-time.Millisecond)}), legNotApplied},
 		{"tombstone", doc(bson.E{Key: schema.Tombstone, Value: true}), legNoAccount},

@@ -27,14 +27,11 @@ const (
 	Claim         = "claim"
 	Key           = "key"
 	Reason        = "reason"
-	Fences        = "fences"
-	LegFences     = "legFences"   // fenced in fencedLegs only: written by this version
 	Metadata      = "metadata"    // a transfer's string metadata
 	CommittedAt   = "committedAt" // the commit point, by the log server's clock
 	EntryKeys     = "accounts"    // a key per account a leg is on (see statement.go)
 	Opening       = "opening"     // an account's opening {balance, at}, by OpenAccount
 	Lease         = "leaseMs"
-	Retain        = "retainMs"
 	Keep          = "keepMs"
 	Archive       = "archive"
 	Created       = "created"
@@ -53,7 +50,6 @@ const (
 const (
 	Balance       = "balance"
 	Pending       = "pendingTransactions"
-	Fenced        = "fencedTransactions"
 	PendingCredit = "pendingCredit"
 	PendingDebit  = "pendingDebit"
 	FencedBefore  = "fencedBefore"

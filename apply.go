@@ -258,14 +258,14 @@ func (ls ledgers) applyAll(ctx context.Context, recs []*record, legs []leg) (int
 		for j, i := range idx {
 			of[j] = recs[i]
 		}
-		n, why, sent, err := l.apply(ctx, of, mine)
+		n, why, left, err := l.apply(ctx, of, mine)
 		mu.Lock()
 		defer mu.Unlock()
 		modified += n
 		for j, msg := range why {
 			refused[idx[j]] = msg
 		}
-		for j := sent; j < len(idx); j++ {
+		for _, j := range left {
 			unsent[idx[j]] = true
 		}
 		return err

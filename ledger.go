@@ -234,53 +234,96 @@ func (l *Ledger) own(legs []leg) ([]leg, []int) {
 }
 
 // apply sends the guarded writes that apply legs, each of transaction
-// recs[i] (see applyModel), in unordered commands of at most writeBatch
-// statements, and returns how many applied, the server's reasons for the
-// legs it refused, by index in legs, and how many legs it sent: a command
-// is not started with less than an eighth of StaleAfter left before ctx's
-// deadline (the claims' deadline; see applyRound), and the legs from it on
-// are left unsent, to be sent again under renewed claims. Any other
-// failure (whose outcome is unknown for the legs of that command, and
-// which leaves the legs after it unsent) or a write-concern error is
+// recs[i], in unordered commands of at most writeBatch statements: the
+// legs that name one account in one statement where they can share one
+// (see coalesce, applyAllModel), each other leg in its own (applyModel).
+// It returns how many legs are known applied, the server's reasons for the
+// legs it refused, by index in legs, and the indexes of the legs it did
+// not send: a command is not started with less than an eighth of
+// StaleAfter left before ctx's deadline (the claims' deadline; see
+// applyRound), and its legs and those after it are left unsent, to be
+// sent again under renewed claims. Any other failure (whose outcome is
+// unknown for the legs of that command) or a write-concern error is
 // returned as err.
-func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, int, error) {
+//
+// A command whose count says every statement matched applied every leg
+// in it. One that says fewer, or that reports a write error, applied an
+// unknown part of its merged statements: their legs are sent again one
+// statement each (each guarded by its own marker, so a leg the merged
+// statement applied matches nothing), the command counts no leg as known
+// applied, and the caller reads the accounts to judge each leg.
+func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, []int, error) {
 	var modified int64
 	refused := map[int]string{}
-	for start := 0; start < len(legs); start += l.writeBatch {
+	kinded := make([]leg, len(legs))
+	for i, lg := range legs {
+		kinded[i] = l.kinds.of(lg)
+	}
+	plan := coalesce(recs, kinded)
+	for start := 0; start < len(plan); start += l.writeBatch {
 		if d, ok := ctx.Deadline(); ok && start > 0 && time.Until(d) < l.staleAfter/8 {
-			return modified, refused, start, nil
+			var unsent []int
+			for _, s := range plan[start:] {
+				unsent = append(unsent, s...)
+			}
+			return modified, refused, unsent, nil
 		}
-		end := min(start+l.writeBatch, len(legs))
-		models := make([]mongo.WriteModel, 0, end-start)
+		stmts := plan[start:min(start+l.writeBatch, len(plan))]
+		models := make([]mongo.WriteModel, len(stmts))
 		mark := l.mark.line()
-		for i := start; i < end; i++ {
-			models = append(models, applyModel(recs[i], l.kinds.of(legs[i]), mark))
+		legCount := 0
+		for j, s := range stmts {
+			models[j] = s.model(recs, kinded, mark)
+			legCount += len(s)
 		}
 		res, err := l.accounts.BulkWrite(ctx, models, unorderedWrite)
-		if res != nil {
-			modified += res.ModifiedCount
-		}
 		var bwe mongo.BulkWriteException
-		if err != nil && errors.As(err, &bwe) && bwe.WriteConcernError == nil {
-			// Refused by the server, each for its own reason, at the
-			// index of its statement, as MongoDB reports write errors (the
-			// dev server's front makes FerretDB's replies so). The
-			// accounts are read whatever it says: a wrong index could
-			// only call a leg refused that the read finds nothing wrong
-			// with, which then fails its transfer with ErrInvalidAccount
-			// rather than apply twice.
-			for _, we := range bwe.WriteErrors {
-				if we.Index >= 0 && we.Index < len(models) {
-					refused[start+we.Index] = we.Message
-				}
-			}
+		if err != nil && !(errors.As(err, &bwe) && bwe.WriteConcernError == nil) {
+			return modified, refused, nil, err
+		}
+		if err == nil && res != nil && res.ModifiedCount == int64(len(models)) {
+			modified += int64(legCount)
 			continue
 		}
-		if err != nil {
-			return modified, refused, len(legs), err
+		// Refused by the server, each for its own reason, at the index
+		// of its statement, as MongoDB reports write errors (the dev
+		// server's front makes FerretDB's replies so). The accounts are
+		// read whatever it says: a wrong index could only call a leg
+		// refused that the read finds nothing wrong with, which then
+		// fails its transfer with ErrInvalidAccount rather than apply
+		// twice. A merged statement's error is no leg's: its legs go
+		// again alone, as do those of a merged statement that may not
+		// have matched.
+		var again []int
+		for _, we := range bwe.WriteErrors {
+			if we.Index >= 0 && we.Index < len(stmts) && len(stmts[we.Index]) == 1 {
+				refused[stmts[we.Index][0]] = we.Message
+			}
+		}
+		for _, s := range stmts {
+			if len(s) > 1 {
+				again = append(again, s...)
+			}
+		}
+		if len(again) == 0 {
+			continue
+		}
+		alone := make([]mongo.WriteModel, len(again))
+		for j, i := range again {
+			alone[j] = applyModel(recs[i], kinded[i], mark)
+		}
+		_, err = l.accounts.BulkWrite(ctx, alone, unorderedWrite)
+		var abwe mongo.BulkWriteException
+		if err != nil && !(errors.As(err, &abwe) && abwe.WriteConcernError == nil) {
+			return modified, refused, nil, err
+		}
+		for _, we := range abwe.WriteErrors {
+			if we.Index >= 0 && we.Index < len(again) {
+				refused[again[we.Index]] = we.Message
+			}
 		}
 	}
-	return modified, refused, len(legs), nil
+	return modified, refused, nil, nil
 }
 
 // closeLegs closes the legs of committed transactions recs: it pulls each

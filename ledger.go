@@ -217,19 +217,23 @@ func (l *Ledger) own(legs []leg) ([]leg, []int) {
 // apply sends the guarded writes that apply legs, each of transaction
 // recs[i] (see applyModel), in unordered commands of at most writeBatch
 // statements, and returns how many applied, the server's reasons for the
-// legs it refused, by index in legs, and how many legs it sent: a command
+// legs it refused, by index in legs, the write errors whose outcome is
+// unknown (a transient code or a RetryableWriteError label: see
+// transientWrite; never a refusal), by index in legs, and how many legs it
+// sent: a command
 // is not started with less than an eighth of StaleAfter left before ctx's
 // deadline (the claims' deadline; see applyRound), and the legs from it on
 // are left unsent, to be sent again under renewed claims. Any other
 // failure (whose outcome is unknown for the legs of that command, and
 // which leaves the legs after it unsent) or a write-concern error is
 // returned as err.
-func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, int, error) {
+func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, map[int]error, int, error) {
 	var modified int64
 	refused := map[int]string{}
+	unknown := map[int]error{}
 	for start := 0; start < len(legs); start += l.writeBatch {
 		if d, ok := ctx.Deadline(); ok && start > 0 && time.Until(d) < l.staleAfter/8 {
-			return modified, refused, start, nil
+			return modified, refused, unknown, start, nil
 		}
 		end := min(start+l.writeBatch, len(legs))
 		models := make([]mongo.WriteModel, 0, end-start)
@@ -250,18 +254,32 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 			// only call a leg refused that the read finds nothing wrong
 			// with, which then fails its transfer with ErrInvalidAccount
 			// rather than apply twice.
+			// A transient one (a primary stepping down, a shard's
+			// failover) is no refusal: its outcome is unknown, and the
+			// leg is sent again (it applies at most once).
 			for _, we := range bwe.WriteErrors {
-				if we.Index >= 0 && we.Index < len(models) {
-					refused[start+we.Index] = we.Message
+				if we.Index < 0 || we.Index >= len(models) {
+					continue
 				}
+				if transientWrite(bwe, we) {
+					// The statement's error, or the command's when only
+					// its label says so: either is transient to retry.
+					var werr error = we.WriteError
+					if !transientCodes[we.Code] {
+						werr = bwe
+					}
+					unknown[start+we.Index] = werr
+					continue
+				}
+				refused[start+we.Index] = we.Message
 			}
 			continue
 		}
 		if err != nil {
-			return modified, refused, len(legs), err
+			return modified, refused, unknown, len(legs), err
 		}
 	}
-	return modified, refused, len(legs), nil
+	return modified, refused, unknown, len(legs), nil
 }
 
 // closeLegs closes the legs of committed transactions recs: it pulls each

@@ -93,21 +93,14 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 		ids[i] = q.rec.ID
 	}
 	start := time.Now()
-	var modified int64
-	err := g.retry(ctx, func(ctx context.Context) error {
-		res, err := g.txns.BulkWrite(ctx, models, unorderedWrite)
-		if res != nil {
-			modified = res.ModifiedCount
-		}
-		return err
-	})
+	modified, failed := g.bulkByID(ctx, models)
 	defer func() {
 		m := move{step: StepCommit, from: StatePending, to: StateApplied}
 		for _, q := range calls {
 			g.transition(ctx, q.rec.ID, m, start, len(calls), q.moved, q.err)
 		}
 	}()
-	if err == nil && modified == int64(len(calls)) {
+	if len(failed) == 0 && modified == int64(len(calls)) {
 		// Every statement names one document by _id: k modified are the
 		// k transactions.
 		for _, q := range calls {
@@ -120,7 +113,12 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 	// Fewer moved than asked, or the write failed (maybe after it
 	// happened), as a whole or for some statements: read which moved. A
 	// transaction moved if it is applied under its own claim.
-	failed := statementErrors(err, len(calls))
+	var err error // the first statement's error, for a read that fails too
+	for i := range calls {
+		if err = failed[i]; err != nil {
+			break
+		}
+	}
 	var now []record
 	rerr := g.retry(ctx, func(ctx context.Context) error {
 		cur, err := g.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})

@@ -429,15 +429,13 @@ func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record,
 	for i, r := range recs {
 		models[i] = updateByID(m.filter(r.ID), m.update())
 	}
-	err := g.retry(ctx, func(ctx context.Context) error {
-		_, err := g.txns.BulkWrite(ctx, models, unorderedWrite)
-		return err
-	})
-	failed := statementErrors(err, len(recs))
+	_, failed := g.bulkByID(ctx, models)
 	var out []*record
+	var err error
 	for i, r := range recs {
 		g.transition(ctx, r.ID, m, start, len(recs), failed[i] == nil, failed[i])
 		if failed[i] != nil {
+			err = cmpErr(err, failed[i])
 			continue
 		}
 		cp := *r
@@ -445,36 +443,6 @@ func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record,
 		out = append(out, &cp)
 	}
 	return out, err
-}
-
-// statementErrors is, by statement index, the error each of n statements
-// of an unordered bulk write got from err, the bulk's error: its own write
-// error when the server refused statements one by one (the others applied
-// or matched nothing); err itself for every statement when the command
-// failed as a whole, was not answered, or got a write-concern error (each
-// statement's outcome unknown). Empty when err is nil.
-func statementErrors(err error, n int) map[int]error {
-	out := map[int]error{}
-	if err == nil {
-		return out
-	}
-	var bwe mongo.BulkWriteException
-	if errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 {
-		for _, we := range bwe.WriteErrors {
-			if we.Index >= 0 && we.Index < n {
-				if transientWrite(bwe, we) && !transientCodes[we.Code] {
-					out[we.Index] = bwe // transient by the command's label
-				} else {
-					out[we.Index] = we.WriteError
-				}
-			}
-		}
-		return out
-	}
-	for i := range n {
-		out[i] = err
-	}
-	return out
 }
 
 func (r *record) txn() *Txn {

@@ -639,7 +639,10 @@ func (l *Ledger) write(ctx context.Context, models []mongo.WriteModel) (map[int]
 // as it has), or that was sent again alone and matched nothing; and, in
 // place of failing them, those the server refused alone with a write
 // error (a single-document statement that did not apply), for the caller
-// to send otherwise.
+// to send otherwise. A transient error (see transient: a retryable code or
+// the RetryableWriteError label, the command's or a statement's) is
+// retried with its command; one that persists leaves its statements not
+// done or unconfirmed, never refused for good.
 func (l *Ledger) writeConfirmed(ctx context.Context, models []mongo.WriteModel, confirm map[int]bool) (map[int]bool, map[int]bool, error) {
 	failed := map[int]bool{}
 	unconfirmed := map[int]bool{}

@@ -1,6 +1,8 @@
 package twopc_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,11 +25,17 @@ import (
 // too.
 func (b *bank) failNext(coll string, statements ...int) (fired func()) {
 	b.t.Helper()
+	return b.failNextWith(coll, 91, bson.A{"RetryableWriteError"}, statements...)
+}
+
+// failNextWith is failNext with the error code and labels given.
+func (b *bank) failNextWith(coll string, code int32, labels bson.A, statements ...int) (fired func()) {
+	b.t.Helper()
 	data := bson.D{
 		{Key: "failCommands", Value: bson.A{"update"}},
 		{Key: "namespace", Value: b.db.Name() + "." + coll},
-		{Key: "errorCode", Value: 91},
-		{Key: "errorLabels", Value: bson.A{"RetryableWriteError"}},
+		{Key: "errorCode", Value: code},
+		{Key: "errorLabels", Value: labels},
 	}
 	if len(statements) > 0 {
 		data = append(data, bson.E{Key: "writeErrorIndexes", Value: statements})
@@ -126,4 +134,62 @@ func TestTransientGroupCommitErrorIsRetried(t *testing.T) {
 			assert.Equal(t, twopc.StateDone, b.txn(idx.id(3)).State, "settled")
 		})
 	}
+}
+
+// TestMoveToDoneStatementErrors: the move to done of a batch is one
+// statement per transaction, and each statement's error is its own. A
+// transient error of the middle statement is retried (every transaction
+// done); a refusal of it leaves that transaction alone applied, for the
+// settle to finish later, and the others done.
+func TestMoveToDoneStatementErrors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		code    int32
+		labels  bson.A
+		applied int
+	}{
+		"transient": {91, bson.A{"RetryableWriteError"}, 0},
+		"refused":   {2, bson.A{}, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t)
+			b := newBank(t)
+			b.open(map[string]int64{"A": 1000, "B": 0})
+			var once sync.Once
+			var fired func()
+			hooked := b.coordinator(twopc.WithSyncSettle(), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+				if s == twopc.StepDone {
+					once.Do(func() { fired = b.failNextWith("transactions", tc.code, tc.labels, 1) })
+				}
+				return nil
+			}))
+			reqs := []twopc.TransferRequest{{Source: "A", Destination: "B", Value: 1}, {Source: "A", Destination: "B", Value: 2}, {Source: "A", Destination: "B", Value: 3}}
+			res, err := hooked.TransferBatch(ctx, reqs)
+			require.NoError(t, err)
+			require.NotNil(t, fired, "the batch was moved to done")
+			fired()
+			states := map[twopc.State]int{}
+			for i, r := range res {
+				require.NotNilf(t, r.Txn, "transfer %d: %v", i, r.Err)
+				states[b.txn(r.Txn.ID).State]++
+			}
+			assert.Equal(t, filterZero(map[twopc.State]int{twopc.StateDone: 3 - tc.applied, twopc.StateApplied: tc.applied}), filterZero(states), "one statement's error is its own transaction's")
+			require.NoError(t, hooked.Settle(ctx))
+			b.recoverAll()
+			b.checkSettled(map[string]int64{"A": 1000, "B": 0})
+			assert.Equal(t, int64(6), b.balance("B"))
+			for _, r := range res {
+				assert.Equal(t, twopc.StateDone, b.txn(r.Txn.ID).State)
+			}
+		})
+	}
+}
+
+// filterZero drops the states counted zero times.
+func filterZero(m map[twopc.State]int) map[twopc.State]int {
+	for k, v := range m {
+		if v == 0 {
+			delete(m, k)
+		}
+	}
+	return m
 }

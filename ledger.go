@@ -219,11 +219,11 @@ func (l *Ledger) own(legs []leg) ([]leg, []int) {
 // statements, and returns how many applied, the server's reasons for the
 // legs it refused, by index in legs, the write errors whose outcome is
 // unknown (a transient code or a RetryableWriteError label: see
-// transientWrite; never a refusal), by index in legs, and how many legs it
-// sent: a command
-// is not started with less than an eighth of StaleAfter left before ctx's
-// deadline (the claims' deadline; see applyRound), and the legs from it on
-// are left unsent, to be sent again under renewed claims. Any other
+// transientWrite; never a refusal), by index in legs, and how many legs
+// it sent: a command is not started with less than an eighth of
+// StaleAfter left before ctx's deadline (the claims' deadline; see
+// applyRound), and the legs from it on are left unsent, to be sent again
+// under renewed claims. Any other
 // failure (whose outcome is unknown for the legs of that command, and
 // which leaves the legs after it unsent) or a write-concern error is
 // returned as err.
@@ -262,13 +262,7 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 					continue
 				}
 				if transientWrite(bwe, we) {
-					// The statement's error, or the command's when only
-					// its label says so: either is transient to retry.
-					var werr error = we.WriteError
-					if !transientCodes[we.Code] {
-						werr = bwe
-					}
-					unknown[start+we.Index] = werr
+					unknown[start+we.Index] = writeError(bwe, we)
 					continue
 				}
 				refused[start+we.Index] = we.Message

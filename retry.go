@@ -76,6 +76,17 @@ func transientWrite(bwe mongo.BulkWriteException, we mongo.BulkWriteError) bool 
 	return transientCodes[we.Code] || bwe.HasErrorLabel(retryableWriteLabel)
 }
 
+// writeError is we, a statement's write error inside a bulk whose error is
+// bwe, as an error that transient judges as transientWrite does: the
+// statement's own, or bwe when only the command's label makes it
+// transient (a statement's write error carries no labels).
+func writeError(bwe mongo.BulkWriteException, we mongo.BulkWriteError) error {
+	if !transientCodes[we.Code] && bwe.HasErrorLabel(retryableWriteLabel) {
+		return bwe
+	}
+	return we.WriteError
+}
+
 // poolCleared reports whether err is the driver's "connection pool was
 // cleared because another operation failed": a network error of another
 // operation paused the pool, and this one gave up at a connection's

@@ -59,11 +59,7 @@ func statementErrors(err error, n int) map[int]error {
 	if errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 {
 		for _, we := range bwe.WriteErrors {
 			if we.Index >= 0 && we.Index < n {
-				if transientWrite(bwe, we) && !transientCodes[we.Code] {
-					out[we.Index] = bwe // transient by the command's label
-				} else {
-					out[we.Index] = we.WriteError
-				}
+				out[we.Index] = writeError(bwe, we)
 			}
 		}
 		return out

@@ -156,7 +156,7 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 		return
 	}
 	wctx, cancel := context.WithTimeout(ctx, deadline.Sub(now))
-	modified, refused, unsent, err := c.ledgers.applyAll(wctx, recs, legs)
+	modified, refused, unknown, unsent, err := c.ledgers.applyAll(wctx, recs, legs)
 	cancel()
 	if err != nil {
 		for _, q := range owner {
@@ -197,6 +197,13 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 			continue
 		}
 		verdict, why := judge(accts[j], q.o.rec, l)
+		if werr, ok := unknown[i]; ok && verdict == legRetry {
+			// A transient write error (a primary stepping down, a shard's
+			// failover): the leg's outcome is unknown, never a refusal.
+			// Its caller applies again, as after a lost reply.
+			q.err = werr
+			continue
+		}
 		if msg, ok := refused[i]; ok && verdict == legRetry {
 			// The server refused the write for a reason the account's
 			// fields do not show: a schema validator, a
@@ -246,31 +253,36 @@ func spendCommitted(ctx context.Context, g *txnLog, ls ledgers, short []shortDeb
 // applyAll sends the guarded writes that apply legs, each of transaction
 // recs[i], one command per ledger, the ledgers' at once. It returns how
 // many applied, the server's reasons for the legs it refused (by index in
-// legs), and any other error: a failure whose outcome is unknown, or a
-// write-concern error.
-func (ls ledgers) applyAll(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, map[int]bool, error) {
+// legs), the transient write errors of legs whose outcome is unknown (by
+// index in legs), the legs left unsent, and any other error: a failure
+// whose outcome is unknown, or a write-concern error.
+func (ls ledgers) applyAll(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, map[int]error, map[int]bool, error) {
 	var mu sync.Mutex
 	var modified int64
 	refused := map[int]string{}
+	unknown := map[int]error{}
 	unsent := map[int]bool{}
 	err := ls.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
 		of := make([]*record, len(idx))
 		for j, i := range idx {
 			of[j] = recs[i]
 		}
-		n, why, left, err := l.apply(ctx, of, mine)
+		n, why, lost, left, err := l.apply(ctx, of, mine)
 		mu.Lock()
 		defer mu.Unlock()
 		modified += n
 		for j, msg := range why {
 			refused[idx[j]] = msg
 		}
+		for j, werr := range lost {
+			unknown[idx[j]] = werr
+		}
 		for _, j := range left {
 			unsent[idx[j]] = true
 		}
 		return err
 	})
-	return modified, refused, unsent, err
+	return modified, refused, unknown, unsent, err
 }
 
 // inspect reads the accounts of legs of r, in order, from their ledgers

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // commitCall is one transfer's commit, the move pending → applied of a
@@ -17,38 +18,52 @@ type commitCall struct {
 	err   error
 }
 
-// The commit stage makes the commit point of concurrent transfers in
-// groups (group commit; see stage). A commit written alone is the same
-// single guarded find-and-modify as any other move ({_id, state: pending,
-// claim, lastModified} → applied: see commitMove), so a transfer on an idle coordinator still reaches
-// its commit point in three round trips. A group is one guarded update:
+// commitAll is the commit stage's write: it makes the commit point of
+// concurrent transfers in groups (group commit; see stage). A commit
+// written alone is the same single guarded find-and-modify as any other
+// move ({_id, state: pending, claim, lastModified} → applied: see
+// commitMove), so a transfer on an idle coordinator still reaches its
+// commit point in three round trips. A group is one unordered update
+// command of one single-document statement per transaction, by _id, each
+// with the filter of that transaction's commit alone (commitMove's: _id,
+// state pending, its claim, and lastModified where its mover read it):
 //
-//	{state: pending, $or: [{_id: id1, claim: c1, lastModified: l1}, {_id: id2, claim: c2}, ...]}
-//	→ {$set: {state: applied}, $currentDate: {lastModified: true}}
+//	update transactions, ordered: false, updates: [
+//	  {q: {_id: id1, state: pending, claim: c1, lastModified: l1}, u: ...},
+//	  {q: {_id: id2, state: pending, claim: c2}, u: ...}, ...]
+//	u: {$set: {state: applied}, $currentDate: {lastModified: true, committedAt: true}}
+//
+// Not an update of many: a command of single-document statements is a
+// retryable write, is routed to one shard per statement on a sharded log,
+// and counts exactly (an update of many on a sharded collection may apply
+// to a document zero, one or several times during a chunk migration).
 //
 // The guarantee: a group commit moves exactly the transactions the single
-// commits would have moved, since the guard is the same per transaction:
-// each moves only if it is still pending under its own claim, so a
+// commits would have moved, since each statement is the single commit's
+// guard: each moves only if it is still pending under its own claim, so a
 // transaction taken over, canceled or committed by another process while
-// it waited does not move, and each clause can match only its own
-// transaction. A grouped write whose count says fewer moved than were
-// asked for, or that failed, is followed by one read of the group, and a
-// transaction is reported moved only if that read finds it applied under
-// its own claim (moved by this write or by an attempt of it whose reply
-// was lost); nothing is inferred from an error. A transaction moved by a
-// grouped write is returned with the state applied and the lastModified
-// it had before (the write does not return documents).
+// it waited does not move, and each statement can match only its own
+// transaction. All are reported moved when the count says every statement
+// modified its document. A shorter count or an error (the command's, or
+// statements' write errors, each taken at its own index) is followed by
+// one read of the group, and a transaction is reported moved only if that
+// read finds it applied under its own claim (moved by this write or by an
+// attempt of it whose reply was lost); nothing is inferred from a count or
+// an error. A transaction still pending under its claim whose statement
+// failed gets that statement's error (its outcome unknown: a transient one
+// is retried, never read as a refusal). A transaction moved by a grouped
+// write is returned with the state applied and the lastModified it had
+// before (the write does not return documents).
 //
 // Step hooks: StepCommit is called for each transaction by its own caller,
 // with its caller's context, before it joins the stage; a hook that fails
 // keeps its transaction out of the write and its caller gets the error. A
-// grouped write retried after a transient failure does not call the hooks
-// again (a single one does, as every other step does).
+// grouped write retried after a transient failure (see transient) does not
+// call the hooks again (a single one does, as every other step does).
 //
-// Under load, k commits cost one command, one write acknowledgement (one
-// majority wait on a replica set) and, on a server that uses the _id index
-// only for a filter on _id alone, one collection scan, instead of k. Only
-// the commits of one Coordinator are grouped.
+// Under load, k commits cost one command and one write acknowledgement
+// (one majority wait on a replica set) instead of k. Only the commits of
+// one Coordinator are grouped.
 func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 	// A hold's move (pending → held) is written alone: a group's update
 	// sets one state.
@@ -69,34 +84,24 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 		q.cur, q.moved, q.err = g.advanceHooked(ctx, q.rec, commitMove(q.rec), true)
 		return
 	}
-	or := make(bson.A, len(calls))
+	models := make([]mongo.WriteModel, len(calls))
 	ids := make(bson.A, len(calls))
 	for i, q := range calls {
-		clause := bson.D{{Key: "_id", Value: q.rec.ID}, {Key: fieldClaim, Value: q.rec.Claim}}
-		if !q.rec.guessed {
-			clause = append(clause, bson.E{Key: fieldLastModified, Value: q.rec.LastModified})
-		}
-		or[i] = clause
+		m := commitMove(q.rec)
+		models[i] = updateByID(m.filter(q.rec.ID), m.update())
 		ids[i] = q.rec.ID
 	}
-	filter := bson.D{{Key: fieldState, Value: StatePending}, {Key: "$or", Value: or}}
-	update := commitMove(calls[0].rec).update()
 	start := time.Now()
-	var modified int64
-	err := g.retry(ctx, func(ctx context.Context) error {
-		res, err := g.txns.UpdateMany(ctx, encoded(filter), encoded(update))
-		if res != nil {
-			modified = res.ModifiedCount
-		}
-		return err
-	})
+	modified, failed := g.bulkByID(ctx, models)
 	defer func() {
 		m := move{step: StepCommit, from: StatePending, to: StateApplied}
 		for _, q := range calls {
 			g.transition(ctx, q.rec.ID, m, start, len(calls), q.moved, q.err)
 		}
 	}()
-	if err == nil && modified == int64(len(calls)) {
+	if len(failed) == 0 && modified == int64(len(calls)) {
+		// Every statement names one document by _id: k modified are the
+		// k transactions.
 		for _, q := range calls {
 			cp := *q.rec // lastModified is the server's, not read back
 			cp.State, cp.guessed = StateApplied, true
@@ -105,8 +110,14 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 		return
 	}
 	// Fewer moved than asked, or the write failed (maybe after it
-	// happened): read which moved. A transaction moved if it is applied
-	// under its own claim.
+	// happened), as a whole or for some statements: read which moved. A
+	// transaction moved if it is applied under its own claim.
+	var err error // the first statement's error, for a read that fails too
+	for i := range calls {
+		if err = failed[i]; err != nil {
+			break
+		}
+	}
 	var now []record
 	rerr := g.retry(ctx, func(ctx context.Context) error {
 		cur, err := g.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
@@ -122,20 +133,23 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 		}
 		return
 	}
-	for _, q := range calls {
+	for i, q := range calls {
 		q.cur, q.moved = q.rec, false
 		q.err = errorf("%w: %s", ErrTxnNotFound, q.rec.ID.Hex())
-		for i := range now {
-			if now[i].ID != q.rec.ID {
+		for k := range now {
+			if now[k].ID != q.rec.ID {
 				continue
 			}
-			switch cur := &now[i]; {
+			switch cur := &now[k]; {
 			case cur.check() != nil:
 				q.err = cur.check()
-			case cur.State == StatePending && cur.Claim == q.rec.Claim && err != nil:
-				// Still ours and pending: the write failed before reaching
-				// it, or has yet to. Say so, as a failed single write would.
-				q.err = err
+			case cur.State == StatePending && cur.Claim == q.rec.Claim && failed[i] != nil:
+				// Still ours and pending: its statement failed before
+				// reaching it (its own write error, or the command's), or
+				// has yet to. Say so, as a failed single write would: a
+				// transient error is retried by its caller, never taken
+				// for a refusal.
+				q.err = failed[i]
 			default:
 				q.cur, q.err = cur, nil
 				q.moved = cur.State == StateApplied && cur.Claim == q.rec.Claim

@@ -24,7 +24,9 @@ type commitGate struct {
 	mu     sync.Mutex
 	hold   map[string]int // "alone" or "group": how many of the next to hold
 	alone  int            // commits written alone (findAndModify)
-	groups []int          // the size of each grouped commit (update with $or)
+	groups []int          // the size of each grouped commit (an update of one statement per transaction)
+	// filters holds, for each grouped commit, its statements' filters.
+	filters [][]bson.Raw
 
 	held    chan string
 	release chan struct{}
@@ -78,11 +80,17 @@ func (g *commitGate) monitor() *event.CommandMonitor {
 			if !ok || !setsApplied(first.Lookup("u")) {
 				return
 			}
-			or, _ := first.Lookup("q", "$or").ArrayOK()
-			n, _ := or.Values()
+			stmts, _ := updates.Values()
+			var filters []bson.Raw
+			for _, st := range stmts {
+				doc, _ := st.DocumentOK()
+				q, _ := doc.Lookup("q").DocumentOK()
+				filters = append(filters, q)
+			}
 			kind = "group"
 			g.mu.Lock()
-			g.groups = append(g.groups, len(n))
+			g.groups = append(g.groups, len(stmts))
+			g.filters = append(g.filters, filters)
 			g.mu.Unlock()
 		}
 		if kind == "" {
@@ -328,4 +336,73 @@ func TestGroupCommitLeaderGivesUp(t *testing.T) {
 	assert.True(t, b.txn(idx.id(2)).State.Committed(), "2 was in the write: committed, though its caller gave up")
 
 	settleAll(t, b, c, int64(1+2+3+4))
+}
+
+// filtersOf returns the statements' filters of each grouped commit so far.
+func (g *commitGate) filtersOf() [][]bson.Raw {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([][]bson.Raw(nil), g.filters...)
+}
+
+// TestGroupCommitOneStatementPerTransfer holds one commit write in flight
+// while three more commits arrive, and takes one of them over by hand (a
+// new claim) before they are written: the group is one update command of
+// three single-document statements, each filtering one _id as commitMove
+// does (_id, state pending, its own claim), which moves the two still
+// under their claims and not the one taken over, reported not moved.
+func TestGroupCommitOneStatementPerTransfer(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	g := newCommitGate()
+	c, idx, waiting := b.gatedCoordinator(g, nil)
+
+	g.holdNext("alone")
+	r1 := transferAsync(ctx, c, 1)
+	g.waitHeld(t, "alone")
+	r2 := transferAsync(ctx, c, 2)
+	r3 := transferAsync(ctx, c, 3)
+	r4 := transferAsync(ctx, c, 4)
+	for range 3 {
+		waitFor(t, waiting, "a commit waits for the group")
+	}
+	taken := bson.NewObjectID()
+	res, err := b.db.Collection("transactions").UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: idx.id(3)}, {Key: "state", Value: twopc.StatePending}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "claim", Value: taken}, {Key: "application", Value: "other"}}}})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.ModifiedCount, "3 taken over")
+	g.release <- struct{}{}
+
+	requireCommitted(t, map[int64]<-chan transferResult{1: r1, 2: r2, 4: r4})
+	require.ErrorIs(t, result(t, r3, "transfer of 3").err, twopc.ErrInProgress, "taken over: not moved")
+	assert.Equal(t, twopc.StatePending, b.txn(idx.id(3)).State, "3 not moved")
+	assert.Equal(t, "other", b.txn(idx.id(3)).Application, "3 still under the claim that took it")
+
+	_, groups := g.counts()
+	require.Equal(t, []int{3}, groups, "one update command for 2, 3 and 4")
+	filters := g.filtersOf()[0]
+	seen := map[bson.ObjectID]bool{}
+	for _, q := range filters {
+		id, ok := q.Lookup("_id").ObjectIDOK()
+		require.True(t, ok, "statement filter %s names one _id", q)
+		seen[id] = true
+		state, _ := q.Lookup("state").StringValueOK()
+		assert.Equal(t, string(twopc.StatePending), state, "statement filter %s", q)
+		_, ok = q.Lookup("claim").ObjectIDOK()
+		assert.True(t, ok, "statement filter %s requires its claim", q)
+		_, err := q.LookupErr("$or")
+		assert.Error(t, err, "statement filter %s is no update of many", q)
+	}
+	assert.Equal(t, map[bson.ObjectID]bool{idx.id(2): true, idx.id(3): true, idx.id(4): true}, seen, "one statement per transaction")
+
+	require.NoError(t, c.Settle(ctx))
+	b.recoverAll()
+	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
+	want := int64(1 + 2 + 4)
+	if b.txn(idx.id(3)).State.Committed() {
+		want += 3 // recovery rolled the one taken over forward
+	}
+	assert.Equal(t, want, b.balance("B"))
 }

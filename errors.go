@@ -78,7 +78,11 @@ var (
 	// or not an int32 or int64 (a float, a string), whose fencedLegs is
 	// not an array, or whose fence line
 	// (fencedBefore) is neither a date nor null, or, for an account with
-	// limits, whose floorRoom or ceilingRoom is not an integer. The
+	// limits, whose floorRoom or ceilingRoom is not an integer, or that the
+	// server refuses a leg on for a reason the account's fields do not show
+	// (a schema validator, a document grown too large); never for a
+	// transient error (a primary stepping down, a shard's failover: the
+	// RetryableWriteError label or a retryable code), which is retried. The
 	// transaction ends canceled; no balance changes. Coordinator.Account
 	// and Ledger.Account return it for a balance that is not an integer.
 	// OpenAccount and SetLimits return it, writing nothing, for an asset

@@ -237,11 +237,13 @@ func (l *Ledger) own(legs []leg) ([]leg, []int) {
 // recs[i], in unordered commands of at most writeBatch statements: the
 // legs that name one account in one statement where they can share one
 // (see coalesce, applyAllModel), each other leg in its own (applyModel).
-// It returns how many legs are known applied, the server's reasons for the
-// legs it refused, by index in legs, and the indexes of the legs it did
-// not send: a command is not started with less than an eighth of
-// StaleAfter left before ctx's deadline (the claims' deadline; see
-// applyRound), and its legs and those after it are left unsent, to be
+// It returns how many legs are known applied; the server's reasons for
+// the legs it refused, by index in legs; the write errors whose outcome is
+// unknown (a transient code or a RetryableWriteError label: see
+// transientWrite; never a refusal), by index in legs; and the indexes of
+// the legs it did not send: a command is not started with less than an
+// eighth of StaleAfter left before ctx's deadline (the claims' deadline;
+// see applyRound), and its legs and those after it are left unsent, to be
 // sent again under renewed claims. Any other failure (whose outcome is
 // unknown for the legs of that command) or a write-concern error is
 // returned as err.
@@ -252,12 +254,30 @@ func (l *Ledger) own(legs []leg) ([]leg, []int) {
 // statement each (each guarded by its own marker, so a leg the merged
 // statement applied matches nothing), the command counts no leg as known
 // applied, and the caller reads the accounts to judge each leg.
-func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, []int, error) {
+func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, map[int]string, map[int]error, []int, error) {
 	var modified int64
 	refused := map[int]string{}
+	unknown := map[int]error{}
 	kinded := make([]leg, len(legs))
 	for i, lg := range legs {
 		kinded[i] = l.kinds.of(lg)
+	}
+	// statementErrs files the write errors of a command, statement at
+	// index k applying legs of[k]: a refusal is its leg's, a transient
+	// error leaves its leg's outcome unknown, and an error of a merged
+	// statement is no one leg's (its legs go again alone).
+	statementErrs := func(bwe mongo.BulkWriteException, of func(k int) []int) {
+		for _, we := range bwe.WriteErrors {
+			idx := of(we.Index)
+			if len(idx) != 1 {
+				continue
+			}
+			if transientWrite(bwe, we) {
+				unknown[idx[0]] = writeError(bwe, we)
+				continue
+			}
+			refused[idx[0]] = we.Message
+		}
 	}
 	plan := coalesce(recs, kinded)
 	for start := 0; start < len(plan); start += l.writeBatch {
@@ -266,7 +286,7 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 			for _, s := range plan[start:] {
 				unsent = append(unsent, s...)
 			}
-			return modified, refused, unsent, nil
+			return modified, refused, unknown, unsent, nil
 		}
 		stmts := plan[start:min(start+l.writeBatch, len(plan))]
 		models := make([]mongo.WriteModel, len(stmts))
@@ -279,7 +299,7 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 		res, err := l.accounts.BulkWrite(ctx, models, unorderedWrite)
 		var bwe mongo.BulkWriteException
 		if err != nil && !(errors.As(err, &bwe) && bwe.WriteConcernError == nil) {
-			return modified, refused, nil, err
+			return modified, refused, unknown, nil, err
 		}
 		if err == nil && res != nil && res.ModifiedCount == int64(len(models)) {
 			modified += int64(legCount)
@@ -291,15 +311,17 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 		// read whatever it says: a wrong index could only call a leg
 		// refused that the read finds nothing wrong with, which then
 		// fails its transfer with ErrInvalidAccount rather than apply
-		// twice. A merged statement's error is no leg's: its legs go
-		// again alone, as do those of a merged statement that may not
-		// have matched.
-		var again []int
-		for _, we := range bwe.WriteErrors {
-			if we.Index >= 0 && we.Index < len(stmts) && len(stmts[we.Index]) == 1 {
-				refused[stmts[we.Index][0]] = we.Message
+		// twice. A transient one (a primary stepping down, a shard's
+		// failover) is no refusal: its outcome is unknown, and the leg is
+		// sent again (it applies at most once). The legs of a merged
+		// statement that failed or may not have matched go again alone.
+		statementErrs(bwe, func(k int) []int {
+			if k < 0 || k >= len(stmts) {
+				return nil
 			}
-		}
+			return stmts[k]
+		})
+		var again []int
 		for _, s := range stmts {
 			if len(s) > 1 {
 				again = append(again, s...)
@@ -315,15 +337,16 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 		_, err = l.accounts.BulkWrite(ctx, alone, unorderedWrite)
 		var abwe mongo.BulkWriteException
 		if err != nil && !(errors.As(err, &abwe) && abwe.WriteConcernError == nil) {
-			return modified, refused, nil, err
+			return modified, refused, unknown, nil, err
 		}
-		for _, we := range abwe.WriteErrors {
-			if we.Index >= 0 && we.Index < len(again) {
-				refused[again[we.Index]] = we.Message
+		statementErrs(abwe, func(k int) []int {
+			if k < 0 || k >= len(again) {
+				return nil
 			}
-		}
+			return []int{again[k]}
+		})
 	}
-	return modified, refused, nil, nil
+	return modified, refused, unknown, nil, nil
 }
 
 // closeLegs closes the legs of committed transactions recs: it pulls each
@@ -655,7 +678,10 @@ func (l *Ledger) write(ctx context.Context, models []mongo.WriteModel) (map[int]
 // as it has), or that was sent again alone and matched nothing; and, in
 // place of failing them, those the server refused alone with a write
 // error (a single-document statement that did not apply), for the caller
-// to send otherwise.
+// to send otherwise. A transient error (see transient: a retryable code or
+// the RetryableWriteError label, the command's or a statement's) is
+// retried with its command; one that persists leaves its statements not
+// done or unconfirmed, never refused for good.
 func (l *Ledger) writeConfirmed(ctx context.Context, models []mongo.WriteModel, confirm map[int]bool) (map[int]bool, map[int]bool, error) {
 	failed := map[int]bool{}
 	unconfirmed := map[int]bool{}

@@ -19,7 +19,72 @@ func transient(ctx context.Context, err error) bool {
 	if err == nil || ctx.Err() != nil || errors.As(err, &stepErr) {
 		return false // a step hook's error stops the caller, whatever it wraps
 	}
-	return mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded) || poolCleared(err)
+	return mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded) || poolCleared(err) || transientServer(err)
+}
+
+// transientCodes are the server's error codes a write is retried after:
+// the driver's own list for retryable writes (x/mongo/driver's
+// retryableCodes, as the retryable writes specification lists them), which
+// say that a primary stepped down, shut down or could not be reached (a
+// shard's failover on a sharded cluster), not that the write was wrong.
+var transientCodes = map[int]bool{
+	6:     true, // HostUnreachable
+	7:     true, // HostNotFound
+	89:    true, // NetworkTimeout
+	91:    true, // ShutdownInProgress
+	189:   true, // PrimarySteppedDown
+	262:   true, // ExceededTimeLimit
+	9001:  true, // SocketException
+	10107: true, // NotWritablePrimary
+	11600: true, // InterruptedAtShutdown
+	11602: true, // InterruptedDueToReplStateChange
+	13435: true, // NotPrimaryNoSecondaryOk
+	13436: true, // NotPrimaryOrSecondary
+}
+
+// retryableWriteLabel is the label a server (or the driver) puts on an
+// error a write may be retried after.
+const retryableWriteLabel = "RetryableWriteError"
+
+// transientServer reports whether err is a server's answer that says the
+// write may pass if sent again, and not that it is refused: it carries the
+// RetryableWriteError label, or one of transientCodes, as the command's
+// error, a write-concern error, or a statement's write error inside a bulk
+// (each of which the driver's HasErrorCode looks at). Its outcome is
+// unknown: a guarded write sent again applies at most once.
+func transientServer(err error) bool {
+	var se mongo.ServerError
+	if !errors.As(err, &se) {
+		return false
+	}
+	if se.HasErrorLabel(retryableWriteLabel) {
+		return true
+	}
+	for _, code := range se.ErrorCodes() {
+		if transientCodes[code] {
+			return true
+		}
+	}
+	return false
+}
+
+// transientWrite reports whether we, a statement's write error inside a
+// bulk whose error is bwe, says the statement's outcome is unknown rather
+// than refused: its code is transient, or the command's reply carries the
+// RetryableWriteError label.
+func transientWrite(bwe mongo.BulkWriteException, we mongo.BulkWriteError) bool {
+	return transientCodes[we.Code] || bwe.HasErrorLabel(retryableWriteLabel)
+}
+
+// writeError is we, a statement's write error inside a bulk whose error is
+// bwe, as an error that transient judges as transientWrite does: the
+// statement's own, or bwe when only the command's label makes it
+// transient (a statement's write error carries no labels).
+func writeError(bwe mongo.BulkWriteException, we mongo.BulkWriteError) error {
+	if !transientCodes[we.Code] && bwe.HasErrorLabel(retryableWriteLabel) {
+		return bwe
+	}
+	return we.WriteError
 }
 
 // poolCleared reports whether err is the driver's "connection pool was

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 const (
@@ -266,8 +268,15 @@ func (c *Coordinator) settleOn(ctx context.Context, recs []*record) ([]*record, 
 	}
 	done, err := c.log.finish(ctx, ready, move{step: StepDone, from: StateApplied, to: StateDone, anyClaim: true})
 	if err != nil {
+		// Left applied: the transactions whose statement failed.
+		moved := map[bson.ObjectID]bool{}
+		for _, d := range done {
+			moved[d.ID] = true
+		}
 		for _, r := range ready {
-			left = append(left, unsettled{r, StepDone, err})
+			if !moved[r.ID] {
+				left = append(left, unsettled{r, StepDone, err})
+			}
 		}
 	}
 	return done, left, cmpErr(firstErr, err)

@@ -325,14 +325,18 @@ func (g *txnLog) read(ctx context.Context, id bson.ObjectID) (*record, error) {
 }
 
 // finish moves recs, whose step hooks were already called, with the
-// claim-free move m: one guarded update for all of them, or one
-// find-and-modify for a single transaction so that its caller gets the
-// stored document back.
+// claim-free move m: an unordered bulk of single-document updates, one per
+// transaction by _id, each with m's guard, or one find-and-modify for a
+// single transaction so that its caller gets the stored document back.
+// It returns the transactions now in m's state and the bulk's error; a
+// transaction whose statement failed (its own write error, or the whole
+// command's failure) is left out, to be finished again.
 //
 // The observers are told of each transaction's move. A single one that
 // does not match was finished by someone else (or by an attempt whose
-// reply was lost): not moved. The update of several says only how many
-// moved, so each is reported moved when it succeeds.
+// reply was lost): not moved. In a bulk, each statement that did not fail
+// is reported moved: it moved, or someone else had (its guard names the
+// state it leaves).
 func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
 	start := time.Now()
 	switch len(recs) {
@@ -359,29 +363,24 @@ func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record,
 		}
 		return []*record{&cur}, nil
 	}
-	ids := make(bson.A, len(recs))
+	models := make([]mongo.WriteModel, len(recs))
 	for i, r := range recs {
-		ids[i] = r.ID
+		models[i] = updateByID(m.filter(r.ID), m.update())
 	}
-	filter := m.filter(bson.ObjectID{})
-	filter[0].Value = bson.D{{Key: "$in", Value: ids}}
-	err := g.retry(ctx, func(ctx context.Context) error {
-		_, err := g.txns.UpdateMany(ctx, encoded(filter), encoded(m.update()))
-		return err
-	})
-	for _, r := range recs {
-		g.transition(ctx, r.ID, m, start, len(recs), err == nil, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*record, len(recs))
+	_, failed := g.bulkByID(ctx, models)
+	var out []*record
+	var err error
 	for i, r := range recs {
+		g.transition(ctx, r.ID, m, start, len(recs), failed[i] == nil, failed[i])
+		if failed[i] != nil {
+			err = cmpErr(err, failed[i])
+			continue
+		}
 		cp := *r
 		cp.State = m.to
-		out[i] = &cp
+		out = append(out, &cp)
 	}
-	return out, nil
+	return out, err
 }
 
 func (r *record) txn() *Txn {

@@ -30,6 +30,7 @@ const (
 	manualUniqueIndex   = "https://www.mongodb.com/docs/manual/core/index-unique/#unique-indexes"
 	manualBatchLimit    = "https://www.mongodb.com/docs/manual/reference/limits/#mongodb-limit-Write-Command-Batch-Limit-Size"
 	manualCommandErrors = "https://www.mongodb.com/docs/manual/reference/method/db.runCommand/#response (ok: 0, errmsg, code)"
+	manualBulkUnordered = "https://www.mongodb.com/docs/manual/reference/method/db.collection.bulkWrite/#ordered-vs-unordered-operations (unordered: the remaining operations continue after an error)"
 )
 
 // generatedID stands in a wanted upserted _id for one the server generates
@@ -224,6 +225,38 @@ func conformanceCases() []writeCase {
 				upd(id(int32(1)), incBy("n", 1)),
 			},
 			want: wantWrite{n: 1, nModified: 1, errors: []wantError{{0, 14}}, fields: map[any]bson.D{int32(1): {{Key: "n", Value: int32(1)}}}},
+		},
+		// The library's group commit and move to done: an unordered bulk
+		// of guarded single-document statements, each by _id, on
+		// distinct documents. Every statement is tried even after one
+		// fails (ordered: false, "If false, then when an update fails,
+		// continue with the remaining update statements, if any"), n and
+		// nModified are summed over the statements that matched, one
+		// that matches nothing (a guard that no longer holds) is no
+		// error, and each failure is reported at its own statement's
+		// index.
+		{
+			name: "update: guarded statements by _id on distinct documents, unordered, two fail", manual: []string{manualUpdateOutput, manualUpdateFields, manualBulkUnordered},
+			command: "update", ordered: false,
+			setup: []any{
+				bson.D{{Key: "_id", Value: "t0"}, {Key: "state", Value: "pending"}, {Key: "n", Value: int32(0)}},
+				bson.D{{Key: "_id", Value: "t1"}, {Key: "state", Value: "pending"}, {Key: "n", Value: "text"}},
+				bson.D{{Key: "_id", Value: "t2"}, {Key: "state", Value: "done"}, {Key: "n", Value: int32(0)}},
+				bson.D{{Key: "_id", Value: "t3"}, {Key: "state", Value: "pending"}, {Key: "n", Value: "text"}},
+				bson.D{{Key: "_id", Value: "t4"}, {Key: "state", Value: "pending"}, {Key: "n", Value: int32(0)}},
+			},
+			statements: []bson.D{
+				upd(bson.D{{Key: "_id", Value: "t0"}, {Key: "state", Value: "pending"}}, incBy("n", 1)),
+				upd(bson.D{{Key: "_id", Value: "t1"}, {Key: "state", Value: "pending"}}, incBy("n", 1)),
+				upd(bson.D{{Key: "_id", Value: "t2"}, {Key: "state", Value: "pending"}}, incBy("n", 1)),
+				upd(bson.D{{Key: "_id", Value: "t3"}, {Key: "state", Value: "pending"}}, incBy("n", 1)),
+				upd(bson.D{{Key: "_id", Value: "t4"}, {Key: "state", Value: "pending"}}, incBy("n", 1)),
+			},
+			want: wantWrite{n: 2, nModified: 2, errors: []wantError{{1, 14}, {3, 14}}, fields: map[any]bson.D{
+				"t0": {{Key: "n", Value: int32(1)}},
+				"t2": {{Key: "n", Value: int32(0)}},
+				"t4": {{Key: "n", Value: int32(1)}},
+			}},
 		},
 		// A one-statement command that fails still reports n and nModified.
 		{

@@ -28,7 +28,13 @@
 // The front can also inject faults (dropped connections before or after the
 // server applies a request, delayed replies) to exercise the ambiguous
 // outcomes a real network produces; [ControlHandler] exposes this as an HTTP
-// API for tests that cannot import this package.
+// API for tests that cannot import this package. And it answers MongoDB's
+// test fail point failCommand (configureFailPoint, as a mongod started
+// with enableTestCommands does), so a test can make a command fail with a
+// server's error code and labels (a primary stepping down, a shard's
+// failover) and run unchanged against a real mongod; its one extension,
+// data.writeErrorIndexes, fails single statements of a write command with
+// write errors at their indexes (DIFFERENCES.md item 17).
 //
 //	s, err := devserver.Start(ctx, devserver.Config{Addr: "127.0.0.1:0"})
 //	if err != nil { ... }

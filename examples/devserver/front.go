@@ -120,6 +120,8 @@ type Front struct {
 	faults  *faultSet
 	stall   time.Duration
 
+	failPoint failPoint // MongoDB's failCommand (failpoint.go)
+
 	serial sync.Mutex // held while a request (or one statement of a write) is at the backend
 	work   workLog    // the backend's time under serial, by command and collection
 	pause  *pauser    // StatementPause; nil: none
@@ -313,6 +315,19 @@ func (f *Front) serve(client net.Conn) error {
 			return err
 		}
 
+		canned, done, closeConn, after, err := f.failPointRequest(msg, &req)
+		switch {
+		case err != nil:
+			return err
+		case closeConn:
+			return fmt.Errorf("fail point %s closes the connection on %q", failPointName, req.command)
+		case done:
+			if err := relay(client, canned); err != nil {
+				return err
+			}
+			continue
+		}
+
 		fault, faulted := f.faults.pick(req.command)
 		if faulted && fault.Kind == DropBeforeForward {
 			f.dropBefore.Add(1)
@@ -320,6 +335,9 @@ func (f *Front) serve(client net.Conn) error {
 		}
 
 		replies, err := f.roundTrip(backend, msg, req)
+		if err == nil {
+			replies, err = f.amendReplies(req, replies, after)
+		}
 		if err != nil {
 			return err
 		}
@@ -337,12 +355,20 @@ func (f *Front) serve(client net.Conn) error {
 			}
 		}
 
-		for _, reply := range replies {
-			if _, err := client.Write(reply); err != nil {
-				return fmt.Errorf("relaying reply: %w", err)
-			}
+		if err := relay(client, replies); err != nil {
+			return err
 		}
 	}
+}
+
+// relay writes replies to the client.
+func relay(client net.Conn, replies [][]byte) error {
+	for _, reply := range replies {
+		if _, err := client.Write(reply); err != nil {
+			return fmt.Errorf("relaying reply: %w", err)
+		}
+	}
+	return nil
 }
 
 // unserialized are the commands that read no data, which the front lets
@@ -447,6 +473,13 @@ func (f *Front) runWrite(backend net.Conn, req request, busy *time.Duration) ([]
 	for i, stmt := range w.statements {
 		if i > 0 {
 			f.gap(i, -1)
+		}
+		if we, ok := w.failAt[i]; ok { // the fail point's (failpoint.go)
+			res.failed(i, we)
+			if w.ordered {
+				break
+			}
+			continue
 		}
 		var reply bson.Raw
 		var err error

@@ -62,6 +62,7 @@ type writeCommand struct {
 	arrayAt    int               // position of the statements among fields
 	statements []bson.Raw
 	ordered    bool
+	failAt     map[int]bson.Raw // statements the fail point fails, by index: their ok: 0 replies (failpoint.go)
 }
 
 // parseWriteCommand returns the write command in an OP_MSG's sections, or

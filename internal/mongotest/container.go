@@ -44,7 +44,9 @@ func dockerAnswers(ctx context.Context) (ok bool) {
 // transactions are available for comparison.
 func startContainer(ctx context.Context) (*Server, error) {
 	c, err := testcontainers.Run(ctx, containerImage,
-		testcontainers.WithCmd("--replSet", "rs0", "--bind_ip_all"),
+		// enableTestCommands: the tests send MongoDB's failCommand fail
+		// point (configureFailPoint), as the drivers' specification tests do.
+		testcontainers.WithCmd("--replSet", "rs0", "--bind_ip_all", "--setParameter", "enableTestCommands=1"),
 		testcontainers.WithExposedPorts("27017/tcp"),
 		testcontainers.WithWaitStrategy(wait.ForListeningPort("27017/tcp")),
 	)

@@ -57,6 +57,9 @@ func TestHazardAccountOpenedAfterRollback(t *testing.T) {
 			s := newStall(twopc.StepApply)
 			b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("app"))
 			b.open(tc.other)
+			// Deleted after the coordinator saw it: the transfer is not
+			// refused before its insert (a tombstone's only origin now).
+			b.seenThenDeleted(b.c, tc.missing)
 			res := stalledTransfer(t, b, s, "A", "B", 60)
 			id := b.txns()[0].ID
 			got, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, id)
@@ -90,6 +93,7 @@ func TestHazardTombstoneKept(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithSyncSettle())
 	b.open(map[string]int64{"A": 100})
+	b.seenThenDeleted(b.c, "ghost")
 	txn, err := b.c.Transfer(ctx, "A", "ghost", 10)
 	require.ErrorIs(t, err, twopc.ErrAccountNotFound)
 	assert.Contains(t, b.account("ghost").Fenced, twopc.LegFence(txn, 1))

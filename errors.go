@@ -57,8 +57,15 @@ var (
 	ErrAssetMismatch = errors.New("twopc: asset mismatch")
 
 	// ErrAccountNotFound reports that an account a leg names does not exist
-	// in its ledger. The transaction ends canceled; no balance changes.
-	// Coordinator.Account and Ledger.Account return it too.
+	// in its ledger (no document, or only a tombstone). A transfer naming
+	// such an id is refused before its insert, with a nil Txn, and writes
+	// nothing, in the accounts or the log (a keyed one records nothing
+	// under its key). Only an account deleted after the coordinator last
+	// read it, or while a transfer to it was in flight, is found missing
+	// when its leg applies: that transaction ends canceled, no balance
+	// changes, and its rollback's fence leaves a tombstone under the id
+	// (see PROTOCOL.md, Fences). Coordinator.Account and Ledger.Account
+	// return it too.
 	ErrAccountNotFound = errors.New("twopc: account not found")
 
 	// ErrBalanceOverflow reports that a leg would take a balance out of the

@@ -92,7 +92,7 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 		return
 	}
 	// An id with no account is refused here, with nothing written.
-	c.refuseMissing(ctx, ts)
+	e.refuseMissing(ctx, ts)
 	claimedAt := c.now()
 	calls := make([]*insertCall, 0, len(ts))
 	for _, t := range ts {

@@ -56,6 +56,14 @@ var (
 	// SetLimits returns it for an AccountAsset other than the account's.
 	ErrAssetMismatch = errors.New("twopc: asset mismatch")
 
+	// ErrMissingIndex reports that an index the library reads by does not
+	// exist, under WithManagedIndexes (which stops the coordinator making
+	// them): the error names each missing one by its collection and keys.
+	// The low-water mark's reading (which then fails, and accounts keep
+	// their fences), a Recoverer pass and a statement return it until the
+	// indexes exist; no read scans the log in their place.
+	ErrMissingIndex = errors.New("twopc: missing index")
+
 	// ErrAccountNotFound reports that an account a leg names does not exist
 	// in its ledger (no document, or only a tombstone). A transfer naming
 	// such an id is refused before its insert, with a nil Txn, and writes

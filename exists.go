@@ -24,7 +24,8 @@ import (
 // whose accounts cannot be read is answered as one whose insert was not
 // sent: nothing was written. Legs on a ledger the coordinator lacks are
 // left to the apply step, which names it.
-func (c *Coordinator) refuseMissing(ctx context.Context, ts []*transfer) {
+func (e *engine) refuseMissing(ctx context.Context, ts []*transfer) {
+	c := e.c
 	type ask struct {
 		l       *Ledger
 		ids     bson.A
@@ -92,7 +93,7 @@ func (c *Coordinator) refuseMissing(ctx context.Context, ts []*transfer) {
 		case failed != nil:
 			insertFailed(t, false, failed)
 		case why != nil:
-			c.refuse(ctx, t, why)
+			e.refuse(ctx, t, why)
 		}
 	}
 }
@@ -102,7 +103,8 @@ func (c *Coordinator) refuseMissing(ctx context.Context, ts []*transfer) {
 // nothing and its key may succeed once the account exists. If the key
 // already names a transaction (an earlier call's, made while the account
 // existed), that one is the answer, as a repeat with the key promises.
-func (c *Coordinator) refuse(ctx context.Context, t *transfer, why error) {
+func (e *engine) refuse(ctx context.Context, t *transfer, why error) {
+	c := e.c
 	if t.rec.Key != "" {
 		prior, err := c.log.read(ctx, t.rec.ID)
 		switch {

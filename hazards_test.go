@@ -244,10 +244,13 @@ func TestHazardMalformedDocumentsDoNotStopRecovery(t *testing.T) {
 	assert.Equal(t, int64(160), b.balance("B"))
 }
 
-// Idempotency keys hold without any index: the key derives the _id.
+// Idempotency keys hold without any index: the key derives the _id. The
+// coordinator makes none here (WithManagedIndexes, and nothing made
+// elsewhere), and the log keeps its _id index alone throughout.
 func TestHazardKeyWithoutIndexes(t *testing.T) {
 	ctx := testCtx(t)
-	c, err := twopc.NewCoordinator(mongotest.NewDatabase(t), twopc.WithSyncSettle()) // no EnsureIndexes
+	db := mongotest.NewDatabase(t)
+	c, err := twopc.NewCoordinator(db, twopc.WithSyncSettle(), twopc.WithManagedIndexes()) // no index made
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	require.NoError(t, c.OpenAccount(ctx, "A", 100))
@@ -260,6 +263,9 @@ func TestHazardKeyWithoutIndexes(t *testing.T) {
 	bal, err := c.Balance(ctx, "A")
 	require.NoError(t, err)
 	assert.Equal(t, int64(70), bal)
+	specs, err := db.Collection("transactions").Indexes().ListSpecifications(ctx)
+	require.NoError(t, err)
+	assert.Len(t, specs, 1, "no index but _id's")
 }
 
 // Nil receivers and zero values give errors, not panics.

@@ -1,7 +1,7 @@
 package twopc
 
 // The accounts a ledger has seen: that they exist, so that a transfer
-// naming them is not read for them again (see Coordinator.refuseMissing),
+// naming them is not read for them again (see engine.refuseMissing),
 // and which of them have limits, so that the writes that move money on
 // them are written for their kind the first time (see leg.limited).
 

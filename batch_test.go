@@ -47,8 +47,9 @@ func openRing(b *bank, n int, balance int64) ([]string, map[string]int64) {
 
 // TestTransferBatch makes 100 transfers in one call: every one commits,
 // in five data commands for all of them (insert, apply, commit, settle,
-// done: 0.05 a transfer); the batch again with its keys returns the same
-// transactions and moves nothing.
+// done: 0.05 a transfer), and one find before them, which reads that the
+// ten accounts this coordinator has not seen exist; the batch again with
+// its keys returns the same transactions and moves nothing.
 func TestTransferBatch(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t)
@@ -67,7 +68,8 @@ func TestTransferBatch(t *testing.T) {
 		assert.Equalf(t, reqs[i].Value, r.Txn.Value, "transfer %d", i)
 		assert.Equalf(t, reqs[i].Key, r.Txn.Key, "transfer %d", i)
 	}
-	assert.Equal(t, 5, cc.total(), "data commands for the batch: %v", cc.counts)
+	assert.Equal(t, 6, cc.total(), "data commands for the batch: %v", cc.counts)
+	assert.Equal(t, 1, cc.count("find"), "the accounts read once, for the whole batch")
 	b.checkSettled(opening)
 
 	var keyed []twopc.TransferRequest

@@ -33,6 +33,7 @@ type Coordinator struct {
 	ledgers ledgers             // every ledger, the default ("") among them
 	log     *txnLog             // the log: every command on the transactions collection
 	settler *settlers           // background settling, one settler per set of ledgers
+	exists  *stage[*existsCall] // see readExistence
 	inserts *stage[*insertCall] // see insertAll
 	applies *applyStages        // see applyRound
 	commits *stage[*commitCall] // see commitAll
@@ -119,6 +120,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	}
 	c.mark = newLowWater(c)
 	c.settler = &settlers{c: c}
+	c.exists = &stage[*existsCall]{write: func(ctx context.Context, calls []*existsCall) { readExistence(ctx, c.ledgers, calls) }}
 	c.inserts = &stage[*insertCall]{write: c.insertAll}
 	c.applies = &applyStages{write: c.applyRound}
 	c.commits = &stage[*commitCall]{write: c.log.commitAll}

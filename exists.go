@@ -13,19 +13,74 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
+// existsCall is one transfer's read of its accounts in the exists stage,
+// and what the read found.
+type existsCall struct {
+	t   *transfer
+	why error // an account it names is missing: ErrAccountNotFound
+	err error // its accounts could not be read
+}
+
 // refuseMissing answers, before any insert, each transfer of ts that names
 // an account that does not exist (no document, or a tombstone) with
 // ErrAccountNotFound, writing nothing. It reads only the accounts the
-// coordinator has not seen exist (see accountKinds): one find per ledger,
-// the ledgers at once, so a transfer between accounts already seen costs
-// no round trip. A keyed transfer so refused is answered with the
-// transaction its key already names, if one does (a repeat after the
+// coordinator has not seen exist (see accountKinds), and the reads of
+// concurrent calls go together in the exists stage (see stage): one find
+// per ledger, the ledgers at once. A transfer between accounts already
+// seen costs no round trip. A keyed transfer so refused is answered with
+// the transaction its key already names, if one does (a repeat after the
 // account was deleted), as the insert would have answered it. A transfer
 // whose accounts cannot be read is answered as one whose insert was not
 // sent: nothing was written. Legs on a ledger the coordinator lacks are
 // left to the apply step, which names it.
 func (e *engine) refuseMissing(ctx context.Context, ts []*transfer) {
 	c := e.c
+	var calls []*existsCall
+	for _, t := range ts {
+		if !t.over && unseen(c.ledgers, t) {
+			calls = append(calls, &existsCall{t: t})
+		}
+	}
+	if len(calls) == 0 {
+		return
+	}
+	if err := c.exists.join(ctx, calls...); err != nil {
+		// A read, taken or not: nothing of these transfers was written.
+		for _, q := range calls {
+			insertFailed(q.t, false, err)
+		}
+		return
+	}
+	for _, q := range calls {
+		switch {
+		case q.err != nil:
+			insertFailed(q.t, false, q.err)
+		case q.why != nil:
+			e.refuse(ctx, q.t, q.why)
+		}
+	}
+}
+
+// unseen reports whether transfer t names an account of a ledger of ls
+// that the ledger has not seen exist.
+func unseen(ls ledgers, t *transfer) bool {
+	for _, lg := range t.rec.legs() {
+		l, err := ls.get(lg.ledger)
+		if err != nil {
+			continue
+		}
+		if key, err := schema.IDKey(lg.account); err == nil && !l.kinds.known(key) {
+			return true
+		}
+	}
+	return false
+}
+
+// readExistence is the exists stage's write: it reads, in one find per
+// ledger (the ledgers at once), the accounts of calls' transfers that the
+// ledger has not seen exist, and leaves in each call why its transfer
+// cannot be made (an account missing), or the read's error.
+func readExistence(ctx context.Context, ls ledgers, calls []*existsCall) {
 	type ask struct {
 		l       *Ledger
 		ids     bson.A
@@ -35,12 +90,9 @@ func (e *engine) refuseMissing(ctx context.Context, ts []*transfer) {
 	}
 	asks := map[string]*ask{}
 	var order []*ask
-	for _, t := range ts {
-		if t.over {
-			continue
-		}
-		for _, lg := range t.rec.legs() {
-			l, err := c.ledgers.get(lg.ledger)
+	for _, q := range calls {
+		for _, lg := range q.t.rec.legs() {
+			l, err := ls.get(lg.ledger)
 			if err != nil {
 				continue
 			}
@@ -68,12 +120,8 @@ func (e *engine) refuseMissing(ctx context.Context, ts []*transfer) {
 		a.missing, a.err = a.l.missing(ctx, a.ids)
 		return nil
 	})
-	for _, t := range ts {
-		if t.over {
-			continue
-		}
-		var why, failed error
-		for _, lg := range t.rec.legs() {
+	for _, q := range calls {
+		for _, lg := range q.t.rec.legs() {
 			a := asks[lg.ledger]
 			if a == nil {
 				continue
@@ -84,16 +132,10 @@ func (e *engine) refuseMissing(ctx context.Context, ts []*transfer) {
 			}
 			switch {
 			case a.err != nil:
-				failed = cmpErr(failed, a.err)
-			case a.missing[key] && why == nil:
-				why = errorf("%w: %v%s", ErrAccountNotFound, lg.account, ledgerLabel(lg.ledger))
+				q.err = cmpErr(q.err, a.err)
+			case a.missing[key] && q.why == nil:
+				q.why = errorf("%w: %v%s", ErrAccountNotFound, lg.account, ledgerLabel(lg.ledger))
 			}
-		}
-		switch {
-		case failed != nil:
-			insertFailed(t, false, failed)
-		case why != nil:
-			e.refuse(ctx, t, why)
 		}
 	}
 }

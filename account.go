@@ -49,7 +49,10 @@ const (
 	// null or a date (see fenceable).
 	fieldFencedBefore = schema.FencedBefore
 	// fieldTombstone marks a document that holds only fences, written by a
-	// rollback on an account that did not exist. It is never deleted: its
+	// rollback on an account that did not exist (one deleted after the
+	// coordinator last read it, or while the transfer was in flight: a
+	// transfer naming an id with no account is refused before its insert,
+	// see engine.refuseMissing). It is never deleted: its
 	// fence line keeps refusing late legs, and OpenAccount adopts it.
 	fieldTombstone = schema.Tombstone
 	// fieldOpening is what OpenAccount opened the account with:

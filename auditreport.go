@@ -137,8 +137,10 @@ type AuditReport struct {
 	// recently touched unfinished transaction at the start; 0 if none.
 	OldestUnfinished time.Duration `json:"oldestUnfinished"`
 	// Accounts counts the accounts read per ledger, not counting
-	// tombstones (the documents a rollback leaves under an id no account
-	// had, which Tombstones counts); Markers and Fences count the markers
+	// tombstones (the documents a rollback leaves under an id whose account
+	// was gone when it fenced it: deleted after the coordinator last read
+	// it, or while the transfer was in flight; Tombstones counts them);
+	// Markers and Fences count the markers
 	// and fences both hold.
 	Accounts   map[string]int `json:"accounts"`
 	Tombstones map[string]int `json:"tombstones,omitempty"`

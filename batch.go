@@ -36,8 +36,10 @@ type TransferResult struct {
 // transfer of its own, with the guarantees, errors and idempotency key it
 // would have alone: results[i] is what Transfer (or TransferLegs) would
 // have returned for reqs[i], and one transfer's failure (a refused leg, an
-// invalid request, a repeated key) is its own. Nothing is atomic across
-// the batch: some may commit while others are canceled.
+// invalid request, a repeated key, an id with no account) is its own: a
+// transfer naming an id with no account gets ErrAccountNotFound and a nil
+// Txn, with nothing written, while the others go on. Nothing is atomic
+// across the batch: some may commit while others are canceled.
 //
 // The batch costs a constant number of commands for each WithWriteBatch
 // statements (up to MaxBatch transfers): its inserts go in one command per

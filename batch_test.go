@@ -47,8 +47,9 @@ func openRing(b *bank, n int, balance int64) ([]string, map[string]int64) {
 
 // TestTransferBatch makes 100 transfers in one call: every one commits,
 // in five data commands for all of them (insert, apply, commit, settle,
-// done: 0.05 a transfer); the batch again with its keys returns the same
-// transactions and moves nothing.
+// done: 0.05 a transfer), and one find before them, which reads that the
+// ten accounts this coordinator has not seen exist; the batch again with
+// its keys returns the same transactions and moves nothing.
 func TestTransferBatch(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t)
@@ -67,7 +68,8 @@ func TestTransferBatch(t *testing.T) {
 		assert.Equalf(t, reqs[i].Value, r.Txn.Value, "transfer %d", i)
 		assert.Equalf(t, reqs[i].Key, r.Txn.Key, "transfer %d", i)
 	}
-	assert.Equal(t, 5, cc.total(), "data commands for the batch: %v", cc.counts)
+	assert.Equal(t, 6, cc.total(), "data commands for the batch: %v", cc.counts)
+	assert.Equal(t, 1, cc.count("find"), "the accounts read once, for the whole batch")
 	b.checkSettled(opening)
 
 	var keyed []twopc.TransferRequest
@@ -90,8 +92,8 @@ func TestTransferBatch(t *testing.T) {
 // TestTransferBatchRefusedLegsFailOnlyTheirOwn puts in one batch
 // transfers that cannot be made (an overdraft, a missing account, a value
 // of zero, a key repeated in the batch) among ones that can: each fails
-// alone, with its own error, the invalid ones write nothing, and the rest
-// commit.
+// alone, with its own error, the invalid ones and the one naming a
+// missing account write nothing, and the rest commit.
 func TestTransferBatchRefusedLegsFailOnlyTheirOwn(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithSyncSettle())
@@ -118,12 +120,12 @@ func TestTransferBatchRefusedLegsFailOnlyTheirOwn(t *testing.T) {
 	require.ErrorIs(t, res[1].Err, twopc.ErrInsufficientFunds)
 	assert.Equal(t, twopc.StateCanceled, res[1].Txn.State)
 	require.ErrorIs(t, res[2].Err, twopc.ErrAccountNotFound)
-	assert.Equal(t, twopc.StateCanceled, res[2].Txn.State)
+	assert.Nil(t, res[2].Txn, "refused before its insert")
 	for _, i := range []int{3, 5, 7} {
 		require.ErrorIsf(t, res[i].Err, twopc.ErrInvalidTransfer, "transfer %d", i)
 		assert.Nilf(t, res[i].Txn, "transfer %d", i)
 	}
-	assert.Len(t, b.txns(), 6, "nothing written for the three invalid transfers")
+	assert.Len(t, b.txns(), 5, "nothing written for the three invalid transfers and the missing account")
 	b.checkSettled(opening)
 }
 

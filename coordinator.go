@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/twopc/twopc/internal/schema"
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
@@ -34,10 +33,12 @@ type Coordinator struct {
 	ledgers ledgers             // every ledger, the default ("") among them
 	log     *txnLog             // the log: every command on the transactions collection
 	settler *settlers           // background settling, one settler per set of ledgers
+	exists  *stage[*existsCall] // see readExistence
 	inserts *stage[*insertCall] // see insertAll
 	applies *applyStages        // see applyRound
 	commits *stage[*commitCall] // see commitAll
 	keys    keyCalls            // the keyed calls running, one at a time a key
+	indexes *logIndexes         // the library's indexes, made or checked once (indexes.go)
 	// checkpoints holds statements' checkpoints: an account's balance
 	// through a time (see statement.go).
 	checkpoints *mongo.Collection
@@ -69,6 +70,13 @@ type Coordinator struct {
 // filters by _id, so a sharded cluster with hashed _id shard keys works
 // unchanged. FerretDB alone loses updates; the repository's dev server
 // puts it behind a front that serializes requests.
+//
+// The coordinator makes the indexes it reads by (see EnsureIndexes) itself,
+// once, before the first read that needs them: the low-water mark's (in
+// the background, from the first transfer), a Recoverer pass's, a
+// statement's. So none of those reads scans the log. Under
+// WithManagedIndexes it makes none, and those reads fail with
+// ErrMissingIndex, naming the missing ones, until they exist.
 func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	if db == nil {
 		return nil, errors.New("twopc: NewCoordinator: nil database")
@@ -94,6 +102,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	}
 	c.log = &txnLog{config: &c.config, txns: db.Collection(cfg.transactions, majority)}
 	c.checkpoints = db.Collection(cfg.transactions+checkpointsSuffix, majority)
+	c.indexes = newLogIndexes(c.log.txns, c.checkpoints, cfg.managedIndexes)
 	if c.history.archive != nil {
 		a := c.history.archive
 		if a.Name() == cfg.transactions && a.Database().Name() == db.Name() {
@@ -108,6 +117,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	}
 	c.mark = newLowWater(c)
 	c.settler = &settlers{c: c}
+	c.exists = &stage[*existsCall]{write: func(ctx context.Context, calls []*existsCall) { readExistence(ctx, c.ledgers, calls) }}
 	c.inserts = &stage[*insertCall]{write: c.insertAll}
 	c.applies = &applyStages{write: c.applyRound}
 	c.commits = &stage[*commitCall]{write: c.log.commitAll}
@@ -117,96 +127,6 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 // Application returns the owner name this coordinator claims transactions
 // under.
 func (c *Coordinator) Application() string { return c.application }
-
-// EnsureIndexes creates the indexes the protocol's scans use, idempotently:
-// {state, lastModified} for recovery, {state, created} for the low-water
-// mark (the oldest unfinished transaction), and {accounts, committedAt}
-// for statements, with {key, at} on the statements' checkpoints (the
-// transactions collection's name with "_checkpoints"). An index of the same
-// name already there is kept as it is. No index is needed for
-// correctness: accounts and transactions are read and written by _id, and
-// idempotency keys are enforced by the _id derived from them.
-func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
-	// Only the missing ones are asked for, one per command: an index of
-	// that name serves; and FerretDB
-	// v1 drops the connection when one createIndexes names several that
-	// exist.
-	specs, err := c.log.txns.Indexes().ListSpecifications(ctx)
-	if err != nil {
-		return errorf("twopc: ensure indexes: %w", err)
-	}
-	have := map[string]bool{}
-	for _, ix := range specs {
-		have[ix.Name] = true
-	}
-	for _, ix := range []struct {
-		keys     bson.D
-		opts     *options.IndexOptionsBuilder
-		fallback *options.IndexOptionsBuilder // if the server refuses opts
-	}{
-		{keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}, opts: options.Index().SetName("state_1_lastModified_1")},
-		{keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldCreated, Value: 1}}, opts: options.Index().SetName("state_1_created_1")},
-		{keys: bson.D{{Key: fieldEntryKeys, Value: 1}, {Key: fieldCommittedAt, Value: 1}}, opts: options.Index().SetName("accounts_1_committedAt_1")},
-	} {
-		if err := c.ensureIndex(ctx, c.log.txns, have, ix.keys, ix.opts, ix.fallback); err != nil {
-			return errorf("twopc: ensure indexes: %w", err)
-		}
-	}
-	// Statements' checkpoints, by account and time.
-	specs, err = c.checkpoints.Indexes().ListSpecifications(ctx)
-	if err != nil {
-		return errorf("twopc: ensure indexes: %w", err)
-	}
-	have = map[string]bool{}
-	for _, ix := range specs {
-		have[ix.Name] = true
-	}
-	if err := c.ensureIndex(ctx, c.checkpoints, have, bson.D{{Key: "key", Value: 1}, {Key: "at", Value: -1}}, options.Index().SetName("key_1_at_-1"), nil); err != nil {
-		return errorf("twopc: ensure indexes: %w", err)
-	}
-	return nil
-}
-
-// ensureIndex creates one index unless have names it; if the server
-// refuses its options and fallback is set, it creates fallback instead.
-func (c *Coordinator) ensureIndex(ctx context.Context, coll *mongo.Collection, have map[string]bool, keys bson.D, opts, fallback *options.IndexOptionsBuilder) error {
-	var o options.IndexOptions
-	for _, set := range opts.List() {
-		if err := set(&o); err != nil {
-			return err
-		}
-	}
-	if o.Name != nil && have[*o.Name] {
-		return nil
-	}
-	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: opts})
-	var se mongo.ServerError
-	// The server has no such option (NotImplemented, CommandNotSupported,
-	// InvalidOptions, BadValue, CannotCreateIndex,
-	// InvalidIndexSpecificationOption), as opposed to a transient failure,
-	// after which the next call tries again.
-	refused := func() bool {
-		return errors.As(err, &se) && (se.HasErrorCode(238) || se.HasErrorCode(115) || se.HasErrorCode(72) ||
-			se.HasErrorCode(2) || se.HasErrorCode(67) || se.HasErrorCode(197))
-	}
-	conflict := func() bool {
-		return errors.As(err, &se) && (se.HasErrorCode(codeIndexOptionsConflict) || se.HasErrorCode(codeIndexKeySpecsConflict))
-	}
-	if fallback != nil && refused() {
-		_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: fallback})
-	}
-	if conflict() {
-		return nil // made meanwhile by another process, of the other kind: it serves
-	}
-	return err
-}
-
-// The server's codes for an index that exists with other options, or other
-// keys, under the name asked for.
-const (
-	codeIndexOptionsConflict  = 85
-	codeIndexKeySpecsConflict = 86
-)
 
 // OpenAccount opens account id in the coordinator's default ledger (see
 // Ledger.OpenAccount).

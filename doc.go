@@ -11,9 +11,8 @@
 //		return err
 //	}
 //	defer c.Close(ctx)
-//	if err := c.EnsureIndexes(ctx); err != nil {
-//		return err
-//	}
+//	// The coordinator makes the indexes it reads by itself (see
+//	// EnsureIndexes, and WithManagedIndexes for indexes managed elsewhere).
 //	go twopc.NewRecoverer(c).Run(ctx) // finishes what a stopped process left
 //
 //	_ = c.OpenAccount(ctx, "alice", 10_000) // once per account

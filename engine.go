@@ -89,9 +89,14 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 		}
 		return
 	}
+	// An id with no account is refused here, with nothing written.
+	e.refuseMissing(ctx, ts)
 	claimedAt := c.now()
 	calls := make([]*insertCall, 0, len(ts))
 	for _, t := range ts {
+		if t.over {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			insertFailed(t, false, err)
 			continue

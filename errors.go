@@ -56,9 +56,24 @@ var (
 	// SetLimits returns it for an AccountAsset other than the account's.
 	ErrAssetMismatch = errors.New("twopc: asset mismatch")
 
+	// ErrMissingIndex reports that an index the library reads by does not
+	// exist, under WithManagedIndexes (which stops the coordinator making
+	// them): the error names each missing one by its collection and keys.
+	// The low-water mark's reading (which then fails, and accounts keep
+	// their fences), a Recoverer pass and a statement return it until the
+	// indexes exist; no read scans the log in their place.
+	ErrMissingIndex = errors.New("twopc: missing index")
+
 	// ErrAccountNotFound reports that an account a leg names does not exist
-	// in its ledger. The transaction ends canceled; no balance changes.
-	// Coordinator.Account and Ledger.Account return it too.
+	// in its ledger (no document, or only a tombstone). A transfer naming
+	// such an id is refused before its insert, with a nil Txn, and writes
+	// nothing, in the accounts or the log (a keyed one records nothing
+	// under its key). Only an account deleted after the coordinator last
+	// read it, or while a transfer to it was in flight, is found missing
+	// when its leg applies: that transaction ends canceled, no balance
+	// changes, and its rollback's fence leaves a tombstone under the id
+	// (see PROTOCOL.md, Fences). Coordinator.Account and Ledger.Account
+	// return it too.
 	ErrAccountNotFound = errors.New("twopc: account not found")
 
 	// ErrBalanceOverflow reports that a leg would take a balance out of the

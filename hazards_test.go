@@ -57,6 +57,9 @@ func TestHazardAccountOpenedAfterRollback(t *testing.T) {
 			s := newStall(twopc.StepApply)
 			b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("app"))
 			b.open(tc.other)
+			// Deleted after the coordinator saw it: the transfer is not
+			// refused before its insert (a tombstone's only origin now).
+			b.seenThenDeleted(b.c, tc.missing)
 			res := stalledTransfer(t, b, s, "A", "B", 60)
 			id := b.txns()[0].ID
 			got, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, id)
@@ -90,6 +93,7 @@ func TestHazardTombstoneKept(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithSyncSettle())
 	b.open(map[string]int64{"A": 100})
+	b.seenThenDeleted(b.c, "ghost")
 	txn, err := b.c.Transfer(ctx, "A", "ghost", 10)
 	require.ErrorIs(t, err, twopc.ErrAccountNotFound)
 	assert.Contains(t, b.account("ghost").Fenced, twopc.LegFence(txn, 1))
@@ -239,10 +243,13 @@ func TestHazardMalformedDocumentsDoNotStopRecovery(t *testing.T) {
 	assert.Equal(t, int64(160), b.balance("B"))
 }
 
-// Idempotency keys hold without any index: the key derives the _id.
+// Idempotency keys hold without any index: the key derives the _id. The
+// coordinator makes none here (WithManagedIndexes, and nothing made
+// elsewhere), and the log keeps its _id index alone throughout.
 func TestHazardKeyWithoutIndexes(t *testing.T) {
 	ctx := testCtx(t)
-	c, err := twopc.NewCoordinator(mongotest.NewDatabase(t), twopc.WithSyncSettle()) // no EnsureIndexes
+	db := mongotest.NewDatabase(t)
+	c, err := twopc.NewCoordinator(db, twopc.WithSyncSettle(), twopc.WithManagedIndexes()) // no index made
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	require.NoError(t, c.OpenAccount(ctx, "A", 100))
@@ -255,6 +262,9 @@ func TestHazardKeyWithoutIndexes(t *testing.T) {
 	bal, err := c.Balance(ctx, "A")
 	require.NoError(t, err)
 	assert.Equal(t, int64(70), bal)
+	specs, err := db.Collection("transactions").Indexes().ListSpecifications(ctx)
+	require.NoError(t, err)
+	assert.Len(t, specs, 1, "no index but _id's")
 }
 
 // Nil receivers and zero values give errors, not panics.

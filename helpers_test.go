@@ -304,6 +304,13 @@ func (cc *commandCounter) total() int {
 	return n
 }
 
+// count returns how many commands named name were counted.
+func (cc *commandCounter) count(name string) int {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.counts[name]
+}
+
 func (cc *commandCounter) reset() {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
@@ -334,4 +341,15 @@ func stalledTransfer(t *testing.T, b *bank, s *stall, src, dst string, value int
 	}()
 	<-s.reached
 	return res
+}
+
+// seenThenDeleted opens account id through c, so that c has seen it
+// exist, then deletes it by hand: a transfer of c naming it is not read
+// for it before its insert, fails its leg there and rolls back, its fence
+// leaving a tombstone under id (the bound PROTOCOL.md states, Fences).
+func (b *bank) seenThenDeleted(c *twopc.Coordinator, id any) {
+	b.t.Helper()
+	require.NoError(b.t, c.OpenAccount(testCtx(b.t), id, 0))
+	_, err := b.db.Collection("accounts").DeleteOne(testCtx(b.t), bson.D{{Key: "_id", Value: id}})
+	require.NoError(b.t, err)
 }

@@ -57,8 +57,10 @@ const MaxHolds = 500
 // PendingCredit of the hold; Void and expiry return value to the source's
 // Balance and clear them too.
 //
-// Hold validates and refuses as Transfer does: ErrInvalidTransfer with
-// nothing written; ErrInsufficientFunds, ErrAccountNotFound,
+// Hold validates and refuses as Transfer does: ErrInvalidTransfer, and
+// ErrAccountNotFound for an id with no account, with nothing written;
+// ErrInsufficientFunds, ErrAccountNotFound (an account gone after the
+// coordinator read it),
 // ErrBalanceOverflow, ErrInvalidAccount, ErrTooLate, and ErrTooManyHolds
 // for an account already carrying MaxHolds legs in flight, each with the
 // hold rolled back and nothing moved; keys as with WithKey (a repeat with

@@ -78,12 +78,10 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ..
 	// the balance, and the time by the clock corrected to the server's.
 	opening := bson.D{{Key: "balance", Value: balance}, {Key: "at", Value: l.mark.stamp(ctx)}}
 	set = append(set, bson.E{Key: fieldOpening, Value: opening})
-	// Opened: an account with limits has its legs' writes written for
-	// its kind at once.
+	// Opened: a transfer naming it is not read for it, and an account
+	// with limits has its legs' writes written for its kind at once.
 	opened := func() error {
-		if cfg.limited() {
-			l.kinds.limitedNow(id)
-		}
+		l.kinds.opened(id, cfg.limited())
 		return nil
 	}
 	_, err := l.accounts.InsertOne(ctx, append(bson.D{{Key: "_id", Value: id}}, set...))
@@ -564,6 +562,9 @@ func (l *Ledger) inspect(ctx context.Context, legs []leg) ([]*account, error) {
 	for i, lg := range legs {
 		key, _ := schema.IDKey(lg.account)
 		out[i] = byKey[key]
+		if out[i] == nil {
+			l.kinds.gone(key)
+		}
 	}
 	return out, nil
 }

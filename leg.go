@@ -348,9 +348,10 @@ func closeAllModel(legs []leg) (_ mongo.WriteModel, ok bool) {
 
 // fenceModel is the guarded write that fences l of canceling transaction
 // r, so that no leg of it applies there from now on, whoever sends it. An
-// upsert: if the account does not exist yet, the fence is a tombstone that
-// OpenAccount adopts, so that an account opened later cannot take a
-// stalled applier's leg. The fence is only added below the account's fence
+// upsert: if the account does not exist (it was deleted after the
+// coordinator last read it, or while r was in flight), the fence is a
+// tombstone that OpenAccount adopts, so that an account opened (or
+// inserted by hand) later cannot take a stalled applier's leg. The fence is only added below the account's fence
 // line, on an account that can take one: otherwise the account already
 // refuses every leg of r (see applyModel), and a fence added past the line
 // (a rollback delivered after the fences were removed) would never be

@@ -79,7 +79,13 @@ func newLowWater(c *Coordinator) *lowWater {
 		frozen: c.markFrozen,
 		host:   c.markClock,
 		server: func(ctx context.Context) (time.Time, error) { return schema.ServerNow(ctx, c.db) },
-		oldest: c.log.oldestOpen,
+		oldest: func(ctx context.Context) (time.Time, any, error) {
+			// By the {state, created} index: made (or checked) first.
+			if err := c.indexes.need(ctx); err != nil {
+				return time.Time{}, nil, err
+			}
+			return c.log.oldestOpen(ctx)
+		},
 		logger: c.logger,
 	}
 }

@@ -40,6 +40,7 @@ func TestTransferLegsRollBackEveryLeg(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	opening := map[string]int64{"A": 100, "B": 30, "C": 0}
 	b.open(opening)
+	b.seenThenDeleted(b.c, "ghost") // missing when its leg applies, not before the insert
 	cases := []struct {
 		legs []twopc.Leg
 		want error

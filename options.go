@@ -49,6 +49,7 @@ type config struct {
 	markClock      func() time.Time // the host clock the mark's clock corrects; tests replace it
 	markMargin     time.Duration    // see markMargin; tests shorten it
 	markFrozen     bool             // no background readings of the mark (tests)
+	managedIndexes bool             // WithManagedIndexes: check the indexes, never make them
 	// statementHorizon is how old an entry must be for a statement's
 	// page to list it (see statementHorizon); tests shorten it.
 	statementHorizon time.Duration
@@ -315,6 +316,21 @@ func WithHistory(keep time.Duration, archive *mongo.Collection) Option {
 func WithAllowNegative() Option {
 	return func(c *config) error {
 		c.allowNegative = true
+		return nil
+	}
+}
+
+// WithManagedIndexes says the indexes the library reads by (see
+// Coordinator.EnsureIndexes) are managed elsewhere: the coordinator makes
+// none itself, and checks, before its first read that needs them (the
+// low-water mark's, a Recoverer pass's, a statement's), that each exists
+// under any name. Until they do, those reads fail with ErrMissingIndex,
+// which names the missing ones, rather than scan the log; the check is
+// made again at the next such read. Transfers read and write by _id and
+// need none.
+func WithManagedIndexes() Option {
+	return func(c *config) error {
+		c.managedIndexes = true
 		return nil
 	}
 }

@@ -116,6 +116,10 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 		return rep, errors.New("twopc: recover: Recoverer has no Coordinator (use NewRecoverer)")
 	}
 	c := r.c
+	// Every scan of the pass reads by an index: made (or checked) first.
+	if err := c.indexes.need(ctx); err != nil {
+		return rep, errorf("twopc: recover: %w", err)
+	}
 	now, err := c.log.serverNow(ctx)
 	if err != nil {
 		return rep, errorf("twopc: recover: %w", err)

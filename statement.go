@@ -207,6 +207,11 @@ func (c *Coordinator) statement(ctx context.Context, ledger string, account any)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The log and the checkpoints are read by their indexes: made (or
+	// checked) first.
+	if err := c.indexes.need(ctx); err != nil {
+		return nil, errorf("twopc: statement: %w", err)
+	}
 	s := &statement{c: c, ledger: l, account: account, key: key, archive: c.log.history.archive}
 	// A checkpoint sums what its reader reads: one with the archive and
 	// one without are different sums.

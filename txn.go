@@ -174,9 +174,16 @@ func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
 // non-simple default collation are not supported. An invalid id also
 // wraps ErrInvalidAccountID.
 //
+// Before anything is written, Transfer reads the accounts this coordinator
+// has not seen exist (one find per ledger; the coordinator remembers the
+// accounts its reads and OpenAccount found): an id with no account, or
+// only a tombstone, gives ErrAccountNotFound and a nil Txn, and nothing is
+// written under that id, in the accounts or the log.
+//
 // Transfer inserts the transaction claimed by this coordinator and pending,
 // applies both legs, and moves it to applied, the commit point: three round
-// trips. It returns the transaction with State applied, or done under
+// trips (four for the first transfer naming accounts the coordinator has
+// not seen). It returns the transaction with State applied, or done under
 // WithSyncSettle; settling (pulling the id from both accounts, then done)
 // follows in the background, and a Recoverer finishes it if this process
 // dies first. Until the transfer settles, the debit is out of the source's
@@ -201,8 +208,10 @@ func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
 //
 // If a leg cannot apply, the transaction is rolled back and ends canceled,
 // nothing moved, and Transfer returns ErrInsufficientFunds,
-// ErrAccountNotFound, ErrBalanceOverflow, ErrInvalidAccount or ErrTooLate
-// (an account's fence line is past the transaction's time). If a
+// ErrAccountNotFound (an account deleted after this coordinator last read
+// it, or while the transfer was in flight: the rollback's fence then
+// leaves a tombstone under its id), ErrBalanceOverflow, ErrInvalidAccount
+// or ErrTooLate (an account's fence line is past the transaction's time). If a
 // Canceler canceled it first, ErrCanceled; if another application took it
 // over while this call stalled, or a call of another Coordinator with the
 // same key is still running, ErrInProgress (a call of this one with the
@@ -431,7 +440,12 @@ type transferConfig struct {
 // end and returns the transaction it left. Keys are unique across the
 // transactions collection: a key used by a different transaction gets
 // ErrKeyConflict, so give each transfer its own. Keyed transactions are
-// kept for good, even under WithHistory. A key is valid UTF-8, not empty,
+// kept for good, even under WithHistory. A keyed transfer refused before
+// its insert (ErrInvalidTransfer, or ErrAccountNotFound for an id with no
+// account) records nothing under the key, so the same key may succeed
+// later, once the account exists; if the key already names a
+// transaction, a repeat returns that one even after its accounts are
+// gone. A key is valid UTF-8, not empty,
 // and at most MaxKeyLen bytes; any other gets ErrInvalidTransfer, and
 // nothing is written. A step hook or an observer must not make a call with
 // the key of the call it is called from: that call waits for itself until

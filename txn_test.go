@@ -102,12 +102,26 @@ func TestTransferMissingAccountCancels(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t)
 	b.open(map[string]int64{"A": 100})
+	// An id with no account: refused before the insert, nothing written.
 	for _, dir := range [][2]string{{"A", "nobody"}, {"nobody", "A"}} {
+		txn, err := b.c.Transfer(ctx, dir[0], dir[1], 10)
+		require.ErrorIs(t, err, twopc.ErrAccountNotFound)
+		assert.Nil(t, txn)
+		assert.Empty(t, b.txns())
+		assert.Equal(t, int64(100), b.balance("A"))
+		assert.Empty(t, b.account("A").Pending)
+	}
+	// An account deleted after the coordinator saw it: the leg cannot
+	// apply, and the transaction is rolled back, canceled.
+	for _, dir := range [][2]string{{"A", "gone"}, {"gone", "A"}} {
+		b.seenThenDeleted(b.c, "gone")
 		txn, err := b.c.Transfer(ctx, dir[0], dir[1], 10)
 		require.ErrorIs(t, err, twopc.ErrAccountNotFound)
 		assert.Equal(t, twopc.StateCanceled, txn.State)
 		assert.Equal(t, int64(100), b.balance("A"))
 		assert.Empty(t, b.account("A").Pending)
+		_, err = b.db.Collection("accounts").DeleteOne(ctx, bson.D{{Key: "_id", Value: "gone"}}) // its tombstone
+		require.NoError(t, err)
 	}
 }
 

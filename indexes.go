@@ -1,0 +1,245 @@
+package twopc
+
+// The indexes the library reads by: made by the coordinator itself, once,
+// before the first read that needs them (the low-water mark's, a recovery
+// pass's, a statement's), or, under WithManagedIndexes, checked there and
+// named when missing. No such read scans the log.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// The server's codes for an index that exists with other options, or other
+// keys, under the name asked for.
+const (
+	codeIndexOptionsConflict  = 85
+	codeIndexKeySpecsConflict = 86
+)
+
+// libraryIndex is one index the library reads by.
+type libraryIndex struct {
+	checkpoints bool // on the checkpoints collection, not the log
+	name        string
+	keys        bson.D
+	opts        *options.IndexOptionsBuilder
+	fallback    *options.IndexOptionsBuilder // if the server refuses opts
+}
+
+// libraryIndexes are the indexes the library reads by: {state,
+// lastModified} for recovery's scans, {state, created} for the low-water
+// mark, {accounts, committedAt} for statements, and {key, at} for the
+// statements' checkpoints.
+func libraryIndexes() []libraryIndex {
+	return []libraryIndex{
+		{name: "state_1_lastModified_1", keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}},
+		{name: "state_1_created_1", keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldCreated, Value: 1}}},
+		{name: "accounts_1_committedAt_1", keys: bson.D{{Key: fieldEntryKeys, Value: 1}, {Key: fieldCommittedAt, Value: 1}}},
+		{checkpoints: true, name: "key_1_at_-1", keys: bson.D{{Key: "key", Value: 1}, {Key: "at", Value: -1}}},
+	}
+}
+
+// EnsureIndexes creates the indexes the protocol's scans use, idempotently:
+// {state, lastModified} for recovery, {state, created} for the low-water
+// mark (the oldest unfinished transaction), and {accounts, committedAt} for
+// statements, with {key, at} on the statements' checkpoints (the
+// transactions collection's name with "_checkpoints"). An index of the same
+// name already there is kept as it is.
+//
+// Calling it is optional: a coordinator makes these indexes itself before
+// its first read that needs them (the low-water mark's, a recovery pass's,
+// a statement's), unless WithManagedIndexes says they are managed
+// elsewhere. EnsureIndexes makes them whatever the options. No index is
+// needed for correctness: accounts and transactions are read and written
+// by _id, and idempotency keys are enforced by the _id derived from them;
+// the indexes keep those reads from scanning the log.
+func (c *Coordinator) EnsureIndexes(ctx context.Context) error { return c.indexes.ensure(ctx) }
+
+// ensure makes the library's indexes that are missing (see EnsureIndexes).
+func (x *logIndexes) ensure(ctx context.Context) error {
+	// Only the missing ones are asked for, one per command: an index of
+	// that name serves; and FerretDB
+	// v1 drops the connection when one createIndexes names several that
+	// exist.
+	have := map[bool]map[string]bool{}
+	for _, coll := range []bool{false, true} {
+		specs, err := x.coll(coll).Indexes().ListSpecifications(ctx)
+		if err != nil {
+			return errorf("twopc: ensure indexes: %w", err)
+		}
+		have[coll] = map[string]bool{}
+		for _, ix := range specs {
+			have[coll][ix.Name] = true
+		}
+	}
+	for _, ix := range libraryIndexes() {
+		opts := ix.opts
+		if opts == nil {
+			opts = options.Index().SetName(ix.name)
+		}
+		if err := ensureIndex(ctx, x.coll(ix.checkpoints), have[ix.checkpoints], ix.keys, opts, ix.fallback); err != nil {
+			return errorf("twopc: ensure indexes: %w", err)
+		}
+	}
+	return nil
+}
+
+// coll is the collection of the library's indexes: the log, or the
+// statements' checkpoints.
+func (x *logIndexes) coll(checkpoints bool) *mongo.Collection {
+	if checkpoints {
+		return x.checkpoints
+	}
+	return x.log
+}
+
+// ensureIndex creates one index unless have names it; if the server
+// refuses its options and fallback is set, it creates fallback instead.
+func ensureIndex(ctx context.Context, coll *mongo.Collection, have map[string]bool, keys bson.D, opts, fallback *options.IndexOptionsBuilder) error {
+	var o options.IndexOptions
+	for _, set := range opts.List() {
+		if err := set(&o); err != nil {
+			return err
+		}
+	}
+	if o.Name != nil && have[*o.Name] {
+		return nil
+	}
+	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: opts})
+	var se mongo.ServerError
+	// The server has no such option (NotImplemented, CommandNotSupported,
+	// InvalidOptions, BadValue, CannotCreateIndex,
+	// InvalidIndexSpecificationOption), as opposed to a transient failure,
+	// after which the next call tries again.
+	refused := func() bool {
+		return errors.As(err, &se) && (se.HasErrorCode(238) || se.HasErrorCode(115) || se.HasErrorCode(72) ||
+			se.HasErrorCode(2) || se.HasErrorCode(67) || se.HasErrorCode(197))
+	}
+	conflict := func() bool {
+		return errors.As(err, &se) && (se.HasErrorCode(codeIndexOptionsConflict) || se.HasErrorCode(codeIndexKeySpecsConflict))
+	}
+	if fallback != nil && refused() {
+		_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: fallback})
+	}
+	if conflict() {
+		return nil // made meanwhile by another process, of the other kind: it serves
+	}
+	return err
+}
+
+// logIndexes is a coordinator's indexes on the log and the checkpoints,
+// made (or checked) once: the first caller that needs them does it, the
+// others wait for it (or their context); a failure is returned to that
+// caller and the next one tries again.
+type logIndexes struct {
+	log, checkpoints *mongo.Collection
+	managed          bool // WithManagedIndexes: check, never make
+	done             atomic.Bool
+	turn             chan struct{} // a one-slot semaphore: whose turn it is to try
+}
+
+// newLogIndexes returns the indexes of log and checkpoints, to be made
+// (or, managed, checked) at the first need.
+func newLogIndexes(log, checkpoints *mongo.Collection, managed bool) *logIndexes {
+	return &logIndexes{log: log, checkpoints: checkpoints, managed: managed, turn: make(chan struct{}, 1)}
+}
+
+// need returns once the library's indexes exist: made by this
+// coordinator (ensure) the first time, or, under WithManagedIndexes,
+// found (ErrMissingIndex, naming those missing, otherwise). Once they
+// were made or found, it costs nothing.
+func (x *logIndexes) need(ctx context.Context) error {
+	if x.done.Load() {
+		return nil
+	}
+	select {
+	case x.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-x.turn }()
+	if x.done.Load() {
+		return nil
+	}
+	var err error
+	if x.managed {
+		err = x.check(ctx)
+	} else {
+		err = x.ensure(ctx)
+	}
+	if err == nil {
+		x.done.Store(true)
+	}
+	return err
+}
+
+// check returns ErrMissingIndex, naming each missing one by its
+// collection and keys, unless every index the library reads by exists
+// (by its keys, under any name and options).
+func (x *logIndexes) check(ctx context.Context) error {
+	keys := map[bool][]bson.Raw{}
+	for _, coll := range []bool{false, true} {
+		specs, err := x.coll(coll).Indexes().ListSpecifications(ctx)
+		if err != nil {
+			return errorf("twopc: check indexes: %w", err)
+		}
+		for _, ix := range specs {
+			keys[coll] = append(keys[coll], ix.KeysDocument)
+		}
+	}
+	var missing []string
+	for _, ix := range libraryIndexes() {
+		found := false
+		for _, k := range keys[ix.checkpoints] {
+			if sameKeys(k, ix.keys) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, fmt.Sprintf("%s %s (%s)", x.coll(ix.checkpoints).Name(), keysLabel(ix.keys), ix.name))
+		}
+	}
+	if len(missing) > 0 {
+		return errorf("%w: %s; create them (Coordinator.EnsureIndexes does) or drop WithManagedIndexes", ErrMissingIndex, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// sameKeys reports whether index key document got has the fields of want,
+// in order, each in the same direction (a number of any type).
+func sameKeys(got bson.Raw, want bson.D) bool {
+	elems, err := got.Elements()
+	if err != nil || len(elems) != len(want) {
+		return false
+	}
+	for i, e := range elems {
+		if e.Key() != want[i].Key {
+			return false
+		}
+		v, ok := e.Value().AsFloat64OK()
+		if !ok {
+			return false
+		}
+		if (v > 0) != (want[i].Value.(int) > 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// keysLabel writes index keys as {a: 1, b: -1}.
+func keysLabel(keys bson.D) string {
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s: %v", k.Key, k.Value)
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}

@@ -171,16 +171,6 @@ func (a *account) line() (time.Time, bool) {
 	return t, ok
 }
 
-// lineTyped reports whether the account's fence line is missing, null or
-// a date: what fenceable requires.
-func (a *account) lineTyped() bool {
-	switch a.FencedBefore.Type {
-	case 0, bson.TypeNull, bson.TypeDateTime:
-		return true
-	}
-	return false
-}
-
 // objectIDs returns the ObjectIDs in an array value, ignoring the rest.
 func objectIDs(v bson.RawValue) []bson.ObjectID {
 	arr, ok := v.ArrayOK()
@@ -303,6 +293,7 @@ const (
 	legApplied                   // applied: the id is in pendingTransactions
 	legFenced                    // closed: settled or rolled back by someone else
 	legBlocked                   // cannot apply: see the error
+	legAdopt                     // not applied: the account is to be adopted first (see adoptModel)
 )
 
 // closedVerdict reports whether judge's verdict v (with why) says the
@@ -330,10 +321,11 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 			ErrTooLate, l.account, a.FencedBefore.Time().UTC().Format(time.RFC3339Nano))
 	case a == nil || a.Tombstone:
 		return legBlocked, errorf("%w: %v", ErrAccountNotFound, l.account)
-	case a.Fences.Type != 0 && a.Fences.Type != bson.TypeArray:
-		return legBlocked, errorf("%w: account %v has fencedLegs of BSON type %s", ErrInvalidAccount, l.account, a.Fences.Type)
-	case !a.lineTyped():
-		return legBlocked, errorf("%w: account %v has fencedBefore of BSON type %s", ErrInvalidAccount, l.account, a.FencedBefore.Type)
+	}
+	if adopt, why := a.adoptable(l); why != nil {
+		return legBlocked, why
+	} else if adopt {
+		return legAdopt, nil
 	}
 	if asset, ok := a.assetOf(); !ok || asset != l.asset {
 		return legBlocked, errorf("%w: account %v holds %s, the leg moves %s", ErrAssetMismatch, l.account, assetName(a.Asset), assetLabel(l.asset))

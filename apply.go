@@ -186,6 +186,7 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 	}
 	accts, err := c.ledgers.inspectLegs(ctx, judged)
 	var short []shortDebit // debits refused for funds, before settleFirst
+	var adopt []adoption   // accounts to adopt before their legs go again
 	for j, l := range judged {
 		i := of[j]
 		q := owner[i]
@@ -222,9 +223,54 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 			q.why = why
 		case legRetry:
 			q.next = append(q.next, l)
+		case legAdopt:
+			adopt = append(adopt, adoption{q: q, l: l, a: accts[j]})
 		}
 	}
+	adoptAll(ctx, c.ledgers, adopt)
 	spendCommitted(ctx, c.log, c.ledgers, short)
+}
+
+// adoption is a leg of an apply call whose account is to be adopted
+// before the leg goes again, with the account as the round read it.
+type adoption struct {
+	q *applyCall
+	l leg
+	a *account
+}
+
+// adoptAll adopts the accounts of adopt (one command per ledger, the
+// ledgers' at once) and sends each leg again in its call's next round;
+// a leg whose ledger's adoption failed leaves its call's outcome unknown.
+func adoptAll(ctx context.Context, ls ledgers, adopt []adoption) {
+	if len(adopt) == 0 {
+		return
+	}
+	legs := make([]leg, len(adopt))
+	for i, x := range adopt {
+		legs[i] = x.l
+	}
+	errs := make([]error, len(adopt))
+	_ = ls.perLedger(legs, func(l *Ledger, mine []leg, idx []int) error {
+		accts := make([]*account, len(idx))
+		for j, i := range idx {
+			accts[j] = adopt[i].a
+		}
+		err := l.adopt(ctx, accts, mine)
+		for _, i := range idx { // distinct indexes: no lock needed
+			errs[i] = err
+		}
+		return nil
+	})
+	for i, x := range adopt {
+		switch {
+		case x.q.err != nil || x.q.lost || x.q.why != nil:
+		case errs[i] != nil:
+			x.q.err = errs[i]
+		default:
+			x.q.next = append(x.q.next, x.l)
+		}
+	}
 }
 
 // spendCommitted settles first (see settleFirst) the committed legs on the

@@ -97,8 +97,8 @@ func (s applyStmt) model(recs []*record, legs []leg, mark time.Time) mongo.Write
 // that forbid a negative balance first, then the rest):
 //
 //   - none of their markers pending ($nin) and none of their fences there
-//     ($nin), the account's line before the earliest of their transaction
-//     times, and an account that can take fences (fenceable);
+//     ($nin, in an array), and the account's line a date before the
+//     earliest of their transaction times (lineBefore);
 //   - for an account without limits, the balance an integer at least the
 //     sum of the debits whose recorded policy forbids negative balances,
 //     and at least MinInt64 plus the sum of all debits; the credits'
@@ -152,9 +152,8 @@ func applyAllModel(recs []*record, legs []leg, mark time.Time) (_ mongo.WriteMod
 	filter = append(filter,
 		bson.E{Key: "_id", Value: legs[0].account},
 		bson.E{Key: fieldPending, Value: bson.D{{Key: "$nin", Value: markers}}},
-		bson.E{Key: fieldFencedLegs, Value: bson.D{{Key: "$nin", Value: fences}}},
-		bson.E{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: earliest.Created}}}}},
-		fenceable,
+		bson.E{Key: fieldFencedLegs, Value: bson.D{{Key: "$type", Value: "array"}, {Key: "$nin", Value: fences}}},
+		lineBefore(earliest.Created),
 	)
 	if hold {
 		filter = append(filter, bson.E{Key: fmt.Sprintf("%s.%d", fieldPending, MaxHolds-k), Value: bson.D{{Key: "$exists", Value: false}}})

@@ -163,6 +163,17 @@ var fenceable = bson.E{Key: "$and", Value: bson.A{
 	bson.D{{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "array"}}}}}},
 }}
 
+// lineBefore is the condition every leg write that moves money requires
+// of an adopted account's fence line (see adoptModel): a date, earlier
+// than created, and not an array (an array holding an earlier date would
+// match $lt, and $max would then replace it with the mark). It tests the
+// line positively: an account whose line is missing, null, or of any other
+// type (a timestamp, which sorts above dates and would never move) takes
+// no leg.
+func lineBefore(created time.Time) bson.E {
+	return bson.E{Key: fieldFencedBefore, Value: bson.D{{Key: "$lt", Value: created}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "array"}}}}}
+}
+
 // moveLine is the part of an update that moves an account's fence line up
 // to line ($max: never back) and drops the fences below it, which the line
 // refuses from then on (see lowWater). Nil for a zero line.
@@ -191,10 +202,11 @@ func updateByID(filter, update bson.D) *mongo.UpdateOneModel {
 	return mongo.NewUpdateOneModel().SetFilter(encoded(filter)).SetUpdate(encoded(update))
 }
 
-// applyModel is the guarded write that applies l for transaction r: it
-// matches only if the leg is neither applied (pendingTransactions) nor
-// closed (its fence in fencedLegs, or a fence line at or after r's
-// transaction time), the
+// applyModel is the guarded write that applies l for transaction r, on an
+// adopted account (see adoptModel): it matches only if the leg is neither
+// applied (its marker in pendingTransactions) nor closed (its fence in
+// fencedLegs, which must be an array, or a fence line, which must be a
+// date, at or after r's transaction time: lineBefore), the
 // balance is an integer, and the result stays in range (for a debit, at or
 // above zero unless r's recorded policy allows negative balances; for a
 // credit, see creditGuard). It pushes id to pendingTransactions with the
@@ -211,13 +223,12 @@ func updateByID(filter, update bson.D) *mongo.UpdateOneModel {
 // below the ceiling once everything in flight settles or is undone),
 // whatever r's policy; the rooms move with the money (withRooms).
 func applyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
-	filter := make(bson.D, 0, 12)
+	filter := make(bson.D, 0, 9)
 	filter = append(filter,
 		bson.E{Key: "_id", Value: l.account},
 		bson.E{Key: fieldPending, Value: bson.D{{Key: "$ne", Value: l.marker}}},
-		bson.E{Key: fieldFencedLegs, Value: bson.D{{Key: "$ne", Value: l.fenceID}}},
-		bson.E{Key: fieldFencedBefore, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: r.Created}}}}},
-		fenceable,
+		bson.E{Key: fieldFencedLegs, Value: bson.D{{Key: "$type", Value: "array"}, {Key: "$ne", Value: l.fenceID}}},
+		lineBefore(r.Created),
 	)
 	if r.Hold {
 		// An account carries at most MaxHolds markers when a hold's leg

@@ -35,6 +35,29 @@ func unitAccount(t *testing.T, fields bson.D) *account {
 	return &a
 }
 
+// absent, as a field's value in adoptedAccount, leaves the field out.
+type absent struct{}
+
+// adoptedAccount is fields with what adoption sets where fields do not
+// say (fencedLegs [], a date line at 1970), less the fields set to absent.
+func adoptedAccount(fields bson.D) bson.D {
+	out := bson.D{}
+	has := map[string]bool{}
+	for _, e := range fields {
+		has[e.Key] = true
+		if _, skip := e.Value.(absent); !skip {
+			out = append(out, e)
+		}
+	}
+	if !has["fencedLegs"] {
+		out = append(out, bson.E{Key: "fencedLegs", Value: bson.A{}})
+	}
+	if !has["fencedBefore"] {
+		out = append(out, bson.E{Key: "fencedBefore", Value: time.UnixMilli(0).UTC()})
+	}
+	return out
+}
+
 func TestUnitJudge(t *testing.T) {
 	id := newTxnID()
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -66,7 +89,14 @@ func TestUnitJudge(t *testing.T) {
 		{"balance a string", bson.D{{Key: "balance", Value: "10"}}, credit, false, legBlocked, ErrInvalidAccount},
 		{"balance int32", bson.D{{Key: "balance", Value: int32(10)}}, debit, false, legRetry, nil},
 		{"fencedLegs not an array", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedLegs", Value: "x"}}, debit, false, legBlocked, ErrInvalidAccount},
-		{"fence line null", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: nil}}, debit, false, legRetry, nil},
+		{"fence line null: not adopted", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: nil}}, debit, false, legAdopt, nil},
+		{"inserted by hand: not adopted", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: absent{}}, {Key: "fencedLegs", Value: absent{}}}, debit, false, legAdopt, nil},
+		{"a whole double, not adopted", bson.D{{Key: "balance", Value: 10.0}, {Key: "fencedBefore", Value: absent{}}, {Key: "fencedLegs", Value: absent{}}}, debit, false, legAdopt, nil},
+		{"a fractional double, not adopted", bson.D{{Key: "balance", Value: 10.5}, {Key: "fencedBefore", Value: absent{}}}, debit, false, legBlocked, ErrInvalidAccount},
+		{"a double past int64, not adopted", bson.D{{Key: "balance", Value: 1e19}, {Key: "fencedBefore", Value: absent{}}}, debit, false, legBlocked, ErrInvalidAccount},
+		{"a double on an adopted account", bson.D{{Key: "balance", Value: 10.0}}, debit, false, legBlocked, ErrInvalidAccount},
+		{"a line and no fences: edited by hand", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedLegs", Value: absent{}}}, debit, false, legBlocked, ErrInvalidAccount},
+		{"fence line an array", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: bson.A{created.Add(-time.Hour)}}}, debit, false, legBlocked, ErrInvalidAccount},
 		{"fence line a timestamp", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: bson.Timestamp{T: 1}}}, debit, false, legBlocked, ErrInvalidAccount},
 		{"fence line MaxKey", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: bson.MaxKey{}}}, debit, false, legBlocked, ErrInvalidAccount},
 		{"fence line a string", bson.D{{Key: "balance", Value: int64(10)}, {Key: "fencedBefore", Value: "2026"}}, debit, false, legBlocked, ErrInvalidAccount},
@@ -80,7 +110,7 @@ func TestUnitJudge(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var a *account
 			if tc.fields != nil {
-				a = unitAccount(t, tc.fields)
+				a = unitAccount(t, adoptedAccount(tc.fields))
 			}
 			rec := *r
 			rec.AllowNegative = tc.neg
@@ -169,10 +199,11 @@ func TestUnitLegWrites(t *testing.T) {
 	assert.False(t, upsert)
 	assert.Equal(t, "A", f["_id"])
 	assert.Equal(t, bson.M{"$ne": l.marker}, f[fieldPending], "not applied yet")
-	assert.Equal(t, bson.M{"$ne": l.fenceID}, f[fieldFencedLegs], "not closed")
+	assert.Equal(t, bson.M{"$type": "array", "$ne": l.fenceID}, f[fieldFencedLegs], "not closed, and fences an array")
 	assert.NotContains(t, u, "$max", "no mark read yet: the line stays")
 	assert.NotContains(t, u, "$pull")
-	assert.Equal(t, bson.M{"$not": bson.M{"$gte": bson.DateTime(created.UnixMilli())}}, f[fieldFencedBefore], "before the fence line")
+	assert.Equal(t, bson.M{"$lt": bson.DateTime(created.UnixMilli()), "$not": bson.M{"$type": "array"}}, f[fieldFencedBefore], "a date line before the transaction time")
+	assert.Len(t, f, 7, "the marker, the fence, the line, the asset, the kind, the funds: no more")
 	assert.Contains(t, f, fieldBalance)
 	assert.Equal(t, bson.M{"$gte": int64(10), "$type": bson.A{"int", "long"}}, f[fieldBalance], "no overdraft")
 	assert.Equal(t, bson.M{fieldPending: l.marker}, u["$push"])

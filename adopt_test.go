@@ -1,0 +1,144 @@
+package twopc_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/twopc/twopc"
+)
+
+// money is what a leg moves on account document a: its balance (as
+// stored, of whatever type), markers and amounts in flight.
+func money(a bson.Raw) [4]bson.RawValue {
+	return [4]bson.RawValue{a.Lookup("balance"), a.Lookup("pendingTransactions"), a.Lookup("pendingCredit"), a.Lookup("pendingDebit")}
+}
+
+// rawAccount is account id as stored.
+func (b *bank) rawAccount(id any) bson.Raw {
+	b.t.Helper()
+	raw, err := b.db.Collection("accounts").FindOne(testCtx(b.t), bson.D{{Key: "_id", Value: id}}).Raw()
+	require.NoError(b.t, err)
+	return raw
+}
+
+// insertByHand inserts accounts as the tutorial does: {_id, balance,
+// pendingTransactions: []}, the balance of whatever type is given.
+func (b *bank) insertByHand(accounts map[string]any) {
+	b.t.Helper()
+	for id, bal := range accounts {
+		_, err := b.db.Collection("accounts").InsertOne(testCtx(b.t), bson.D{{Key: "_id", Value: id}, {Key: "balance", Value: bal},
+			{Key: "pendingTransactions", Value: bson.A{}}})
+		require.NoError(b.t, err)
+	}
+}
+
+// TestAdoptHandInsertedAccounts: accounts inserted by hand as the shell
+// writes the tutorial's (balance: 1000 is a double there) are adopted the
+// first time a leg meets them: a whole-number double balance becomes a
+// long, and the account gets its fences and a date line, which every leg
+// write then requires. A fractional balance is refused, nothing written.
+func TestAdoptHandInsertedAccounts(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	b.insertByHand(map[string]any{"A": 1000.0, "B": int32(0), "F": 10.5})
+
+	_, err := b.c.Transfer(ctx, "A", "B", 100)
+	require.NoError(t, err)
+	for id, want := range map[string]int64{"A": 900, "B": 100} {
+		raw := b.rawAccount(id)
+		assert.Equalf(t, bson.TypeInt64, raw.Lookup("balance").Type, "%s: a long once adopted", id)
+		assert.Equalf(t, want, raw.Lookup("balance").AsInt64(), "%s", id)
+		assert.Equalf(t, bson.TypeArray, raw.Lookup("fencedLegs").Type, "%s", id)
+		assert.Equalf(t, bson.TypeDateTime, raw.Lookup("fencedBefore").Type, "%s: a date line", id)
+	}
+
+	before := b.rawAccount("F")
+	_, err = b.c.Transfer(ctx, "F", "B", 1)
+	require.ErrorIs(t, err, twopc.ErrInvalidAccount, "a balance that is not a whole number")
+	assert.Contains(t, err.Error(), "double")
+	after := b.rawAccount("F")
+	assert.Equal(t, before.Lookup("balance"), after.Lookup("balance"), "nothing converted")
+	assert.Equal(t, bson.TypeDouble, after.Lookup("balance").Type)
+	assert.Equal(t, int64(100), b.balance("B"))
+}
+
+// TestAdoptWhileTransfersInFlight: transfers created before an account's
+// adoption, still in flight, complete after it, each leg once: the line
+// adoption sets is at most the low-water mark, below every unfinished
+// transaction.
+func TestAdoptWhileTransfersInFlight(t *testing.T) {
+	s := newStall(twopc.StepApply)
+	b := newBank(t, twopc.WithSyncSettle(), twopc.WithStepHook(s.hook))
+	ctx := testCtx(t)
+	b.open(map[string]int64{"X": 500, "Y": 0})
+	b.insertByHand(map[string]any{"H": int64(300)})
+	early := stalledTransfer(t, b, s, "X", "H", 50) // created, not yet applied
+
+	other := b.coordinator(twopc.WithSyncSettle())
+	_, err := twopc.ReadMark(ctx, other)
+	require.NoError(t, err)
+	_, err = other.Transfer(ctx, "H", "Y", 20) // adopts H
+	require.NoError(t, err)
+	assert.Equal(t, bson.TypeDateTime, b.rawAccount("H").Lookup("fencedBefore").Type)
+
+	close(s.release)
+	r := <-early
+	require.NoError(t, r.err)
+	assert.Equal(t, twopc.StateDone, r.txn.State)
+	b.checkSettled(map[string]int64{"X": 500, "Y": 0, "H": 300})
+	assert.Equal(t, int64(330), b.balance("H"))
+}
+
+// TestAdoptedAccountHandEdits: after adoption, a hand edit that breaks the
+// fence line (a timestamp, an array holding a date), the fences (a
+// string) or the balance's type (a double) makes every leg write on the
+// account match nothing: the transfer is refused with ErrInvalidAccount,
+// and the account's money is as the edit left it. A leg write of an earlier
+// transfer delivered again after the edit matches nothing either.
+func TestAdoptedAccountHandEdits(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	b.open(map[string]int64{"S": 1000})
+	rec := &writeRecorder{}
+	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithSyncSettle())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	far := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, edit := range []struct {
+		name  string
+		field string
+		value any
+	}{
+		{"line a timestamp", "fencedBefore", bson.Timestamp{T: 1}},
+		{"line an array", "fencedBefore", bson.A{time.Unix(0, 0).UTC()}},
+		{"line an array of a far date", "fencedBefore", bson.A{far}},
+		{"fences a string", "fencedLegs", "x"},
+		{"balance a double", "balance", 500.0},
+	} {
+		t.Run(edit.name, func(t *testing.T) {
+			id := "E " + edit.name
+			require.NoError(t, b.c.OpenAccount(ctx, id, 500))
+			_, err := c.Transfer(ctx, "S", id, 10)
+			require.NoError(t, err)
+			writes := rec.recorded()
+			_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: edit.field, Value: edit.value}}}})
+			require.NoError(t, err)
+			edited := b.rawAccount(id)
+			for _, txn := range []func() error{
+				func() error { _, err := b.c.Transfer(ctx, id, "S", 5); return err },
+				func() error { _, err := b.c.Transfer(ctx, "S", id, 5); return err },
+			} {
+				require.ErrorIs(t, txn(), twopc.ErrInvalidAccount)
+				assert.Equal(t, money(edited), money(b.rawAccount(id)), "no leg applied, nothing undone")
+			}
+			resendAll(t, b.db, writes)
+			assert.Equal(t, money(edited), money(b.rawAccount(id)), "an earlier transfer's writes again: nothing")
+		})
+	}
+}

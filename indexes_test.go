@@ -30,7 +30,6 @@ func isFerretDB(t *testing.T, db *mongo.Database) bool {
 	return info.FerretDB != ""
 }
 
-
 // findRecorder records the find commands a client sends.
 type findRecorder struct {
 	mu    sync.Mutex

@@ -29,16 +29,16 @@ import (
 type Coordinator struct {
 	config
 	db      *mongo.Database
-	ledger  *Ledger             // the default ledger: the accounts of db
-	ledgers ledgers             // every ledger, the default ("") among them
-	log     *txnLog             // the log: every command on the transactions collection
-	settler *settlers           // background settling, one settler per set of ledgers
-	exists  *stage[*existsCall] // see readExistence
-	inserts *stage[*insertCall] // see insertAll
-	applies *applyStages        // see applyRound
-	commits *stage[*commitCall] // see commitAll
-	keys    keyCalls            // the keyed calls running, one at a time a key
-	indexes *logIndexes         // the library's indexes, made or checked once (indexes.go)
+	ledger  *Ledger                    // the default ledger: the accounts of db
+	ledgers ledgers                    // every ledger, the default ("") among them
+	log     *txnLog                    // the log: every command on the transactions collection
+	settler *settlers                  // background settling, one settler per set of ledgers
+	exists  *ledgerStages[*existsCall] // see readExistence
+	inserts *stage[*insertCall]        // see insertAll
+	applies *applyStages               // see applyRound
+	commits *stage[*commitCall]        // see commitAll
+	keys    keyCalls                   // the keyed calls running, one at a time a key
+	indexes *logIndexes                // the library's indexes, made or checked once (indexes.go)
 	// checkpoints holds statements' checkpoints: an account's balance
 	// through a time (see statement.go).
 	checkpoints *mongo.Collection
@@ -117,9 +117,10 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	}
 	c.mark = newLowWater(c)
 	c.settler = &settlers{c: c}
-	c.exists = &stage[*existsCall]{write: func(ctx context.Context, calls []*existsCall) { readExistence(ctx, c.ledgers, calls) }}
+	c.exists = &ledgerStages[*existsCall]{write: func(ctx context.Context, calls []*existsCall) { readExistence(ctx, c.ledgers, calls) },
+		legs: func(q *existsCall) []leg { return q.t.rec.legs() }}
 	c.inserts = &stage[*insertCall]{write: c.insertAll}
-	c.applies = &applyStages{write: c.applyRound}
+	c.applies = &applyStages{write: c.applyRound, legs: func(q *applyCall) []leg { return q.todo }}
 	c.commits = &stage[*commitCall]{write: c.log.commitAll}
 	return c, nil
 }

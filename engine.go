@@ -89,6 +89,23 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 		}
 		return
 	}
+	// Transfers on different sets of ledgers go on apart, at once, from
+	// their first read of a ledger on: one that is down or slow holds up
+	// only the transfers with a leg on it.
+	if sets := splitByLedgers(ts, func(t *transfer) []leg { return t.rec.legs() }); len(sets) > 1 {
+		_ = parallel(len(sets), func(i int) error {
+			e.runOn(ctx, sets[i])
+			return nil
+		})
+		return
+	}
+	e.runOn(ctx, ts)
+}
+
+// runOn takes transfers ts, whose keys run has entered and whose legs are
+// on one set of ledgers, from the check of their accounts to their end.
+func (e *engine) runOn(ctx context.Context, ts []*transfer) {
+	c := e.c
 	// An id with no account is refused here, with nothing written.
 	e.refuseMissing(ctx, ts)
 	claimedAt := c.now()

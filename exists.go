@@ -27,7 +27,9 @@ type existsCall struct {
 // coordinator has not seen exist (see accountKinds), and the reads of
 // concurrent calls go together in the exists stage (see stage): one find
 // per ledger, the ledgers at once. A transfer between accounts already
-// seen costs no round trip. A keyed transfer so refused is answered with
+// seen costs no round trip. Transfers on different sets of ledgers read
+// apart, at once (see ledgerStages), so a ledger that is down or slow
+// holds up only the transfers with a leg on it. A keyed transfer so refused is answered with
 // the transaction its key already names, if one does (a repeat after the
 // account was deleted), as the insert would have answered it. A transfer
 // whose accounts cannot be read is answered as one whose insert was not
@@ -38,6 +40,10 @@ func (e *engine) refuseMissing(ctx context.Context, ts []*transfer) {
 	var calls []*existsCall
 	for _, t := range ts {
 		if !t.over && unseen(c.ledgers, t) {
+			if err := c.at(ctx, StepExists, t.rec); err != nil {
+				insertFailed(t, false, err) // nothing written
+				continue
+			}
 			calls = append(calls, &existsCall{t: t})
 		}
 	}

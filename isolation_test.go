@@ -43,7 +43,10 @@ func TestLedgerDownHoldsOnlyItsOwnTransfers(t *testing.T) {
 		twopc.WithLedger("shanghai", bk.database(0).Collection("accounts")),
 		twopc.WithLedger("beijing", bk.database(1, patient).Collection("accounts")),
 		twopc.WithStepHook(func(_ context.Context, s twopc.Step, tx *twopc.Txn) error {
-			if s == twopc.StepApply && slices.ContainsFunc(tx.AllLegs(), func(l twopc.Leg) bool { return l.Ledger == "beijing" }) {
+			// The cross transfers wait at Beijing from their first read of
+			// it on: the read, before the insert, of the accounts this
+			// coordinator has not seen.
+			if s == twopc.StepExists && slices.ContainsFunc(tx.AllLegs(), func(l twopc.Leg) bool { return l.Ledger == "beijing" }) {
 				inApply <- struct{}{}
 			}
 			return nil

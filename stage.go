@@ -166,41 +166,41 @@ func (s *stage[I]) remove(w *waiting[I]) {
 	}
 }
 
-// applyStages is the apply step's stages: one for each set of ledgers
-// that a round's legs are on, made when first needed. Transfers whose legs
-// are on the same ledgers share commands, as any stage's calls do; those
-// on other ledgers never wait for them, so a ledger that is down or slow
-// holds up only the transfers with a leg on it, and a command that fails
-// on one ledger fails only calls that had a leg in it. The number of
-// stages is bounded by the sets of ledgers the coordinator's transfers
-// use, at most 2^n for its n ledgers (one, for a single ledger).
-type applyStages struct {
-	write func(ctx context.Context, calls []*applyCall)
+// ledgerStages is a step's stages, one for each set of ledgers its calls
+// are on (legs gives a call's legs), made when first needed: the apply
+// step's (applyStages) and the exists step's. A ledger that is down or
+// slow holds up only the calls with a leg on it.
+type ledgerStages[C any] struct {
+	write func(ctx context.Context, calls []C)
+	legs  func(C) []leg
 
 	mu    sync.Mutex
-	byKey map[string]*stage[*applyCall]
+	byKey map[string]*stage[C]
 }
+
+// applyStages is the apply step's stages (see applyRound).
+type applyStages = ledgerStages[*applyCall]
 
 // join writes calls in the next write of their ledgers' stages, the
 // stages' at once, and returns when each call's outcome is in it, or with
 // the context's error (see stage.join).
-func (a *applyStages) join(ctx context.Context, calls ...*applyCall) error {
-	parts := splitByLedgers(calls, func(q *applyCall) []leg { return q.todo })
+func (a *ledgerStages[C]) join(ctx context.Context, calls ...C) error {
+	parts := splitByLedgers(calls, a.legs)
 	return parallel(len(parts), func(i int) error {
-		return a.stage(ledgerSet(parts[i][0].todo)).join(ctx, parts[i]...)
+		return a.stage(ledgerSet(a.legs(parts[i][0]))).join(ctx, parts[i]...)
 	})
 }
 
 // stage returns the stage of the set of ledgers key.
-func (a *applyStages) stage(key string) *stage[*applyCall] {
+func (a *ledgerStages[C]) stage(key string) *stage[C] {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.byKey[key]
 	if s == nil {
 		if a.byKey == nil {
-			a.byKey = map[string]*stage[*applyCall]{}
+			a.byKey = map[string]*stage[C]{}
 		}
-		s = &stage[*applyCall]{write: a.write}
+		s = &stage[C]{write: a.write}
 		a.byKey[key] = s
 	}
 	return s

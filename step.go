@@ -48,6 +48,9 @@ const (
 	StepCapture
 	// StepVoid: held to canceling, a hold's void or expiry (see Coordinator.Void).
 	StepVoid
+	// StepExists: read, before the insert, the accounts a transfer names
+	// that the coordinator has not seen exist (see Transfer).
+	StepExists
 )
 
 var stepNames = [...]string{
@@ -68,6 +71,7 @@ var stepNames = [...]string{
 	StepClock:    "clock",
 	StepCapture:  "capture",
 	StepVoid:     "void",
+	StepExists:   "exists",
 }
 
 // Steps lists every step, for tests that crash the protocol at each one.

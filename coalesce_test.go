@@ -3,6 +3,7 @@ package twopc_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -208,4 +209,33 @@ func TestCoalescedApplyDeliveredAgain(t *testing.T) {
 	resendAll(t, b.db, rec2.recorded())
 	assert.Equal(t, states, b.accountStates(), "the dead sender's writes delivered again")
 	assert.EqualValues(t, 60, b.balance("hot"))
+}
+
+// TestCoalescedApplyCreditBoundAboveQuarter: two credits applied together
+// into an idle account whose balance is above MaxInt64/4. Alone, or one
+// after the other, the first applies (nothing in flight: the exact bound)
+// and the second is refused (a leg in flight, and the balance above the
+// quarter: ErrBalanceOverflow). A merged statement must match only where
+// its legs would pass in some serial order, so it must not take both on
+// the exact bound of their sum.
+func TestCoalescedApplyCreditBoundAboveQuarter(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	const big = math.MaxInt64 - 100
+	opening := map[string]int64{"big": big, "p0": 10, "p1": 10}
+	b.open(opening)
+	res, err := b.c.TransferBatch(ctx, batchInto([]string{"p0", "p1"}, "big", 10))
+	require.NoError(t, err)
+	ok, over := 0, 0
+	for _, r := range res {
+		switch {
+		case r.Err == nil:
+			ok++
+		case assert.ErrorIs(t, r.Err, twopc.ErrBalanceOverflow):
+			over++
+		}
+	}
+	assert.Equal(t, 1, ok, "one credit applies while nothing else is in flight")
+	assert.Equal(t, 1, over, "the other meets a leg in flight on a balance above MaxInt64/4")
+	b.checkSettled(opening)
 }

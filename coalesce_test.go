@@ -239,3 +239,31 @@ func TestCoalescedApplyCreditBoundAboveQuarter(t *testing.T) {
 	assert.Equal(t, 1, over, "the other meets a leg in flight on a balance above MaxInt64/4")
 	b.checkSettled(opening)
 }
+
+// TestCoalescedApplyTransientStatementError: a failover reported for the
+// merged statement alone (a shard's write error for that statement), for
+// it and a single leg's, or for the whole apply command, is an unknown
+// outcome: the merged legs go again alone, every transfer completes, and
+// every leg applies once.
+func TestCoalescedApplyTransientStatementError(t *testing.T) {
+	for name, statements := range map[string][]int{"merged": {1}, "merged and single": {0, 1}, "command": nil} {
+		t.Run(name, func(t *testing.T) {
+			b := newBank(t)
+			ctx := testCtx(t)
+			opening := map[string]int64{"hot": 0, "p0": 50, "p1": 50, "p2": 50}
+			b.open(opening)
+			// Statements: p0's debit, hot's three credits merged, p1's and
+			// p2's debits.
+			fired := b.failNext("accounts", statements...)
+			res, err := b.c.TransferBatch(ctx, batchInto([]string{"p0", "p1", "p2"}, "hot", 10))
+			fired()
+			require.NoError(t, err)
+			for i, r := range res {
+				require.NoErrorf(t, r.Err, "transfer %d", i)
+			}
+			require.NoError(t, b.c.Settle(ctx))
+			b.checkSettled(opening)
+			assert.EqualValues(t, 30, b.balance("hot"))
+		})
+	}
+}

@@ -48,7 +48,9 @@ func (s shortDebit) spendable() bool {
 // done, which closes its markers first. It returns, by index in short,
 // the debits worth trying again: those whose account had a leg to close
 // and took the closes without error; and the errors of those whose read
-// of the log or closes failed (an unknown outcome, never a refusal).
+// of the log or closes failed (an unknown outcome, never a refusal). A
+// close the server refused (a write error, not transient) did not apply:
+// its debit is judged as it was.
 //
 // Nothing here reads the archive, takes a transaction over or changes its
 // state: a committed transaction may be settled by anyone, any number of
@@ -130,14 +132,31 @@ func settleFirst(ctx context.Context, g *txnLog, ls ledgers, short []shortDebit)
 			_, err = l.write(ctx, t.models)
 		}
 		for _, i := range t.of {
-			if err != nil {
+			switch {
+			case err == nil:
+				again[i] = true
+			case !refusedWrite(err):
 				failed[i] = err
-				continue
 			}
-			again[i] = true
 		}
 	}
 	return again, failed
+}
+
+// refusedWrite reports whether err, a write's, says only that the server
+// refused statements (write errors, none transient, and no write-concern
+// error): they did not apply, and would not if sent again.
+func refusedWrite(err error) bool {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return false
+	}
+	for _, we := range bwe.WriteErrors {
+		if transientWrite(bwe, we) {
+			return false
+		}
+	}
+	return true
 }
 
 // committed reads the transactions of ids that are committed, in one find

@@ -239,15 +239,21 @@ func spendCommitted(ctx context.Context, g *txnLog, ls ledgers, short []shortDeb
 		return
 	}
 	again, failed := settleFirst(ctx, g, ls, short)
+	unknown := map[*applyCall]bool{}
 	for i, s := range short {
-		q := s.q
-		switch {
-		case q.err != nil || q.lost || q.why != nil:
-		case failed[i] != nil:
+		if q := s.q; failed[i] != nil {
 			// The log's read or the closes failed: the debit's outcome
 			// is unknown, never a refusal. Its caller applies again (and
 			// settles first again), as after a lost reply.
-			q.err = failed[i]
+			unknown[q] = true
+			if q.err == nil && !q.lost && q.why == nil {
+				q.err = failed[i]
+			}
+		}
+	}
+	for i, s := range short {
+		q := s.q
+		if unknown[q] {
 			continue
 		}
 		q.o.settledFirst = true

@@ -277,14 +277,31 @@ func adoptAll(ctx context.Context, ls ledgers, adopt []adoption) {
 // accounts of the debits in short, and sends each debit again in its
 // call's next round if its account took a close; the others are refused
 // for funds, as judged. Each transfer settles first once: a debit still
-// short after it is refused.
+// short after it is refused. A debit whose settling first failed (the
+// log's read, or the closes) has an unknown outcome, as after a lost
+// reply: its caller applies again, and settles first again.
 func spendCommitted(ctx context.Context, g *txnLog, ls ledgers, short []shortDebit) {
 	if len(short) == 0 {
 		return
 	}
-	again := settleFirst(ctx, g, ls, short)
+	again, failed := settleFirst(ctx, g, ls, short)
+	unknown := map[*applyCall]bool{}
+	for i, s := range short {
+		if q := s.q; failed[i] != nil {
+			// The log's read or the closes failed: the debit's outcome
+			// is unknown, never a refusal. Its caller applies again (and
+			// settles first again), as after a lost reply.
+			unknown[q] = true
+			if q.err == nil && !q.lost && q.why == nil {
+				q.err = failed[i]
+			}
+		}
+	}
 	for i, s := range short {
 		q := s.q
+		if unknown[q] {
+			continue
+		}
 		q.o.settledFirst = true
 		switch {
 		case q.err != nil || q.lost || q.why != nil:

@@ -102,7 +102,8 @@ func (s applyStmt) model(recs []*record, legs []leg, mark time.Time) mongo.Write
 //   - for an account without limits, the balance an integer at least the
 //     sum of the debits whose recorded policy forbids negative balances,
 //     and at least MinInt64 plus the sum of all debits; the credits'
-//     int64 bound (creditGuard) on their sum;
+//     int64 bound on their sum: creditGuard's for one credit, its bound
+//     for a busy account for several (mergedCreditGuard);
 //   - for an account with limits, floorRoom at least the sum of the debits
 //     and ceilingRoom at least the sum of the credits;
 //   - for k legs among which a hold's, pendingTransactions holding fewer
@@ -112,8 +113,9 @@ func (s applyStmt) model(recs []*record, legs []leg, mark time.Time) mongo.Write
 // It pushes every marker and adds the sums (with the rooms' share, for an
 // account with limits), and moves the line up to the mark, never past the
 // earliest transaction's time less a millisecond (lineFor). ok is false,
-// and there is no statement, when a sum would overflow int64 or the holds
-// bound leaves no room for k legs.
+// and there is no statement, when a sum would overflow int64, the holds
+// bound leaves no room for k legs, or several credits sum past the busy
+// bound.
 func applyAllModel(recs []*record, legs []leg, mark time.Time) (_ mongo.WriteModel, ok bool) {
 	k := len(legs)
 	markers := make(bson.A, k)
@@ -121,6 +123,7 @@ func applyAllModel(recs []*record, legs []leg, mark time.Time) (_ mongo.WriteMod
 	earliest := recs[0]
 	var strict, debits, credits int64 // strict: the debits that forbid a negative balance
 	hold, forbids := false, false
+	nCredits := 0
 	for i, l := range legs {
 		r := recs[i]
 		markers[i], fences[i] = l.marker, l.fenceID
@@ -143,9 +146,13 @@ func applyAllModel(recs []*record, legs []leg, mark time.Time) (_ mongo.WriteMod
 			}
 		default:
 			credits += v
+			nCredits++
 		}
 	}
-	if hold && MaxHolds-k < 0 {
+	// Credits after the first meet a leg in flight: in any serial order
+	// they pass creditGuard only by its bound for a busy account, which
+	// the sum of the credits must then meet (see mergedCreditGuard).
+	if hold && MaxHolds-k < 0 || nCredits > 1 && credits > 2*creditQuarter {
 		return nil, false
 	}
 	filter := make(bson.D, 0, 12)
@@ -180,7 +187,7 @@ func applyAllModel(recs []*record, legs []leg, mark time.Time) (_ mongo.WriteMod
 			filter = append(filter, bson.E{Key: fieldBalance, Value: bson.D{integer}})
 		}
 		if credits > 0 {
-			filter = append(filter, creditGuard(credits))
+			filter = append(filter, mergedCreditGuard(credits, nCredits))
 		}
 	}
 	var inc bson.D
@@ -204,4 +211,23 @@ func applyAllModel(recs []*record, legs []leg, mark time.Time) (_ mongo.WriteMod
 		update = append(bson.D{{Key: "$inc", Value: inc}}, update...)
 	}
 	return updateByID(filter, append(update, moveLine(lineFor(mark, earliest))...)), true
+}
+
+// mergedCreditGuard is creditGuard for n credits summing to value in one
+// statement. One credit keeps creditGuard. Of several, applied one after
+// the other, every one after the first finds a leg in flight, so that it
+// passes only by creditGuard's bound for a busy account (balance and
+// pendingDebit at most creditQuarter, pendingCredit plus the credits at
+// most twice it), never by the exact bound of an idle one: the merged
+// statement requires that bound on the sum.
+func mergedCreditGuard(value int64, n int) bson.E {
+	if n < 2 {
+		return creditGuard(value)
+	}
+	busy := bson.D{
+		balanceAtMostQuarter,
+		pendingDebitAtMostQuarter,
+		{Key: fieldPendingCredit, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: 2*creditQuarter - value}}}}},
+	}
+	return bson.E{Key: "$or", Value: bson.A{busy}}
 }

@@ -3,6 +3,7 @@ package twopc_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -208,4 +209,61 @@ func TestCoalescedApplyDeliveredAgain(t *testing.T) {
 	resendAll(t, b.db, rec2.recorded())
 	assert.Equal(t, states, b.accountStates(), "the dead sender's writes delivered again")
 	assert.EqualValues(t, 60, b.balance("hot"))
+}
+
+// TestCoalescedApplyCreditBoundAboveQuarter: two credits applied together
+// into an idle account whose balance is above MaxInt64/4. Alone, or one
+// after the other, the first applies (nothing in flight: the exact bound)
+// and the second is refused (a leg in flight, and the balance above the
+// quarter: ErrBalanceOverflow). A merged statement must match only where
+// its legs would pass in some serial order, so it must not take both on
+// the exact bound of their sum.
+func TestCoalescedApplyCreditBoundAboveQuarter(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	const big = math.MaxInt64 - 100
+	opening := map[string]int64{"big": big, "p0": 10, "p1": 10}
+	b.open(opening)
+	res, err := b.c.TransferBatch(ctx, batchInto([]string{"p0", "p1"}, "big", 10))
+	require.NoError(t, err)
+	ok, over := 0, 0
+	for _, r := range res {
+		switch {
+		case r.Err == nil:
+			ok++
+		case assert.ErrorIs(t, r.Err, twopc.ErrBalanceOverflow):
+			over++
+		}
+	}
+	assert.Equal(t, 1, ok, "one credit applies while nothing else is in flight")
+	assert.Equal(t, 1, over, "the other meets a leg in flight on a balance above MaxInt64/4")
+	b.checkSettled(opening)
+}
+
+// TestCoalescedApplyTransientStatementError: a failover reported for the
+// merged statement alone (a shard's write error for that statement), for
+// it and a single leg's, or for the whole apply command, is an unknown
+// outcome: the merged legs go again alone, every transfer completes, and
+// every leg applies once.
+func TestCoalescedApplyTransientStatementError(t *testing.T) {
+	for name, statements := range map[string][]int{"merged": {1}, "merged and single": {0, 1}, "command": nil} {
+		t.Run(name, func(t *testing.T) {
+			b := newBank(t)
+			ctx := testCtx(t)
+			opening := map[string]int64{"hot": 0, "p0": 50, "p1": 50, "p2": 50}
+			b.open(opening)
+			// Statements: p0's debit, hot's three credits merged, p1's and
+			// p2's debits.
+			fired := b.failNext("accounts", statements...)
+			res, err := b.c.TransferBatch(ctx, batchInto([]string{"p0", "p1", "p2"}, "hot", 10))
+			fired()
+			require.NoError(t, err)
+			for i, r := range res {
+				require.NoErrorf(t, r.Err, "transfer %d", i)
+			}
+			require.NoError(t, b.c.Settle(ctx))
+			b.checkSettled(opening)
+			assert.EqualValues(t, 30, b.balance("hot"))
+		})
+	}
 }

@@ -47,12 +47,15 @@ func (s shortDebit) spendable() bool {
 // is skipped: an applied transaction leaves the log only after it is
 // done, which closes its markers first. It returns, by index in short,
 // the debits worth trying again: those whose account had a leg to close
-// and took the closes without error.
+// and took the closes without error; and the errors of those whose read
+// of the log or closes failed (an unknown outcome, never a refusal). A
+// close the server refused (a write error, not transient) did not apply:
+// its debit is judged as it was.
 //
 // Nothing here reads the archive, takes a transaction over or changes its
 // state: a committed transaction may be settled by anyone, any number of
 // times (see settle).
-func settleFirst(ctx context.Context, g *txnLog, ls ledgers, short []shortDebit) map[int]bool {
+func settleFirst(ctx context.Context, g *txnLog, ls ledgers, short []shortDebit) (map[int]bool, map[int]error) {
 	var ids bson.A
 	seen := map[bson.ObjectID]bool{}
 	for _, s := range short {
@@ -64,8 +67,15 @@ func settleFirst(ctx context.Context, g *txnLog, ls ledgers, short []shortDebit)
 		}
 	}
 	committed, settled, err := g.committed(ctx, ids)
-	if err != nil || len(committed)+len(settled) == 0 {
-		return nil
+	if err != nil {
+		failed := map[int]error{}
+		for i := range short {
+			failed[i] = err
+		}
+		return nil, failed
+	}
+	if len(committed)+len(settled) == 0 {
+		return nil, nil
 	}
 	type target struct {
 		models []mongo.WriteModel
@@ -114,20 +124,39 @@ func settleFirst(ctx context.Context, g *txnLog, ls ledgers, short []shortDebit)
 			}
 		}
 	}
+	failed := map[int]error{}
 	for _, name := range order {
 		t := byLedger[name]
 		l, err := ls.get(name)
-		if err != nil {
-			continue
-		}
-		if _, err := l.write(ctx, t.models); err != nil {
-			continue
+		if err == nil {
+			_, err = l.write(ctx, t.models)
 		}
 		for _, i := range t.of {
-			again[i] = true
+			switch {
+			case err == nil:
+				again[i] = true
+			case !refusedWrite(err):
+				failed[i] = err
+			}
 		}
 	}
-	return again
+	return again, failed
+}
+
+// refusedWrite reports whether err, a write's, says only that the server
+// refused statements (write errors, none transient, and no write-concern
+// error): they did not apply, and would not if sent again.
+func refusedWrite(err error) bool {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return false
+	}
+	for _, we := range bwe.WriteErrors {
+		if transientWrite(bwe, we) {
+			return false
+		}
+	}
+	return true
 }
 
 // committed reads the transactions of ids that are committed, in one find

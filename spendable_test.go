@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/twopc/twopc"
 )
 
@@ -182,4 +184,59 @@ func TestSpendableChains(t *testing.T) {
 	for w := 0; w < workers; w++ {
 		require.EqualValues(t, each*value, b.balance(fmt.Sprint("end", w)))
 	}
+}
+
+// TestSpendableFailoverDuringSettleFirst: the close that settles first
+// meets a failover that outlasts its retries (its update fails with a
+// primary's step-down each time). That is an unknown outcome, retried,
+// never a refusal: the debit, whose money a committed transfer moved, is
+// not canceled for funds, and the transfer completes once the primary is
+// back.
+func TestSpendableFailoverDuringSettleFirst(t *testing.T) {
+	var b *bank
+	var once sync.Once
+	b = newBank(t, twopc.WithStepHook(func(ctx context.Context, step twopc.Step, txn *twopc.Txn) error {
+		if step == twopc.StepInspect && txn.Source == "B" {
+			// The debit was refused for funds; the next update of the
+			// accounts is the close of A → B's credit on B.
+			once.Do(func() { b.failUpdates("accounts", twopc.DefaultRetries) })
+		}
+		return noSettle(ctx, step, txn)
+	}))
+	ctx := testCtx(t)
+	opening := map[string]int64{"A": 1000, "B": 0, "C": 0}
+	b.open(opening)
+	_, err := b.c.Transfer(ctx, "A", "B", 300)
+	require.NoError(t, err)
+
+	txn, err := b.c.Transfer(ctx, "B", "C", 300)
+	require.NotErrorIs(t, err, twopc.ErrInsufficientFunds, "B holds 300 that A → B committed")
+	require.NoError(t, err)
+	require.Equal(t, twopc.StateApplied, txn.State)
+	b.recoverAll()
+	b.checkSettled(opening)
+	require.EqualValues(t, 300, b.balance("C"))
+}
+
+// failUpdates makes the next n update commands on b's collection coll
+// fail with a primary's step-down (ShutdownInProgress, labelled
+// RetryableWriteError): a failover that outlasts a write's retries.
+func (b *bank) failUpdates(coll string, n int) {
+	admin := b.db.Client().Database("admin")
+	err := admin.RunCommand(context.Background(), bson.D{
+		{Key: "configureFailPoint", Value: "failCommand"},
+		{Key: "mode", Value: bson.D{{Key: "times", Value: n}}},
+		{Key: "data", Value: bson.D{
+			{Key: "failCommands", Value: bson.A{"update"}},
+			{Key: "namespace", Value: b.db.Name() + "." + coll},
+			{Key: "errorCode", Value: 91},
+			{Key: "errorLabels", Value: bson.A{"RetryableWriteError"}},
+		}},
+	}).Err()
+	if err != nil {
+		b.t.Errorf("failCommand: %v", err)
+	}
+	b.t.Cleanup(func() {
+		_ = admin.RunCommand(context.Background(), bson.D{{Key: "configureFailPoint", Value: "failCommand"}, {Key: "mode", Value: "off"}}).Err()
+	})
 }

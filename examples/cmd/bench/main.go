@@ -79,6 +79,7 @@ type config struct {
 	timeout    time.Duration
 	warmup     int
 	hot        bool
+	recoverer  bool
 	batch      int
 	rtt        time.Duration
 	args       []string
@@ -121,10 +122,16 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.warmup, "warmup", 50, "transfers of each implementation run first and not reported (0: none)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "bound on one run")
 	fs.BoolVar(&c.hot, "hot", false, "hot account: every transfer pays into the same account, from one of the others picked at random")
+	fs.BoolVar(&c.recoverer, "recoverer", false, "twopc only: run a Recoverer at its defaults (twopc.NewRecoverer(c).Run) beside each process's coordinator, as a user would (default true with -hot)")
 	fs.DurationVar(&c.rtt, "rtt", 0, "added to every round trip of the measured clients, for every implementation: each request waits this long before it is written (a network between application and server)")
 	fs.IntVar(&c.batch, "batch", 1, "twopc only: a worker sends up to this many of the transfers waiting for it in one TransferBatch call")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	recovererSet := false
+	fs.Visit(func(f *flag.Flag) { recovererSet = recovererSet || f.Name == "recoverer" })
+	if !recovererSet {
+		c.recoverer = c.hot
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -262,7 +269,12 @@ func (c *config) describe() string {
 	}
 	s := fmt.Sprintf("%s, %d processes, %d accounts of %d, transfers of %d", load, c.processes, c.accounts, c.balance, c.value)
 	if c.hot {
-		s += ", every one into the same account (no Recoverer runs)"
+		s += ", every one into the same account"
+	}
+	if c.recoverer {
+		s += ", a Recoverer at its defaults beside each twopc coordinator"
+	} else {
+		s += ", no Recoverer"
 	}
 	if c.rtt > 0 {
 		s += fmt.Sprintf(", %v added to every round trip", c.rtt)

@@ -80,6 +80,7 @@ type config struct {
 	warmup     int
 	hot        bool
 	recoverer  bool
+	pool       int
 	batch      int
 	rtt        time.Duration
 	args       []string
@@ -124,6 +125,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.hot, "hot", false, "hot account: every transfer pays into the same account, from one of the others picked at random")
 	fs.BoolVar(&c.recoverer, "recoverer", false, "twopc only: run a Recoverer at its defaults (twopc.NewRecoverer(c).Run) beside each process's coordinator, as a user would (default true with -hot)")
 	fs.DurationVar(&c.rtt, "rtt", 0, "added to every round trip of the measured clients, for every implementation: each request waits this long before it is written (a network between application and server)")
+	fs.IntVar(&c.pool, "pool", 0, "connections in each process's pool (0: its share of -workers, as the simulator's pools; a twopc coordinator's background settling and mark reads share them with its callers)")
 	fs.IntVar(&c.batch, "batch", 1, "twopc only: a worker sends up to this many of the transfers waiting for it in one TransferBatch call")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -164,6 +166,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-accounts must be at least 2")
 	case c.value < 1 || c.balance < 0:
 		return nil, errors.New("-value must be positive and -balance not negative")
+	case c.pool < 0:
+		return nil, errors.New("-pool must not be negative")
 	case c.rtt < 0:
 		return nil, errors.New("-rtt must not be negative")
 	case c.batch < 1 || c.batch > twopc.MaxBatch:
@@ -278,6 +282,9 @@ func (c *config) describe() string {
 	}
 	if c.rtt > 0 {
 		s += fmt.Sprintf(", %v added to every round trip", c.rtt)
+	}
+	if c.pool > 0 {
+		s += fmt.Sprintf(", pools of %d connections", c.pool)
 	}
 	if c.batch > 1 {
 		s += fmt.Sprintf(", twopc in TransferBatch calls of up to %d", c.batch)

@@ -146,7 +146,7 @@ func TestParseFlags(t *testing.T) {
 	assert.Equal(t, []string{implTwopc, implTutorial, implNative}, c.impls)
 	for _, bad := range [][]string{
 		{"-workers", "0"}, {"-workers", "x"}, {"-impls", "mgo"}, {"-accounts", "1"},
-		{"-rate", "-1"}, {"-rate", "0", "-transfers", "0"}, {"-value", "0"}, {"extra"},
+		{"-rate", "-1"}, {"-rate", "0", "-transfers", "0"}, {"-value", "0"}, {"extra"}, {"-pool", "-1"},
 	} {
 		_, err := parseFlags(bad, &bytes.Buffer{})
 		assert.Error(t, err, "%q", bad)

@@ -361,6 +361,9 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 
 	var cnt counter
 	pool := uint64((workers + procs - 1) / procs)
+	if cfg.pool > 0 {
+		pool = uint64(cfg.pool)
+	}
 	ps := make([]process, procs)
 	// The Recoverers of a twopc run (-recoverer), stopped once the run
 	// has settled, before its check.
@@ -542,6 +545,10 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 			return res, fmt.Errorf("read the hot account: %w", err)
 		}
 		res.hotBytes = len(raw)
+		fmt.Fprintf(b.log, "bench: %s: the hot account's document at the end: %s\n", impl, describeDoc(raw))
+	}
+	if raw, err := db.Collection("transactions").FindOne(ctx, bson.D{}).Raw(); err == nil {
+		fmt.Fprintf(b.log, "bench: %s: a transaction's document at the end: %s\n", impl, describeDoc(raw))
 	}
 	res.check = b.verify(ctx, db, res.ok)
 	if res.errors > 0 && res.check == "" {
@@ -724,4 +731,24 @@ func redact(uri string) string {
 		return uri
 	}
 	return scheme + "://***" + rest[at:]
+}
+
+// describeDoc says what a document's bytes are: its size, and each
+// field's (with an array's length).
+func describeDoc(raw bson.Raw) string {
+	elems, err := raw.Elements()
+	if err != nil {
+		return err.Error()
+	}
+	parts := make([]string, len(elems))
+	for i, e := range elems {
+		v := e.Value()
+		parts[i] = fmt.Sprintf("%s %d B", e.Key(), len(v.Value))
+		if arr, ok := v.ArrayOK(); ok {
+			if vals, err := arr.Values(); err == nil {
+				parts[i] += fmt.Sprintf(" (%d elements)", len(vals))
+			}
+		}
+	}
+	return fmt.Sprintf("%d bytes: %s", len(raw), strings.Join(parts, ", "))
 }

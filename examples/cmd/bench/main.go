@@ -81,6 +81,7 @@ type config struct {
 	hot        bool
 	recoverer  bool
 	pool       int
+	warn       bool
 	batch      int
 	rtt        time.Duration
 	args       []string
@@ -126,6 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.recoverer, "recoverer", false, "twopc only: run a Recoverer at its defaults (twopc.NewRecoverer(c).Run) beside each process's coordinator, as a user would (default true with -hot)")
 	fs.DurationVar(&c.rtt, "rtt", 0, "added to every round trip of the measured clients, for every implementation: each request waits this long before it is written (a network between application and server)")
 	fs.IntVar(&c.pool, "pool", 0, "connections in each process's pool (0: its share of -workers, as the simulator's pools; a twopc coordinator's background settling and mark reads share them with its callers)")
+	fs.BoolVar(&c.warn, "warn", false, "twopc only: log the library's warnings and errors (its coordinators' and Recoverers' logger, WithLogger) to standard error")
 	fs.IntVar(&c.batch, "batch", 1, "twopc only: a worker sends up to this many of the transfers waiting for it in one TransferBatch call")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
@@ -394,7 +395,11 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 		pdb := client.Database(dbName)
 		switch impl {
 		case implTwopc:
-			c, err := twopc.NewCoordinator(pdb, twopc.WithApplication(fmt.Sprintf("bench-%d", i)))
+			opts := []twopc.Option{twopc.WithApplication(fmt.Sprintf("bench-%d", i))}
+			if cfg.warn {
+				opts = append(opts, twopc.WithLogger(slog.New(slog.NewTextHandler(b.log, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+			}
+			c, err := twopc.NewCoordinator(pdb, opts...)
 			if err != nil {
 				return res, err
 			}

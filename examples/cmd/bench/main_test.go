@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -253,4 +255,35 @@ func TestRecovererFlag(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, c.recoverer, "%q", tc.args)
 	}
+}
+
+// TestControlClock: -control reads an out-of-process dev server's clock
+// through its control API, and -control without -uri is refused.
+func TestControlClock(t *testing.T) {
+	var deleted bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path != "/work":
+			http.NotFound(w, r)
+		case r.Method == http.MethodDelete:
+			deleted = true
+		default:
+			_, _ = io.WriteString(w, `[{"command":"update","collection":"accounts","requests":2,"statements":4,"busy_ns":3000000}]`)
+		}
+	}))
+	defer srv.Close()
+	c := newControlClock(srv.URL + "/")
+	require.NoError(t, c.resetWork(t.Context()))
+	assert.True(t, deleted)
+	w, err := c.work(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []devserver.Work{{Command: "update", Collection: "accounts", Requests: 2, Statements: 4, Busy: 3 * time.Millisecond}}, w)
+	_, err = newControlClock(srv.URL + "/nothing").work(t.Context())
+	assert.Error(t, err)
+
+	_, err = parseFlags([]string{"-uri", "", "-control", srv.URL}, io.Discard)
+	assert.Error(t, err)
+	cfg, err := parseFlags([]string{"-uri", "mongodb://127.0.0.1:1/", "-control", srv.URL}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, srv.URL, cfg.control)
 }

@@ -216,7 +216,7 @@ type bench struct {
 	log     io.Writer
 	admin   *mongo.Client
 	server  string
-	front   *devserver.Front // the in-process dev server's front; nil on MONGODB_URI
+	clock   workClock // the dev server front's clock of its work; nil on another server
 	runID   string
 	warming bool // the runs are the warm-up's
 }
@@ -432,8 +432,10 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	var finished atomic.Int64
 	var errMu sync.Mutex
 	jobs := make(chan job, len(pairs))
-	if b.front != nil {
-		b.front.ResetWork()
+	if b.clock != nil {
+		if err := b.clock.resetWork(ctx); err != nil {
+			return res, fmt.Errorf("the dev server's clock: %w", err)
+		}
 	}
 	start := time.Now()
 	go func() { // the load: offered at the rate, sliced evenly over each tick
@@ -518,8 +520,11 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	stopProgress()
 	stopRecoverers()
 	var work []devserver.Work
-	if b.front != nil {
-		work = b.front.Work()
+	if b.clock != nil {
+		var err error
+		if work, err = b.clock.work(ctx); err != nil {
+			return res, fmt.Errorf("the dev server's clock: %w", err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return res, err

@@ -128,6 +128,11 @@ func (r *report) pairs() []pair {
 	return out
 }
 
+// goalLevel is the concurrency issue 36's goals for many transfers in
+// flight (the hot account, random pairs) are stated at; one at a time is
+// one worker.
+const goalLevel = 32
+
 // acctUpdate is the command and collection of an account statement, as
 // the front's clock names it.
 const acctUpdate = "update accounts"
@@ -158,7 +163,7 @@ const pairWritesFloor = 7
 // throughput ratio beside the document writes per transfer of both.
 func (r *report) goals(pairs []pair) string {
 	var b strings.Builder
-	b.WriteString("\nGoals (issue 36; ratios are twopc ÷ tutorial in this run, writes are document writes per finished transfer, twopc against tutorial):\n\n")
+	b.WriteString("\nGoals (issue 36, at 1 and 32 workers; ratios are twopc ÷ tutorial in this run, writes are document writes per finished transfer, twopc against tutorial):\n\n")
 	b.WriteString("| goal | measured | met |\n| --- | --- | --- |\n")
 	maxRT, tutRT := 0.0, 0.0
 	for _, p := range pairs {
@@ -171,7 +176,7 @@ func (r *report) goals(pairs []pair) string {
 			tr, p.lib.throughput(), p.tut.throughput(), p.lib.writes.total(), p.tut.writes.total())
 		sr := p.acctStatementRatio()
 		switch w := p.lib.workers; {
-		case r.cfg.hot:
+		case r.cfg.hot && w == goalLevel:
 			want, why := 1.5, ""
 			if sr > 1 {
 				want, why = 1.4, ", its account statements costing the server more than the tutorial's"
@@ -184,7 +189,7 @@ func (r *report) goals(pairs []pair) string {
 			fmt.Fprintf(&b, "| one at a time, %v added to each round trip: ≥ 2.0 × | %s | %s |\n", r.cfg.rtt, measured, yes(tr >= 2))
 		case w == 1:
 			fmt.Fprintf(&b, "| one at a time: ≥ 1.0 × | %s%s | %s |\n", measured, atFloor(p.lib.writes.total()), yes(tr >= 1))
-		default:
+		case !r.cfg.hot && w == goalLevel:
 			fmt.Fprintf(&b, "| random pairs, %d workers: ≥ 1.05 × | %s%s | %s |\n", w, measured, atFloor(p.lib.writes.total()), yes(tr >= 1.05))
 		}
 		if sr > 0 {

@@ -288,3 +288,22 @@ func TestControlClock(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, srv.URL, cfg.control)
 }
+
+// TestRunHot runs the hot account end to end with its Recoverer: the run
+// checks its end state, reports the hot account's thirds and document, and
+// logs the document field by field.
+func TestRunHot(t *testing.T) {
+	var out, log bytes.Buffer
+	err := run(context.Background(), []string{
+		"-hot", "-workers", "2", "-processes", "1", "-rate", "0", "-transfers", "9", "-warmup", "0",
+		"-accounts", "4", "-progress", "0", "-impls", "twopc,tutorial",
+	}, &out, &log)
+	require.NoError(t, err, log.String())
+	s := out.String()
+	assert.Contains(t, s, "every one into the same account, a Recoverer at its defaults beside each twopc coordinator")
+	assert.Regexp(t, `\| 2 \| twopc \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9]+ \|`, s, "the hot account's thirds and document")
+	assert.Contains(t, s, "| 2 | tutorial | 4.00 | 4.00 | 0.00 | 8.00 |")
+	assert.NotContains(t, s, "check failed")
+	assert.Contains(t, log.String(), "bench: twopc: the hot account's document at the end: ")
+	assert.Contains(t, log.String(), "bench: tutorial: the hot account's document at the end: 67 bytes: _id 14 B, balance 8 B, pendingTransactions 5 B (0 elements)")
+}

@@ -79,6 +79,10 @@ type config struct {
 	timeout    time.Duration
 	warmup     int
 	hot        bool
+	recoverer  bool
+	pool       int
+	warn       bool
+	control    string
 	batch      int
 	rtt        time.Duration
 	args       []string
@@ -121,10 +125,19 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.warmup, "warmup", 50, "transfers of each implementation run first and not reported (0: none)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "bound on one run")
 	fs.BoolVar(&c.hot, "hot", false, "hot account: every transfer pays into the same account, from one of the others picked at random")
+	fs.BoolVar(&c.recoverer, "recoverer", false, "twopc only: run a Recoverer at its defaults (twopc.NewRecoverer(c).Run) beside each process's coordinator, as a user would (default true with -hot)")
 	fs.DurationVar(&c.rtt, "rtt", 0, "added to every round trip of the measured clients, for every implementation: each request waits this long before it is written (a network between application and server)")
+	fs.IntVar(&c.pool, "pool", 0, "connections in each process's pool (0: its share of -workers, as the simulator's pools; a twopc coordinator's background settling and mark reads share them with its callers)")
+	fs.StringVar(&c.control, "control", "", "with -uri naming a dev server out of process: its control API's `URL` (cmd/devserver -control prints it), whose clock of the server's own work the report reads")
+	fs.BoolVar(&c.warn, "warn", false, "twopc only: log the library's warnings and errors (its coordinators' and Recoverers' logger, WithLogger) to standard error")
 	fs.IntVar(&c.batch, "batch", 1, "twopc only: a worker sends up to this many of the transfers waiting for it in one TransferBatch call")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	recovererSet := false
+	fs.Visit(func(f *flag.Flag) { recovererSet = recovererSet || f.Name == "recoverer" })
+	if !recovererSet {
+		c.recoverer = c.hot
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -157,6 +170,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-accounts must be at least 2")
 	case c.value < 1 || c.balance < 0:
 		return nil, errors.New("-value must be positive and -balance not negative")
+	case c.control != "" && c.uri == "":
+		return nil, errors.New("-control needs -uri (or MONGODB_URI): the in-process dev server's clock is read directly")
+	case c.pool < 0:
+		return nil, errors.New("-pool must not be negative")
 	case c.rtt < 0:
 		return nil, errors.New("-rtt must not be negative")
 	case c.batch < 1 || c.batch > twopc.MaxBatch:
@@ -171,7 +188,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	server := "MONGODB_URI"
-	var front *devserver.Front
+	var clock workClock
+	if cfg.control != "" {
+		clock = newControlClock(cfg.control)
+	}
 	if cfg.uri == "" {
 		srv, err := devserver.Start(ctx, devserver.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -179,7 +199,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer srv.Close()
 		cfg.uri = srv.URI()
-		front = srv.Front()
+		clock = frontClock{srv.Front()}
 		server = "dev server (in-process)"
 	}
 	b, err := newBench(ctx, cfg, stderr)
@@ -187,7 +207,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer b.close()
-	b.front = front
+	b.clock = clock
 	b.server = server + ", " + b.serverVersion(ctx)
 	fmt.Fprintf(stderr, "bench: %s; %s\n", b.server, cfg.describe())
 
@@ -262,10 +282,18 @@ func (c *config) describe() string {
 	}
 	s := fmt.Sprintf("%s, %d processes, %d accounts of %d, transfers of %d", load, c.processes, c.accounts, c.balance, c.value)
 	if c.hot {
-		s += ", every one into the same account (no Recoverer runs)"
+		s += ", every one into the same account"
+	}
+	if c.recoverer {
+		s += ", a Recoverer at its defaults beside each twopc coordinator"
+	} else {
+		s += ", no Recoverer"
 	}
 	if c.rtt > 0 {
 		s += fmt.Sprintf(", %v added to every round trip", c.rtt)
+	}
+	if c.pool > 0 {
+		s += fmt.Sprintf(", pools of %d connections", c.pool)
 	}
 	if c.batch > 1 {
 		s += fmt.Sprintf(", twopc in TransferBatch calls of up to %d", c.batch)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,9 +42,19 @@ func TestRun(t *testing.T) {
 	for _, row := range []string{"| 1 | twopc | 6 |", "| 1 | tutorial | 6 |", "| 2 | twopc | 6 |", "| 2 | tutorial | 6 |"} {
 		assert.Contains(t, s, row)
 	}
-	assert.Contains(t, s, "| 3.00 | 5.00 |", "twopc settled alone: 3 round trips, 5 commands")
-	assert.Contains(t, s, "| 8.00 | 8.00 |", "tutorial: 8 and 8")
-	assert.Contains(t, s, "| caller round trips ≤ 3 (tutorial 8) | at most 3.00 (tutorial 8.00) | yes |")
+	// Round trips and commands: the tutorial's are 8 and 8; the library's
+	// are 3 and 5 a transfer settled alone, plus one read of each account
+	// a coordinator has not seen yet (a few transfers over 4 accounts
+	// show it), so only the documents written are exact here.
+	assert.Contains(t, s, "| 8.00 | 8.00 | 8.00 |", "tutorial: 8 round trips, commands and statements")
+	assert.Contains(t, s, "| 1 | twopc | 4.00 | 3.00 | 0.00 | 7.00 |", "twopc settled alone: 7 documents written, 4 of them accounts")
+	assert.Contains(t, s, "| 1 | tutorial | 4.00 | 4.00 | 0.00 | 8.00 |", "tutorial: 8 documents written, 4 of them accounts")
+	assert.Regexp(t, `\| caller round trips ≤ 3 \(tutorial 8\) \| at most [0-9.]+ \(tutorial 8\.00\) \|`, s)
+	assert.Regexp(t, `\| 1 \| [0-9.]+× \|[^\n]*\| 7\.00 \(accounts 4\.00, transactions 3\.00, others 0\.00\); 8\.00 \(accounts 4\.00, transactions 4\.00, others 0\.00\) \| [^|]+ against [^|]+ \([0-9.]+×\) \|`, s,
+		"each ratio beside both implementations' writes and the account statement's server time")
+	assert.Contains(t, s, "| one at a time: ≥ 1.0 × |")
+	assert.NotContains(t, s, "| random pairs, 2 workers:", "the goal is stated at 32 workers")
+	assert.Contains(t, s, "| 2 workers: an account statement costs the server ≤ 1.2 × the tutorial's |")
 	assert.NotContains(t, s, "check failed")
 	assert.Contains(t, log.String(), "checked")
 	// The server the run used, as bench picks it: MONGODB_URI if set,
@@ -137,7 +149,7 @@ func TestParseFlags(t *testing.T) {
 	assert.Equal(t, []string{implTwopc, implTutorial, implNative}, c.impls)
 	for _, bad := range [][]string{
 		{"-workers", "0"}, {"-workers", "x"}, {"-impls", "mgo"}, {"-accounts", "1"},
-		{"-rate", "-1"}, {"-rate", "0", "-transfers", "0"}, {"-value", "0"}, {"extra"},
+		{"-rate", "-1"}, {"-rate", "0", "-transfers", "0"}, {"-value", "0"}, {"extra"}, {"-pool", "-1"},
 	} {
 		_, err := parseFlags(bad, &bytes.Buffer{})
 		assert.Error(t, err, "%q", bad)
@@ -199,4 +211,99 @@ func TestRTTFlag(t *testing.T) {
 	if _, err := parseFlags([]string{"-rtt", "-1ms"}, io.Discard); err == nil {
 		t.Fatal("-rtt -1ms accepted")
 	}
+}
+
+// TestWritten: the documents a write command's reply says it wrote.
+func TestWritten(t *testing.T) {
+	raw := func(d bson.D) bson.Raw {
+		b, err := bson.Marshal(d)
+		require.NoError(t, err)
+		return b
+	}
+	assert.EqualValues(t, 3, written("insert", raw(bson.D{{Key: "n", Value: int32(3)}, {Key: "ok", Value: 1.0}})))
+	assert.EqualValues(t, 2, written("update", raw(bson.D{{Key: "n", Value: int32(4)}, {Key: "nModified", Value: int32(1)},
+		{Key: "upserted", Value: bson.A{bson.D{{Key: "index", Value: int32(2)}, {Key: "_id", Value: "x"}}}}})), "one modified and one upserted")
+	assert.EqualValues(t, 0, written("update", raw(bson.D{{Key: "n", Value: int32(0)}, {Key: "nModified", Value: int32(0)}})))
+	assert.EqualValues(t, 1, written("findAndModify", raw(bson.D{{Key: "lastErrorObject", Value: bson.D{{Key: "n", Value: int32(1)}}}})))
+	assert.EqualValues(t, 1, written("delete", raw(bson.D{{Key: "n", Value: int64(1)}})))
+	assert.EqualValues(t, 0, written("find", raw(bson.D{{Key: "n", Value: int32(5)}})))
+
+	var w docWrites
+	w.start(1, "accounts")
+	w.start(2, "transactions")
+	w.start(3, "transactions_checkpoints")
+	w.start(4, "accounts")
+	w.succeeded(1, "update", raw(bson.D{{Key: "nModified", Value: int32(2)}}))
+	w.succeeded(2, "insert", raw(bson.D{{Key: "n", Value: int32(1)}}))
+	w.succeeded(3, "insert", raw(bson.D{{Key: "n", Value: int32(1)}}))
+	w.failed(4)
+	w.succeeded(4, "update", raw(bson.D{{Key: "nModified", Value: int32(9)}}))
+	got := w.perTransfer(2)
+	assert.Equal(t, writesPer{accounts: 1, transactions: 0.5, others: 0.5}, got)
+	assert.Equal(t, "2.00 (accounts 1.00, transactions 0.50, others 0.50)", got.String())
+}
+
+// TestRecovererFlag: a Recoverer runs by default with -hot only, and
+// -recoverer says otherwise either way.
+func TestRecovererFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false}, {[]string{"-hot"}, true}, {[]string{"-hot", "-recoverer=false"}, false}, {[]string{"-recoverer"}, true},
+	} {
+		c, err := parseFlags(tc.args, io.Discard)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, c.recoverer, "%q", tc.args)
+	}
+}
+
+// TestControlClock: -control reads an out-of-process dev server's clock
+// through its control API, and -control without -uri is refused.
+func TestControlClock(t *testing.T) {
+	var deleted bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path != "/work":
+			http.NotFound(w, r)
+		case r.Method == http.MethodDelete:
+			deleted = true
+		default:
+			_, _ = io.WriteString(w, `[{"command":"update","collection":"accounts","requests":2,"statements":4,"busy_ns":3000000}]`)
+		}
+	}))
+	defer srv.Close()
+	c := newControlClock(srv.URL + "/")
+	require.NoError(t, c.resetWork(t.Context()))
+	assert.True(t, deleted)
+	w, err := c.work(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []devserver.Work{{Command: "update", Collection: "accounts", Requests: 2, Statements: 4, Busy: 3 * time.Millisecond}}, w)
+	_, err = newControlClock(srv.URL + "/nothing").work(t.Context())
+	assert.Error(t, err)
+
+	_, err = parseFlags([]string{"-uri", "", "-control", srv.URL}, io.Discard)
+	assert.Error(t, err)
+	cfg, err := parseFlags([]string{"-uri", "mongodb://127.0.0.1:1/", "-control", srv.URL}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, srv.URL, cfg.control)
+}
+
+// TestRunHot runs the hot account end to end with its Recoverer: the run
+// checks its end state, reports the hot account's thirds and document, and
+// logs the document field by field.
+func TestRunHot(t *testing.T) {
+	var out, log bytes.Buffer
+	err := run(context.Background(), []string{
+		"-hot", "-workers", "2", "-processes", "1", "-rate", "0", "-transfers", "9", "-warmup", "0",
+		"-accounts", "4", "-progress", "0", "-impls", "twopc,tutorial",
+	}, &out, &log)
+	require.NoError(t, err, log.String())
+	s := out.String()
+	assert.Contains(t, s, "every one into the same account, a Recoverer at its defaults beside each twopc coordinator")
+	assert.Regexp(t, `\| 2 \| twopc \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9]+ \|`, s, "the hot account's thirds and document")
+	assert.Contains(t, s, "| 2 | tutorial | 4.00 | 4.00 | 0.00 | 8.00 |")
+	assert.NotContains(t, s, "check failed")
+	assert.Contains(t, log.String(), "bench: twopc: the hot account's document at the end: ")
+	assert.Contains(t, log.String(), "bench: tutorial: the hot account's document at the end: 67 bytes: _id 14 B, balance 8 B, pendingTransactions 5 B (0 elements)")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
@@ -62,12 +63,19 @@ type counter struct {
 
 	mu      sync.Mutex
 	byShape map[string]int64
+	// writes counts the documents written, by collection, from the
+	// replies.
+	writes docWrites
 }
 
 func (c *counter) monitor() *event.CommandMonitor {
 	return &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
 		if !dataCommands[e.CommandName] {
 			return
+		}
+		if statements.Count(e.CommandName, e.Command) > 0 {
+			coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
+			c.writes.start(e.RequestID, coll)
 		}
 		if comment, _ := e.Command.Lookup("comment").StringValueOK(); comment == markComment {
 			c.mark.Add(1)
@@ -88,6 +96,10 @@ func (c *counter) monitor() *event.CommandMonitor {
 		if ctx.Value(callerKey{}) != nil {
 			c.caller.Add(1)
 		}
+	}, Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+		c.writes.succeeded(e.RequestID, e.CommandName, e.Reply)
+	}, Failed: func(_ context.Context, e *event.CommandFailedEvent) {
+		c.writes.failed(e.RequestID)
 	}}
 }
 
@@ -100,6 +112,7 @@ func (c *counter) reset() {
 	c.mu.Lock()
 	c.byShape = nil
 	c.mu.Unlock()
+	c.writes.reset()
 }
 
 // shapes returns the statements per transfer of n by shape, the largest
@@ -130,11 +143,12 @@ type result struct {
 	firstErr   string
 	elapsed    time.Duration // from the first transfer's start until every transfer is finished (done)
 	latencies  []time.Duration
-	callerRTs  float64 // data commands on the caller's path per transfer
-	commands   float64 // data commands per finished transfer
-	statements float64 // write statements per finished transfer
-	shapes     string  // statements per finished transfer by command and collection
-	markReads  int64   // the low-water mark's reads of the log, not in commands
+	callerRTs  float64   // data commands on the caller's path per transfer
+	commands   float64   // data commands per finished transfer
+	statements float64   // write statements per finished transfer
+	shapes     string    // statements per finished transfer by command and collection
+	writes     writesPer // documents written per finished transfer, by collection
+	markReads  int64     // the low-water mark's reads of the log, not in commands
 	// On the in-process dev server, from its front's clock (see
 	// devserver.Front.Work): the server's busy time per finished transfer,
 	// the share of elapsed it was busy, and its time by command and
@@ -142,7 +156,10 @@ type result struct {
 	serverTime time.Duration
 	serverBusy float64
 	serverBy   string
-	check      string // why the final state is wrong; "" if right
+	// serverPerStmt is the server's time per statement by command and
+	// collection ("update accounts"), from the same clock.
+	serverPerStmt map[string]time.Duration
+	check         string // why the final state is wrong; "" if right
 	// With -hot: the throughput of the first and the last third of the
 	// transfers, by the time each returned, and the hot account's document
 	// size at the end.
@@ -158,8 +175,10 @@ func (r *result) serverWork(work []devserver.Work) {
 	}
 	var busy time.Duration
 	var by []string
+	r.serverPerStmt = map[string]time.Duration{}
 	for _, w := range work {
 		busy += w.Busy
+		r.serverPerStmt[w.Command+" "+w.Collection] = w.Busy / time.Duration(max(w.Statements, 1))
 		per := w.Busy / time.Duration(r.ok)
 		if per >= 10*time.Microsecond {
 			by = append(by, fmt.Sprintf("%s %s %s (%v a statement)", w.Command, w.Collection, fmtDur(per),
@@ -197,7 +216,7 @@ type bench struct {
 	log     io.Writer
 	admin   *mongo.Client
 	server  string
-	front   *devserver.Front // the in-process dev server's front; nil on MONGODB_URI
+	clock   workClock // the dev server front's clock of its work; nil on another server
 	runID   string
 	warming bool // the runs are the warm-up's
 }
@@ -343,7 +362,16 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 
 	var cnt counter
 	pool := uint64((workers + procs - 1) / procs)
+	if cfg.pool > 0 {
+		pool = uint64(cfg.pool)
+	}
 	ps := make([]process, procs)
+	// The Recoverers of a twopc run (-recoverer), stopped once the run
+	// has settled, before its check.
+	recoverCtx, stopRecovering := context.WithCancel(ctx)
+	var recovering sync.WaitGroup
+	stopRecoverers := func() { stopRecovering(); recovering.Wait() }
+	defer stopRecoverers()
 	defer func() {
 		for _, p := range ps {
 			if p.sys != nil {
@@ -367,15 +395,23 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 		pdb := client.Database(dbName)
 		switch impl {
 		case implTwopc:
-			c, err := twopc.NewCoordinator(pdb, twopc.WithApplication(fmt.Sprintf("bench-%d", i)))
+			opts := []twopc.Option{twopc.WithApplication(fmt.Sprintf("bench-%d", i))}
+			if cfg.warn {
+				opts = append(opts, twopc.WithLogger(slog.New(slog.NewTextHandler(b.log, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+			}
+			c, err := twopc.NewCoordinator(pdb, opts...)
 			if err != nil {
 				return res, err
 			}
 			ps[i].sys = lib{c}
-			if i == 0 {
-				if err := c.EnsureIndexes(ctx); err != nil {
-					return res, err
-				}
+			// No EnsureIndexes: the coordinator makes the indexes it
+			// reads by itself, the default path a user takes.
+			if cfg.recoverer { // as a user runs one: at its defaults, beside the coordinator
+				recovering.Add(1)
+				go func() {
+					defer recovering.Done()
+					_ = twopc.NewRecoverer(c).Run(recoverCtx)
+				}()
 			}
 		case implTutorial:
 			ps[i].sys = tut{tutorial.New(pdb)}
@@ -396,8 +432,10 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	var finished atomic.Int64
 	var errMu sync.Mutex
 	jobs := make(chan job, len(pairs))
-	if b.front != nil {
-		b.front.ResetWork()
+	if b.clock != nil {
+		if err := b.clock.resetWork(ctx); err != nil {
+			return res, fmt.Errorf("the dev server's clock: %w", err)
+		}
 	}
 	start := time.Now()
 	go func() { // the load: offered at the rate, sliced evenly over each tick
@@ -480,9 +518,13 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	}
 	res.elapsed = time.Since(start)
 	stopProgress()
+	stopRecoverers()
 	var work []devserver.Work
-	if b.front != nil {
-		work = b.front.Work()
+	if b.clock != nil {
+		var err error
+		if work, err = b.clock.work(ctx); err != nil {
+			return res, fmt.Errorf("the dev server's clock: %w", err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -502,6 +544,7 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 		res.commands = float64(cnt.total.Load()) / float64(res.ok)
 		res.statements = float64(cnt.statements.Load()) / float64(res.ok)
 		res.shapes = cnt.shapes(res.ok)
+		res.writes = cnt.writes.perTransfer(res.ok)
 		res.markReads = cnt.mark.Load()
 		res.serverWork(work)
 	}
@@ -512,6 +555,10 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 			return res, fmt.Errorf("read the hot account: %w", err)
 		}
 		res.hotBytes = len(raw)
+		fmt.Fprintf(b.log, "bench: %s: the hot account's document at the end: %s\n", impl, describeDoc(raw))
+	}
+	if raw, err := db.Collection("transactions").FindOne(ctx, bson.D{}).Raw(); err == nil {
+		fmt.Fprintf(b.log, "bench: %s: a transaction's document at the end: %s\n", impl, describeDoc(raw))
 	}
 	res.check = b.verify(ctx, db, res.ok)
 	if res.errors > 0 && res.check == "" {
@@ -525,9 +572,9 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	if res.serverTime > 0 {
 		server = fmt.Sprintf(", server %s a transfer (busy %.2f)", fmtDur(res.serverTime), res.serverBusy)
 	}
-	fmt.Fprintf(b.log, "%s %-8s %3d workers: %d transfers in %v: %.1f/s, p50 %v, p99 %v, %.2f caller round trips, %.2f commands and %.2f statements per transfer%s%s\n",
+	fmt.Fprintf(b.log, "%s %-8s %3d workers: %d transfers in %v: %.1f/s, p50 %v, p99 %v, %.2f caller round trips, %.2f commands and %.2f statements per transfer, document writes %v%s%s\n",
 		label, impl, workers, res.ok, res.elapsed.Round(time.Millisecond), res.throughput(),
-		res.pct(50).Round(time.Millisecond), res.pct(99).Round(time.Millisecond), res.callerRTs, res.commands, res.statements, server, checkNote(res.check))
+		res.pct(50).Round(time.Millisecond), res.pct(99).Round(time.Millisecond), res.callerRTs, res.commands, res.statements, res.writes, server, checkNote(res.check))
 	return res, nil
 }
 
@@ -694,4 +741,24 @@ func redact(uri string) string {
 		return uri
 	}
 	return scheme + "://***" + rest[at:]
+}
+
+// describeDoc says what a document's bytes are: its size, and each
+// field's (with an array's length).
+func describeDoc(raw bson.Raw) string {
+	elems, err := raw.Elements()
+	if err != nil {
+		return err.Error()
+	}
+	parts := make([]string, len(elems))
+	for i, e := range elems {
+		v := e.Value()
+		parts[i] = fmt.Sprintf("%s %d B", e.Key(), len(v.Value))
+		if arr, ok := v.ArrayOK(); ok {
+			if vals, err := arr.Values(); err == nil {
+				parts[i] += fmt.Sprintf(" (%d elements)", len(vals))
+			}
+		}
+	}
+	return fmt.Sprintf("%d bytes: %s", len(raw), strings.Join(parts, ", "))
 }

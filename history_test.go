@@ -16,10 +16,10 @@ import (
 	"github.com/twopc/twopc/internal/schema"
 )
 
-// historyTransfers is TestHistoryStaysBounded's size: 1,000 in make test
-// (five batches of 200, the bound reached after each and held across the
+// historyTransfers is TestHistoryStaysBounded's size: 600 in make test
+// (three batches of 200, the bound reached after each and held across the
 // passes), 20,000 in make soak.
-var historyTransfers = flag.Int("history.transfers", 1_000, "transfers TestHistoryStaysBounded pushes through (-short: 400; make soak: 20,000)")
+var historyTransfers = flag.Int("history.transfers", 600, "transfers TestHistoryStaysBounded pushes through (-short: 400; make soak: 20,000)")
 
 // countIn counts the documents of coll matching filter.
 func countIn(t *testing.T, coll *mongo.Collection, filter bson.D) int {
@@ -30,7 +30,7 @@ func countIn(t *testing.T, coll *mongo.Collection, filter bson.D) int {
 }
 
 // WithHistory keeps the transactions collection bounded: -history.transfers
-// transfers (1,000 by default, 20,000 in make soak; four workers, every one through one hot account) with a recovery pass
+// transfers (600 by default, 20,000 in make soak; four workers, every one through one hot account) with a recovery pass
 // after every batch of 200, and the collection never holds more than the
 // batch since the last pass; every account document stays small; the
 // archive holds every

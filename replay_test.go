@@ -18,7 +18,7 @@ import (
 	"github.com/twopc/twopc/internal/mongotest"
 )
 
-var replayTransfers = flag.Int("replay.transfers", 120, "transfers per duplicate-and-delay run")
+var replayTransfers = flag.Int("replay.transfers", 80, "transfers per duplicate-and-delay run (make soak: 600)")
 
 // writeRecorder records every write command its clients send, as sent, so
 // that a test can deliver each again later: a duplicate, or a request that

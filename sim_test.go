@@ -27,7 +27,7 @@ import (
 // The simulation's flags. `make soak` sets them for a longer run.
 var (
 	simSeed      = flag.Uint64("sim.seed", 0, "run the simulation with this seed only (0: the fixed seeds and one random seed)")
-	simTransfers = flag.Int("sim.transfers", 240, "transfers per simulation run")
+	simTransfers = flag.Int("sim.transfers", 160, "transfers per simulation run (make soak: 1,500)")
 	simApps      = flag.Int("sim.apps", 3, "coordinators, each an application with its own client")
 	simWorkers   = flag.Int("sim.workers", 4, "workers per coordinator")
 	simAccounts  = flag.Int("sim.accounts", 12, "accounts")

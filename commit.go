@@ -19,11 +19,12 @@ type commitCall struct {
 }
 
 // commitAll is the commit stage's write: it makes the commit point of
-// concurrent transfers in groups (group commit; see stage). A commit
-// written alone is the same single guarded find-and-modify as any other
-// move ({_id, state: pending, claim, lastModified} → applied: see
-// commitMove), so a transfer on an idle coordinator still reaches its
-// commit point in three round trips. A group is one unordered update
+// concurrent transfers in groups (group commit; see stage), and a hold's
+// move to held alone, as a guarded find-and-modify (its capture needs the
+// heldAt it returns). A commit written alone is a group of one, so a
+// transfer on an idle coordinator still reaches its commit point in three
+// round trips, with an update that returns no document (it costs the
+// server less than a find-and-modify). A group is one unordered update
 // command of one single-document statement per transaction, by _id, each
 // with the filter of that transaction's commit alone (commitMove's: _id,
 // state pending, its claim, and lastModified where its mover read it):
@@ -79,11 +80,9 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 	if len(calls) == 0 {
 		return
 	}
-	if len(calls) == 1 {
-		q := calls[0]
-		q.cur, q.moved, q.err = g.advanceHooked(ctx, q.rec, commitMove(q.rec), true)
-		return
-	}
+	// A commit alone goes the same way, one statement by _id: an update,
+	// which returns no document, costs the server less than a
+	// find-and-modify, and the transfer needs none back.
 	models := make([]mongo.WriteModel, len(calls))
 	ids := make(bson.A, len(calls))
 	for i, q := range calls {

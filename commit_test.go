@@ -81,6 +81,10 @@ func (g *commitGate) monitor() *event.CommandMonitor {
 				return
 			}
 			stmts, _ := updates.Values()
+			if len(stmts) == 1 {
+				kind = "alone" // a commit written alone: one statement by _id
+				break
+			}
 			var filters []bson.Raw
 			for _, st := range stmts {
 				doc, _ := st.DocumentOK()

@@ -326,8 +326,10 @@ func (g *txnLog) read(ctx context.Context, id bson.ObjectID) (*record, error) {
 
 // finish moves recs, whose step hooks were already called, with the
 // claim-free move m: an unordered bulk of single-document updates, one per
-// transaction by _id, each with m's guard, or one find-and-modify for a
-// single transaction so that its caller gets the stored document back.
+// transaction by _id, each with m's guard (for a move to done, even of one
+// transaction: a settle needs no document back), or one find-and-modify
+// for a single transaction moved to canceled, whose caller gets the stored
+// document back.
 // It returns the transactions now in m's state and the bulk's error; a
 // transaction whose statement failed (its own write error, or the whole
 // command's failure) is left out, to be finished again.
@@ -339,10 +341,14 @@ func (g *txnLog) read(ctx context.Context, id bson.ObjectID) (*record, error) {
 // state it leaves).
 func (g *txnLog) finish(ctx context.Context, recs []*record, m move) ([]*record, error) {
 	start := time.Now()
-	switch len(recs) {
-	case 0:
+	switch {
+	case len(recs) == 0:
 		return nil, nil
-	case 1:
+	case len(recs) == 1 && m.to != StateDone:
+		// Canceled alone: its caller gets the stored document. A move to
+		// done alone goes as a batch's does, one statement by _id: an
+		// update costs the server less than a find-and-modify, and a
+		// settle needs no document back.
 		var cur record
 		err := g.retry(ctx, func(ctx context.Context) error {
 			return decodeReply(g.txns.FindOneAndUpdate(ctx, encoded(m.filter(recs[0].ID)), encoded(m.update()), returnAfter), &cur)

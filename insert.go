@@ -71,11 +71,10 @@ type insertCall struct {
 // owns the transaction, as if the calls had come one after the other.
 // Step hooks were called by each transfer's caller.
 func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
-	if len(calls) == 1 {
-		q := calls[0]
-		q.cur, q.err = c.log.insertOne(ctx, q.t.rec, &q.sent)
-		return
-	}
+	// An insert alone goes as a group's does (see insertGroup), an
+	// upsert that returns no document (it costs the server less than a
+	// find-and-modify); the stored document is read only when the upsert
+	// finds one there, by an insert alone after it.
 	// The calls of each _id, in arrival order; the first of each goes in
 	// the grouped commands.
 	byID := map[bson.ObjectID][]*insertCall{}
@@ -128,8 +127,12 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 // be inserted alone. of is the size of the stage's group, for the
 // observers.
 func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
-	if len(calls) == 1 {
-		return // inserted alone
+	if len(calls) == 1 && calls[0].t.rec.KeepMs > 0 {
+		// A transaction WithHistory will move out of the log is inserted
+		// alone, by a find-and-modify that returns its lastModified,
+		// which its commit then requires (see commitMove): a late copy
+		// of it is never committed.
+		return
 	}
 	models := make([]mongo.WriteModel, len(calls))
 	for i, q := range calls {
@@ -177,6 +180,10 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
 	g.readBackRemovable(ctx, calls)
 }
 
+// removable reports whether WithHistory will remove r without an archive:
+// keyless, with a time to keep and no archive.
+func removable(r *record) bool { return r.KeepMs > 0 && r.Archive == "" && r.Key == "" }
+
 // readBackRemovable reads the lastModified the server gave the
 // transactions of calls that WithHistory will remove without an archive
 // (keyless, with a time to keep and no archive), which a grouped insert
@@ -190,7 +197,7 @@ func (g *txnLog) readBackRemovable(ctx context.Context, calls []*insertCall) {
 	mine := map[bson.ObjectID]*record{}
 	var ids bson.A
 	for _, q := range calls {
-		if r := q.cur; r != nil && r.guessed && r.KeepMs > 0 && r.Archive == "" && r.Key == "" {
+		if r := q.cur; r != nil && r.guessed && removable(r) {
 			mine[r.ID] = r
 			ids = append(ids, r.ID)
 		}

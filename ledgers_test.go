@@ -419,22 +419,49 @@ func TestLedgersSimulationWithRestart(t *testing.T) {
 // clients starts and ends, by the deployment it went to.
 type commandLog struct {
 	mu     sync.Mutex
-	events []string // "start shanghai update", "end shanghai update", ...
+	events []string         // "start shanghai update", "end shanghai update transactions", ...
+	names  map[int64]string // a command's name as logged, by request id
+}
+
+// logName is the name a started command is logged under: its name, and
+// for an update of another collection than accounts (the log's inserts,
+// commits and moves to done), that collection's too.
+func logName(e *event.CommandStartedEvent) string {
+	if e.CommandName == "update" {
+		if coll, _ := e.Command.Lookup("update").StringValueOK(); coll != "accounts" {
+			return "update " + coll
+		}
+	}
+	return e.CommandName
 }
 
 func (cl *commandLog) monitor(deployment string) *event.CommandMonitor {
-	add := func(what, name string) {
-		if !dataCommands[name] {
+	add := func(what, command, name string) {
+		if !dataCommands[command] {
 			return
 		}
 		cl.mu.Lock()
 		defer cl.mu.Unlock()
 		cl.events = append(cl.events, what+" "+deployment+" "+name)
 	}
+	named := func(id int64) string {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return cl.names[id]
+	}
 	return &event.CommandMonitor{
-		Started:   func(_ context.Context, e *event.CommandStartedEvent) { add("start", e.CommandName) },
-		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) { add("end", e.CommandName) },
-		Failed:    func(_ context.Context, e *event.CommandFailedEvent) { add("end", e.CommandName) },
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			name := logName(e)
+			cl.mu.Lock()
+			if cl.names == nil {
+				cl.names = map[int64]string{}
+			}
+			cl.names[e.RequestID] = name
+			cl.mu.Unlock()
+			add("start", e.CommandName, name)
+		},
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) { add("end", e.CommandName, named(e.RequestID)) },
+		Failed:    func(_ context.Context, e *event.CommandFailedEvent) { add("end", e.CommandName, named(e.RequestID)) },
 	}
 }
 
@@ -518,7 +545,7 @@ func TestLedgersLegsInParallel(t *testing.T) {
 		logged := m.Started
 		m.Started = func(ctx context.Context, e *event.CommandStartedEvent) {
 			logged(ctx, e)
-			both.arrive(bankNames[i], e.CommandName)
+			both.arrive(bankNames[i], logName(e))
 		}
 		return mongotest.ConnectURI(t, bk.servers[i].URI, options.Client().SetRetryWrites(false).
 			SetMonitor(m)).Database(bk.name)
@@ -539,16 +566,17 @@ func TestLedgersLegsInParallel(t *testing.T) {
 	assert.Less(t, cl.index("start shanghai update"), cl.index("end beijing update"), "Shanghai's leg waited for Beijing's")
 	assert.False(t, both.timedOut(), "one leg was not sent until the other's reply came")
 	// Round trips on the caller's path: the insert, then both legs, then
-	// the commit, each starting after the previous ended.
-	assert.Less(t, cl.index("end shanghai findAndModify"), cl.index("start shanghai update"))
-	var fams []int // the insert, the commit, the move to done
+	// the commit, each starting after the previous ended (the insert, the
+	// commit and the move to done are updates of the transactions).
+	assert.Less(t, cl.index("end shanghai update transactions"), cl.index("start shanghai update"))
+	var logs []int // the insert, the commit, the move to done
 	for i, e := range cl.events {
-		if e == "start shanghai findAndModify" {
-			fams = append(fams, i)
+		if e == "start shanghai update transactions" {
+			logs = append(logs, i)
 		}
 	}
-	require.GreaterOrEqual(t, len(fams), 2)
-	commit := fams[1]
+	require.GreaterOrEqual(t, len(logs), 2)
+	commit := logs[1]
 	assert.Less(t, max(shanghaiEnd, cl.index("end beijing update")), commit, "the commit waited for both legs")
 	bk.check(seed004)
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync/atomic"
+	"os"
 	"testing"
 	"time"
 
@@ -38,8 +38,6 @@ func fuzzID(kind uint8, s string) any {
 	}
 }
 
-var fuzzRun atomic.Int64
-
 // FuzzTransfer throws arbitrary ids, values and opening balances at
 // Transfer. Bad input must give ErrInvalidTransfer and write nothing;
 // anything else must end done with the value moved or canceled with a
@@ -55,12 +53,15 @@ func FuzzTransfer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, srcKind uint8, srcS string, dstKind uint8, dstS string, value, srcBal, dstBal int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		n := fuzzRun.Add(1)
-		accounts, transactions := fmt.Sprintf("a%d", n), fmt.Sprintf("t%d", n)
-		defer func() {
-			_ = db.Collection(accounts).Drop(context.Background())
-			_ = db.Collection(transactions).Drop(context.Background())
-		}()
+		// The collections of this worker process, emptied for each
+		// input (inputs of one process run one after another): dropping
+		// them would make every input's coordinator build its indexes
+		// again, the most of an input's time on the dev server.
+		accounts, transactions := fmt.Sprintf("a%d", os.Getpid()), fmt.Sprintf("t%d", os.Getpid())
+		for _, coll := range []string{accounts, transactions, transactions + "_checkpoints"} {
+			_, err := db.Collection(coll).DeleteMany(ctx, bson.D{})
+			require.NoError(t, err)
+		}
 		c, err := twopc.NewCoordinator(db, twopc.WithCollections(accounts, transactions), twopc.WithSyncSettle())
 		require.NoError(t, err)
 		defer c.Close(ctx)

@@ -25,7 +25,8 @@ test:
 	@EXTERNAL_ROOT_PKGS='$(EXTERNAL_ROOT_PKGS)' .ci/test
 
 # soak runs the long runs at full size, each part with a summary (.ci/soak):
-# the history bound over 20,000 transfers; the randomized simulation of
+# the history bound over 20,000 transfers; 480 transfers each followed at
+# once by a transfer of the money it moved; the randomized simulation of
 # SOAK_TRANSFERS transfers with more applications, workers and accounts, for
 # each of its four seeds (SEED=n runs that seed only); the duplicate-and-delay
 # test over SOAK_REPLAY transfers, every write command delivered again.

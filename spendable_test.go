@@ -3,6 +3,7 @@ package twopc_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"sync"
 	"testing"
@@ -143,14 +144,20 @@ func TestSpendableInBatchAndLegs(t *testing.T) {
 	require.EqualValues(t, -50, b.balance("F"))
 }
 
-// TestSpendableChains: 480 transfers, each followed at once by a transfer
-// of the money it moved, the background settler running as usual: none
-// is refused (issue 36's goal), and every balance ends exact.
+// spendPairs is TestSpendableChains's size: transfers each followed by a
+// transfer of its money (make soak: 480, issue 36's goal).
+var spendPairs = flag.Int("spend.pairs", 240, "transfers TestSpendableChains follows each by a transfer of its money")
+
+// TestSpendableChains: -spend.pairs transfers (240; 480 in make soak), each
+// followed at once by a transfer of the money it moved, the background
+// settler running as usual: none is refused (issue 36's goal), and every
+// balance ends exact.
 func TestSpendableChains(t *testing.T) {
 	b := newBank(t)
 	ctx := testCtx(t)
-	const workers, each, value = 8, 60, 7
-	opening := map[string]int64{"A": workers * each * value}
+	const workers, value = 8, 7
+	each := max(1, *spendPairs/workers)
+	opening := map[string]int64{"A": int64(workers * each * value)}
 	for w := 0; w < workers; w++ {
 		opening[fmt.Sprint("mid", w)] = 0
 		opening[fmt.Sprint("end", w)] = 0
@@ -184,6 +191,7 @@ func TestSpendableChains(t *testing.T) {
 	for w := 0; w < workers; w++ {
 		require.EqualValues(t, each*value, b.balance(fmt.Sprint("end", w)))
 	}
+	t.Logf("%d transfers, each followed at once by a transfer of its money: none refused", workers*each)
 }
 
 // TestSpendableFailoverDuringSettleFirst: the close that settles first

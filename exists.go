@@ -10,7 +10,6 @@ import (
 
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // existsCall is one transfer's read of its accounts in the exists stage,
@@ -186,19 +185,10 @@ var existsProjection = bson.D{{Key: "_id", Value: 1}, {Key: fieldTombstone, Valu
 // which document answers which id: an int32 1, an int64 1 and a double 1.0
 // are one account.
 func (l *Ledger) missing(ctx context.Context, ids bson.A) (map[string]bool, error) {
-	var found []struct {
+	found, err := findIDs[struct {
 		ID        bson.RawValue `bson:"_id"`
 		Tombstone bool          `bson:"tombstone"`
-	}
-	err := l.retry(ctx, func(ctx context.Context) error {
-		cur, err := l.accounts.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-			options.Find().SetProjection(existsProjection))
-		if err != nil {
-			return err
-		}
-		found = found[:0]
-		return cur.All(ctx, &found)
-	})
+	}](ctx, l, ids, existsProjection)
 	if err != nil {
 		return nil, err
 	}

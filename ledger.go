@@ -541,22 +541,29 @@ func indexSet(is []int) map[int]bool {
 	return out
 }
 
-// inspect reads the accounts of legs, in order; nil for a missing one.
-func (l *Ledger) inspect(ctx context.Context, legs []leg) ([]*account, error) {
-	ids := make(bson.A, len(legs))
-	for i, lg := range legs {
-		ids[i] = lg.account
-	}
-	var found []account
+// findIDs reads the accounts of ids (by _id, with projection), as T,
+// retried as every read of the ledger is.
+func findIDs[T any](ctx context.Context, l *Ledger, ids bson.A, projection bson.D) ([]T, error) {
+	var found []T
 	err := l.retry(ctx, func(ctx context.Context) error {
 		cur, err := l.accounts.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-			options.Find().SetProjection(accountProjection))
+			options.Find().SetProjection(projection))
 		if err != nil {
 			return err
 		}
 		found = found[:0]
 		return cur.All(ctx, &found)
 	})
+	return found, err
+}
+
+// inspect reads the accounts of legs, in order; nil for a missing one.
+func (l *Ledger) inspect(ctx context.Context, legs []leg) ([]*account, error) {
+	ids := make(bson.A, len(legs))
+	for i, lg := range legs {
+		ids[i] = lg.account
+	}
+	found, err := findIDs[account](ctx, l, ids, accountProjection)
 	if err != nil {
 		return nil, err
 	}

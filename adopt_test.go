@@ -142,3 +142,25 @@ func TestAdoptedAccountHandEdits(t *testing.T) {
 		})
 	}
 }
+
+// TestAdoptAfterARollbackBeforeAdoption: a transfer that rolls back in the
+// round its hand-inserted account (a double balance, as the shell writes
+// it) would have been adopted in fences that account without adopting it;
+// the rollback's line write does not make it look adopted, so the next
+// transfer adopts it (the balance made a long) and applies.
+func TestAdoptAfterARollbackBeforeAdoption(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	b.open(map[string]int64{"P": 5, "R": 100})
+	b.insertByHand(map[string]any{"H": 1000.0})
+	_, err := twopc.ReadMark(ctx, b.c) // so that the rollback sends its line writes
+	require.NoError(t, err)
+	_, err = b.c.TransferLegs(ctx, []twopc.Leg{{Account: "P", Amount: -50}, {Account: "H", Amount: 50}})
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+
+	_, err = b.c.Transfer(ctx, "R", "H", 10)
+	require.NoError(t, err, "H is adopted by its next transfer")
+	raw := b.rawAccount("H")
+	assert.Equal(t, bson.TypeInt64, raw.Lookup("balance").Type)
+	assert.Equal(t, int64(1010), raw.Lookup("balance").AsInt64())
+}

@@ -383,14 +383,25 @@ func fenceModel(r *record, l leg) mongo.WriteModel {
 // the fences below it (moveLine), so that an account that only ever sees
 // rollbacks keeps its fences bounded too (a fence write cannot do it
 // itself: one update may not both add to fencedLegs and pull from it).
-// Only on an account that can take it (fenceable); nil for a zero line.
+// Only on an account that can take it (fenceable), and only on one
+// adopted (its line a date) or a tombstone: a line written on an account
+// not yet adopted would make it look adopted without adoption's checks
+// (a double balance left a double, and the account refused for good);
+// its fences stay until a leg adopts it. Nil for a zero line.
 func lineModel(l leg, line time.Time) mongo.WriteModel {
 	update := moveLine(line)
 	if update == nil {
 		return nil
 	}
-	return updateByID(bson.D{{Key: "_id", Value: l.account}, fenceable}, update)
+	return updateByID(bson.D{{Key: "_id", Value: l.account}, fenceable, lineOrTombstone}, update)
 }
+
+// lineOrTombstone is the condition that an account is adopted (its line
+// a date; fenceable keeps out an array holding one) or a tombstone.
+var lineOrTombstone = bson.E{Key: "$or", Value: bson.A{
+	bson.D{{Key: fieldFencedBefore, Value: bson.D{{Key: "$type", Value: "date"}}}},
+	bson.D{{Key: fieldTombstone, Value: true}},
+}}
 
 // undoModel is the guarded write that undoes an applied l of a canceling
 // transaction (see undoInc), only while its marker is pending, so it

@@ -43,11 +43,13 @@ func (s shortDebit) spendable() bool {
 // settled: never pending, never held) whose markers those accounts hold,
 // with closeModel: guarded by the marker, so a leg closes once whoever
 // else settles it (the background settler closes the others and moves the
-// transaction to done). A marker whose transaction the log does not hold
-// is skipped: an applied transaction leaves the log only after it is
-// done, which closes its markers first. It returns, by index in short,
-// the debits worth trying again: those whose account had a leg to close
-// and took the closes without error; and the errors of those whose read
+// transaction to done). It returns, by index in short, the debits worth
+// trying again: those whose account had a leg to close and took the
+// closes without error, and those whose account holds a marker of a
+// transaction no longer pending, held or applied, or no longer in the log
+// (two reads are not one snapshot: since the account was read, it may
+// have been settled, rolled back or moved out of the log, giving the
+// account back what the round judged by); and the errors of those whose read
 // of the log or closes failed (an unknown outcome, never a refusal). A
 // close the server refused (a write error, not transient) did not apply:
 // its debit is judged as it was.
@@ -66,16 +68,13 @@ func settleFirst(ctx context.Context, g *txnLog, ls ledgers, short []shortDebit)
 			}
 		}
 	}
-	committed, settled, err := g.committed(ctx, ids)
+	committed, states, err := g.committed(ctx, ids)
 	if err != nil {
 		failed := map[int]error{}
 		for i := range short {
 			failed[i] = err
 		}
 		return nil, failed
-	}
-	if len(committed)+len(settled) == 0 {
-		return nil, nil
 	}
 	type target struct {
 		models []mongo.WriteModel
@@ -115,11 +114,20 @@ func settleFirst(ctx context.Context, g *txnLog, ls ledgers, short []shortDebit)
 		t.of = append(t.of, i)
 	}
 	again := map[int]bool{}
-	// A transaction settled since the round read the account (done) has
-	// added its credit to the balance the round judged by.
+	// The round read the account before the log: a transaction that has
+	// left pending, held and applied since (settled, rolled back, or
+	// moved out of the log by WithHistory once final) may have given the
+	// account back what the round judged by. Its debit goes again: only a
+	// debit whose account holds nothing but legs still pending or held,
+	// and committed ones that did not close, is refused now.
 	for i, s := range short {
 		for _, m := range s.a.pending() {
-			if settled[schema.TxnOfMarker(m)] {
+			t := schema.TxnOfMarker(m)
+			if t == s.q.o.rec.ID {
+				continue
+			}
+			switch state, ok := states[t]; {
+			case !ok, state != StatePending && state != StateHeld && state != StateApplied:
 				again[i] = true
 			}
 		}
@@ -159,18 +167,17 @@ func refusedWrite(err error) bool {
 	return true
 }
 
-// committed reads the transactions of ids that are committed, in one find
-// by _id: those in state applied, and the ids of those already done. A
-// document the protocol could not have written is left out.
-func (g *txnLog) committed(ctx context.Context, ids bson.A) ([]*record, map[bson.ObjectID]bool, error) {
+// committed reads the transactions of ids, in one find by _id: it
+// returns those in state applied (committed, not yet settled), and the
+// state of every one the log holds, of this library's.
+func (g *txnLog) committed(ctx context.Context, ids bson.A) ([]*record, map[bson.ObjectID]State, error) {
 	if len(ids) == 0 {
 		return nil, nil, nil
 	}
-	var found []*record
-	var done map[bson.ObjectID]bool
+	var applied []*record
+	var states map[bson.ObjectID]State
 	err := g.retry(ctx, func(ctx context.Context) error {
-		cur, err := g.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
-			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateApplied, StateDone}}}}})
+		cur, err := g.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 		if err != nil {
 			return err
 		}
@@ -178,19 +185,19 @@ func (g *txnLog) committed(ctx context.Context, ids bson.A) ([]*record, map[bson
 		if err := cur.All(ctx, &all); err != nil {
 			return err
 		}
-		found, done = found[:0], map[bson.ObjectID]bool{}
+		applied, states = applied[:0], map[bson.ObjectID]State{}
 		for _, r := range all {
-			switch {
-			case r.check() != nil || r.foreign():
-			case r.State == StateApplied:
-				found = append(found, r)
-			case r.State == StateDone:
-				done[r.ID] = true
+			if r.check() != nil || r.foreign() {
+				continue
+			}
+			states[r.ID] = r.State
+			if r.State == StateApplied {
+				applied = append(applied, r)
 			}
 		}
 		return nil
 	})
-	return found, done, err
+	return applied, states, err
 }
 
 // committedCredit is what settling the committed transactions whose

@@ -8,10 +8,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/mongotest"
 )
 
 // errNoSettle is what noSettle's hook answers at StepSettle: the
@@ -247,4 +251,51 @@ func (b *bank) failUpdates(coll string, n int) {
 	b.t.Cleanup(func() {
 		_ = admin.RunCommand(context.Background(), bson.D{{Key: "configureFailPoint", Value: "failCommand"}, {Key: "mode", Value: "off"}}).Err()
 	})
+}
+
+// TestSpendableSettledAndMovedOutBetweenReads: the committed transfer
+// whose credit a short debit waits for is settled and leaves the log
+// (archived, as WithHistory does) between the round's read of the
+// account and its lookup of the account's markers in the log. The lookup
+// finds nothing, yet the credit is in the balance now: the debit is tried
+// again and applies. (The hand-made settle and removal stand for another
+// coordinator's settle and a Recoverer's archiving.)
+func TestSpendableSettledAndMovedOutBetweenReads(t *testing.T) {
+	b := newBank(t, twopc.WithStepHook(noSettle))
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 1000, "B": 0, "C": 0})
+	in, err := b.c.Transfer(ctx, "A", "B", 300)
+	require.NoError(t, err)
+
+	var once sync.Once
+	moveOut := func() {
+		bg := context.Background()
+		marker := twopc.LegMarker(in.ID, 1)
+		_, err := b.db.Collection("accounts").UpdateOne(bg, bson.D{{Key: "_id", Value: "B"}, {Key: "pendingTransactions", Value: marker}},
+			bson.D{{Key: "$pull", Value: bson.D{{Key: "pendingTransactions", Value: marker}}},
+				{Key: "$push", Value: bson.D{{Key: "fencedLegs", Value: twopc.LegFence(in, 1)}}},
+				{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(300)}, {Key: "pendingCredit", Value: int64(-300)}}}})
+		require.NoError(t, err)
+		_, err = b.db.Collection("transactions").DeleteOne(bg, bson.D{{Key: "_id", Value: in.ID}})
+		require.NoError(t, err)
+	}
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if coll, _ := e.Command.Lookup("find").StringValueOK(); coll != "transactions" {
+			return
+		}
+		if _, err := e.Command.LookupErr("filter", "_id", "$in"); err == nil {
+			once.Do(moveOut) // the lookup of the account's markers, about to be sent
+		}
+	}}
+	c, err := twopc.NewCoordinator(mongotest.ConnectURI(t, b.server.URI, options.Client().SetMonitor(monitor)).Database(b.db.Name()),
+		twopc.WithStepHook(noSettle))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	_, err = c.Transfer(ctx, "B", "C", 300)
+	require.NoError(t, err, "the credit is in the balance by the time the log is read")
+	var ran bool
+	once.Do(func() { ran = true })
+	require.False(t, ran, "the lookup in the log was sent")
+	assert.EqualValues(t, 0, b.balance("B"))
+	assert.EqualValues(t, 300, b.account("B").Debit)
 }

@@ -164,3 +164,33 @@ func TestAdoptAfterARollbackBeforeAdoption(t *testing.T) {
 	assert.Equal(t, bson.TypeInt64, raw.Lookup("balance").Type)
 	assert.Equal(t, int64(1010), raw.Lookup("balance").AsInt64())
 }
+
+// TestAdoptionDeliveredAgain: every write of a transfer that adopted its
+// accounts (the adoption included) delivered again, once the transfer is
+// done and again after later transfers moved the accounts' lines past it:
+// nothing changes, and a balance made a long stays one.
+func TestAdoptionDeliveredAgain(t *testing.T) {
+	b := newBank(t)
+	ctx := testCtx(t)
+	b.insertByHand(map[string]any{"H": 1000.0, "K": int64(0)})
+	rec := &writeRecorder{}
+	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithSyncSettle())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	first, err := c.Transfer(ctx, "H", "K", 100)
+	require.NoError(t, err)
+	writes := rec.recorded()
+	states := b.accountStates()
+	resendAll(t, b.db, writes)
+	assert.Equal(t, states, b.accountStates(), "delivered again once done")
+
+	b.moveLine(first.Created, "H", "K")
+	_, err = b.c.Transfer(ctx, "K", "H", 40)
+	require.NoError(t, err)
+	require.NoError(t, b.c.Settle(ctx))
+	states = b.accountStates()
+	resendAll(t, b.db, writes)
+	assert.Equal(t, states, b.accountStates(), "delivered again past the line")
+	assert.Equal(t, bson.TypeInt64, b.rawAccount("H").Lookup("balance").Type)
+	assert.Equal(t, int64(940), b.balance("H"))
+}

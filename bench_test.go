@@ -69,7 +69,7 @@ type callerKey struct{}
 type benchCounter struct {
 	caller, total, statements atomic.Int64
 	// writes counts the documents written, by collection class.
-	writes benchWrites
+	writes statements.Writes
 	// faults reads the dev server's busy time; nil on other servers.
 	faults *mongotest.Faults
 }
@@ -84,101 +84,23 @@ func (bc *benchCounter) monitor() *event.CommandMonitor {
 		bc.statements.Add(n)
 		if n > 0 {
 			coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
-			bc.writes.start(e.RequestID, coll)
+			bc.writes.Start(e.RequestID, coll)
 		}
 		if ctx.Value(callerKey{}) != nil {
 			bc.caller.Add(1)
 		}
 	}, Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
-		bc.writes.succeeded(e.RequestID, e.CommandName, e.Reply)
+		bc.writes.Succeeded(e.RequestID, e.CommandName, e.Reply)
 	}, Failed: func(_ context.Context, e *event.CommandFailedEvent) {
-		bc.writes.failed(e.RequestID)
+		bc.writes.Failed(e.RequestID)
 	}}
-}
-
-// benchWrites counts documents written by collection class (accounts,
-// transactions, others), from the replies of the write commands it saw
-// start.
-type benchWrites struct {
-	mu      sync.Mutex
-	started map[int64]string
-	by      map[string]int64
-}
-
-func (w *benchWrites) start(id int64, coll string) {
-	if coll != "accounts" && coll != "transactions" {
-		coll = "others"
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started == nil {
-		w.started = map[int64]string{}
-	}
-	w.started[id] = coll
-}
-
-func (w *benchWrites) succeeded(id int64, command string, reply bson.Raw) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	class, ok := w.started[id]
-	if !ok {
-		return
-	}
-	delete(w.started, id)
-	if w.by == nil {
-		w.by = map[string]int64{}
-	}
-	w.by[class] += documentsWritten(command, reply)
-}
-
-func (w *benchWrites) failed(id int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.started, id)
-}
-
-func (w *benchWrites) reset() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.by = nil
-}
-
-func (w *benchWrites) get(class string) int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.by[class]
-}
-
-// documentsWritten returns the documents a write command's reply says it
-// wrote: an insert's and a delete's n, an update's nModified plus its
-// upserts, a findAndModify's lastErrorObject.n.
-func documentsWritten(command string, reply bson.Raw) int64 {
-	num := func(v bson.RawValue) int64 {
-		n, _ := v.AsInt64OK()
-		return n
-	}
-	switch command {
-	case "insert", "delete":
-		return num(reply.Lookup("n"))
-	case "update":
-		n := num(reply.Lookup("nModified"))
-		if arr, ok := reply.Lookup("upserted").ArrayOK(); ok {
-			if vals, err := arr.Values(); err == nil {
-				n += int64(len(vals))
-			}
-		}
-		return n
-	case "findAndModify":
-		return num(reply.Lookup("lastErrorObject", "n"))
-	}
-	return 0
 }
 
 func (bc *benchCounter) reset(b *testing.B) {
 	bc.caller.Store(0)
 	bc.total.Store(0)
 	bc.statements.Store(0)
-	bc.writes.reset()
+	bc.writes.Reset()
 	if bc.faults != nil {
 		if err := bc.faults.ResetWork(benchCtx(b)); err != nil {
 			b.Fatal(err)
@@ -192,9 +114,9 @@ func (bc *benchCounter) report(b *testing.B, n int) {
 	b.ReportMetric(float64(bc.caller.Load())/float64(n), "caller-rts/op")
 	b.ReportMetric(float64(bc.total.Load())/float64(n), "cmds/op")
 	b.ReportMetric(float64(bc.statements.Load())/float64(n), "stmts/op")
-	b.ReportMetric(float64(bc.writes.get("accounts"))/float64(n), "acct-writes/op")
-	b.ReportMetric(float64(bc.writes.get("transactions"))/float64(n), "txn-writes/op")
-	b.ReportMetric(float64(bc.writes.get("others"))/float64(n), "other-writes/op")
+	b.ReportMetric(float64(bc.writes.Get(statements.Accounts))/float64(n), "acct-writes/op")
+	b.ReportMetric(float64(bc.writes.Get(statements.Transactions))/float64(n), "txn-writes/op")
+	b.ReportMetric(float64(bc.writes.Get(statements.Others))/float64(n), "other-writes/op")
 	bc.reportServer(b, n)
 }
 

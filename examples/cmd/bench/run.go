@@ -75,7 +75,7 @@ func (c *counter) monitor() *event.CommandMonitor {
 		}
 		if statements.Count(e.CommandName, e.Command) > 0 {
 			coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
-			c.writes.start(e.RequestID, coll)
+			c.writes.Start(e.RequestID, coll)
 		}
 		if comment, _ := e.Command.Lookup("comment").StringValueOK(); comment == markComment {
 			c.mark.Add(1)
@@ -97,9 +97,9 @@ func (c *counter) monitor() *event.CommandMonitor {
 			c.caller.Add(1)
 		}
 	}, Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
-		c.writes.succeeded(e.RequestID, e.CommandName, e.Reply)
+		c.writes.Succeeded(e.RequestID, e.CommandName, e.Reply)
 	}, Failed: func(_ context.Context, e *event.CommandFailedEvent) {
-		c.writes.failed(e.RequestID)
+		c.writes.Failed(e.RequestID)
 	}}
 }
 
@@ -112,7 +112,7 @@ func (c *counter) reset() {
 	c.mu.Lock()
 	c.byShape = nil
 	c.mu.Unlock()
-	c.writes.reset()
+	c.writes.Reset()
 }
 
 // shapes returns the statements per transfer of n by shape, the largest

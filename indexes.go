@@ -29,8 +29,6 @@ type libraryIndex struct {
 	checkpoints bool // on the checkpoints collection, not the log
 	name        string
 	keys        bson.D
-	opts        *options.IndexOptionsBuilder
-	fallback    *options.IndexOptionsBuilder // if the server refuses opts
 }
 
 // libraryIndexes are the indexes the library reads by: {state,
@@ -80,11 +78,7 @@ func (x *logIndexes) ensure(ctx context.Context) error {
 		}
 	}
 	for _, ix := range libraryIndexes() {
-		opts := ix.opts
-		if opts == nil {
-			opts = options.Index().SetName(ix.name)
-		}
-		if err := ensureIndex(ctx, x.coll(ix.checkpoints), have[ix.checkpoints], ix.keys, opts, ix.fallback); err != nil {
+		if err := ensureIndex(ctx, x.coll(ix.checkpoints), have[ix.checkpoints], ix.name, ix.keys); err != nil {
 			return errorf("twopc: ensure indexes: %w", err)
 		}
 	}
@@ -100,36 +94,15 @@ func (x *logIndexes) coll(checkpoints bool) *mongo.Collection {
 	return x.log
 }
 
-// ensureIndex creates one index unless have names it; if the server
-// refuses its options and fallback is set, it creates fallback instead.
-func ensureIndex(ctx context.Context, coll *mongo.Collection, have map[string]bool, keys bson.D, opts, fallback *options.IndexOptionsBuilder) error {
-	var o options.IndexOptions
-	for _, set := range opts.List() {
-		if err := set(&o); err != nil {
-			return err
-		}
-	}
-	if o.Name != nil && have[*o.Name] {
+// ensureIndex creates index name, of keys, unless have names it.
+func ensureIndex(ctx context.Context, coll *mongo.Collection, have map[string]bool, name string, keys bson.D) error {
+	if have[name] {
 		return nil
 	}
-	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: opts})
+	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: options.Index().SetName(name)})
 	var se mongo.ServerError
-	// The server has no such option (NotImplemented, CommandNotSupported,
-	// InvalidOptions, BadValue, CannotCreateIndex,
-	// InvalidIndexSpecificationOption), as opposed to a transient failure,
-	// after which the next call tries again.
-	refused := func() bool {
-		return errors.As(err, &se) && (se.HasErrorCode(238) || se.HasErrorCode(115) || se.HasErrorCode(72) ||
-			se.HasErrorCode(2) || se.HasErrorCode(67) || se.HasErrorCode(197))
-	}
-	conflict := func() bool {
-		return errors.As(err, &se) && (se.HasErrorCode(codeIndexOptionsConflict) || se.HasErrorCode(codeIndexKeySpecsConflict))
-	}
-	if fallback != nil && refused() {
-		_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: fallback})
-	}
-	if conflict() {
-		return nil // made meanwhile by another process, of the other kind: it serves
+	if errors.As(err, &se) && (se.HasErrorCode(codeIndexOptionsConflict) || se.HasErrorCode(codeIndexKeySpecsConflict)) {
+		return nil // made meanwhile by another process under that name: it serves
 	}
 	return err
 }

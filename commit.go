@@ -163,9 +163,9 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 // The move also requires the lastModified its mover holds, when the mover
 // read it from the log (its insert alone, a renewal, a takeover: every
 // write but a grouped insert returns the document; after a grouped insert
-// it is read back for the transactions WithHistory removes without an
-// archive, the ones a late insert could rebuild unseen: see
-// txnLog.readBackRemovable). That refuses the
+// it is read back for the transactions WithHistory moves out of the log,
+// the ones a late insert could rebuild unseen: see
+// txnLog.readBackMovable). That refuses the
 // commit, delivered again late, of a transaction removed from the log
 // (WithHistory) whose insert, delivered again too, brought a copy back:
 // the copy's lastModified is the server's clock at that late insert, not

@@ -69,6 +69,21 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 			return
 		}
 		if c.history.archive != nil {
+			// Readers of other archives learn first that entries through
+			// these are where they do not read (see moved).
+			var through time.Time
+			for _, t := range dueRecs {
+				if t.CommittedAt.After(through) {
+					through = t.CommittedAt
+				}
+			}
+			if !through.IsZero() {
+				if err := c.markMoved(ctx, c.history.archive, through); err != nil {
+					report(due, OutcomeError, err)
+					firstErr = cmpErr(firstErr, errorf("archive: record the move: %w", err))
+					return
+				}
+			}
 			archived, err := r.archive(ctx, due)
 			if err != nil {
 				firstErr = cmpErr(firstErr, errorf("archive: %w", err))

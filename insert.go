@@ -177,28 +177,31 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
 		q.cur = &cur
 		g.transition(ctx, cur.ID, inserted, start, of, true, nil)
 	}
-	g.readBackRemovable(ctx, calls)
+	g.readBackMovable(ctx, calls)
 }
 
-// removable reports whether WithHistory will remove r without an archive:
-// keyless, with a time to keep and no archive.
-func removable(r *record) bool { return r.KeepMs > 0 && r.Archive == "" && r.Key == "" }
+// movable reports whether WithHistory will move r out of the log, to its
+// archive or removed: keyless, with a time to keep. A late insert can
+// bring such a transaction back into the log unseen (see WithHistory).
+func movable(r *record) bool { return r.KeepMs > 0 && r.Key == "" }
 
-// readBackRemovable reads the lastModified the server gave the
-// transactions of calls that WithHistory will remove without an archive
-// (keyless, with a time to keep and no archive), which a grouped insert
-// does not return: their commit requires it (see commitMove), so that a
-// commit delivered again after their removal, when a late insert has
-// brought a copy back, is refused, and no statement lists the copy.
-// Transactions kept for good or archived need not: nothing rebuilds them
-// unseen. One find for the group; if it fails, those commits require no
-// lastModified, as before.
-func (g *txnLog) readBackRemovable(ctx context.Context, calls []*insertCall) {
-	mine := map[bson.ObjectID]*record{}
+// readBackMovable reads the lastModified the server gave the transactions
+// of calls that WithHistory will move out of the log (see movable), which
+// a grouped insert does not return: their commit requires it (see
+// commitMove), so that a commit delivered again after their move, when a
+// late insert has brought a copy back, is refused. So no copy is ever
+// committed, and a committed document is never a copy: statements tell an
+// entry from a copy by the document alone. Transactions kept for good
+// need not: nothing rebuilds them unseen. One find for the group. If it
+// fails, those transfers' outcome is unknown to their callers, and they
+// are left pending to recovery, which reads them before it moves them:
+// none is committed without its lastModified.
+func (g *txnLog) readBackMovable(ctx context.Context, calls []*insertCall) {
+	mine := map[bson.ObjectID]*insertCall{}
 	var ids bson.A
 	for _, q := range calls {
-		if r := q.cur; r != nil && r.guessed && removable(r) {
-			mine[r.ID] = r
+		if r := q.cur; r != nil && r.guessed && movable(r) {
+			mine[r.ID] = q
 			ids = append(ids, r.ID)
 		}
 	}
@@ -215,12 +218,17 @@ func (g *txnLog) readBackRemovable(ctx context.Context, calls []*insertCall) {
 		stored = stored[:0]
 		return cur.All(ctx, &stored)
 	})
-	if err != nil {
-		return
+	if err == nil {
+		for _, s := range stored {
+			if q := mine[s.ID]; q != nil && s.Claim == q.cur.Claim && s.State == StatePending {
+				q.cur.LastModified, q.cur.guessed = s.LastModified, false
+			}
+		}
 	}
-	for _, s := range stored {
-		if r := mine[s.ID]; r != nil && s.Claim == r.Claim && s.State == StatePending {
-			r.LastModified, r.guessed = s.LastModified, false
+	for _, q := range mine {
+		if q.cur.guessed {
+			// Inserted, and not to be committed unguarded: unknown.
+			q.cur, q.err = nil, cmpErr(err, errorf("twopc: transaction %s: its lastModified was not read back after its grouped insert", q.t.rec.ID.Hex()))
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/twopc/twopc"
 )
@@ -306,38 +307,124 @@ func TestStatementWithArchive(t *testing.T) {
 	assert.Equal(t, beforeA, checkStatement(t, c, "A", 300), "the same from the archive")
 	assert.Equal(t, beforeB, checkStatement(t, c, "B", 0))
 
-	// A late copy of the first in the log, committed again later.
-	var doc bson.D
-	require.NoError(t, archive.FindOne(ctx, bson.D{{Key: "_id", Value: first}}).Decode(&doc))
-	for i := range doc {
-		if doc[i].Key == "committedAt" {
-			doc[i].Value = time.Now().UTC()
-		}
-	}
-	_, err = b.db.Collection("transactions").InsertOne(ctx, doc)
+	// A late copy of the first in the log, as its insert delivered again
+	// leaves it: pending, never committed (its commit delivered again is
+	// refused: TestStatementNeverListsALateCopy).
+	_, err = b.db.Collection("transactions").InsertOne(ctx, lateCopy(t, archive, first))
 	require.NoError(t, err)
-	assert.Equal(t, beforeA, checkStatement(t, c, "A", 300), "the log's copy counts once, as the archive has it")
+	assert.Equal(t, beforeA, checkStatement(t, c, "A", 300), "a copy is not an entry")
 }
 
-// TestStatementHorizon: a page lists only entries older than the horizon
-// (a second by default); BalanceAt counts every entry.
-func TestStatementHorizon(t *testing.T) {
+// lateCopy is the document a late insert of archived transaction id
+// brings back to the log: the archived one as first inserted, pending, with
+// no commit time.
+func lateCopy(t *testing.T, archive *mongo.Collection, id bson.ObjectID) bson.D {
+	t.Helper()
+	var doc, out bson.D
+	require.NoError(t, archive.FindOne(testCtx(t), bson.D{{Key: "_id", Value: id}}).Decode(&doc))
+	for _, e := range doc {
+		switch e.Key {
+		case "committedAt":
+			continue
+		case "state":
+			e.Value = "pending"
+		case "lastModified":
+			e.Value = time.Now().UTC()
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// TestStatementShowsWhatJustHappened: a page read right after a call
+// returned, by another coordinator, lists that call's entry, with the
+// default horizon; a page that reached the last entry has no Next, and
+// pages of one list every entry once; BalanceAt counts every entry.
+func TestStatementShowsWhatJustHappened(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t)
 	c := b.coordinator(twopc.WithSyncSettle())
+	reader := b.coordinator()
 	b.open(map[string]int64{"A": 100, "B": 0})
-	_, err := c.Transfer(ctx, "A", "B", 10)
+	var ids []bson.ObjectID
+	for i := range 3 {
+		txn, err := c.Transfer(ctx, "A", "B", 10)
+		require.NoError(t, err)
+		ids = append(ids, txn.ID)
+		p, err := reader.Statement(ctx, "", "A", twopc.StatementQuery{})
+		require.NoError(t, err)
+		require.Len(t, p.Entries, i+1, "the transfer just made is listed")
+		assert.Equal(t, txn.ID, p.Entries[i].Txn)
+		assert.Equal(t, int64(90-10*i), p.Entries[i].Balance)
+		assert.Empty(t, p.Next, "the page reached the last entry")
+	}
+	var listed []bson.ObjectID
+	for _, e := range paged(t, reader, "A", twopc.StatementQuery{Limit: 1}) {
+		listed = append(listed, e.Txn)
+	}
+	assert.Equal(t, ids, listed, "pages of one, within the horizon: every entry once")
+	at, err := reader.BalanceAt(ctx, "", "A", time.Now().Add(time.Minute))
 	require.NoError(t, err)
-	p, err := c.Statement(ctx, "", "A", twopc.StatementQuery{})
-	require.NoError(t, err)
-	assert.Empty(t, p.Entries, "committed less than a second ago")
-	at, err := c.BalanceAt(ctx, "", "A", time.Now().Add(time.Minute))
-	require.NoError(t, err)
-	assert.Equal(t, int64(90), at)
+	assert.Equal(t, int64(70), at)
 	ctxDone, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = c.Statement(ctxDone, "", "A", twopc.StatementQuery{})
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// TestStatementPagesListALateCommitOnce: a commit stamped before the entry
+// a page (oldest first) showed last, and visible only after that page was
+// read (a commit is stamped before it is written), is listed by the next
+// page, and every entry once: the token of a page ending within the
+// horizon resumes from the horizon, skipping what the page showed.
+func TestStatementPagesListALateCommitOnce(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	c := b.coordinator(twopc.WithSyncSettle(), twopc.WithStatementHorizon(time.Hour))
+	b.open(map[string]int64{"A": 100, "B": 0})
+	var ids []bson.ObjectID
+	for range 3 {
+		txn, err := c.Transfer(ctx, "A", "B", 10)
+		require.NoError(t, err)
+		ids = append(ids, txn.ID)
+	}
+	p, err := c.Statement(ctx, "", "A", twopc.StatementQuery{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, p.Entries, 1)
+	require.NotEmpty(t, p.Next)
+	first := p.Entries[0]
+
+	// The late one: a committed transfer stamped a millisecond before the
+	// entry shown, made visible now.
+	var doc bson.D
+	require.NoError(t, b.db.Collection("transactions").FindOne(ctx, bson.D{{Key: "_id", Value: ids[1]}}).Decode(&doc))
+	late := bson.NewObjectID()
+	for i := range doc {
+		switch doc[i].Key {
+		case "_id":
+			doc[i].Value = late
+		case "committedAt":
+			doc[i].Value = first.At.Add(-time.Millisecond)
+		}
+	}
+	_, err = b.db.Collection("transactions").InsertOne(ctx, doc)
+	require.NoError(t, err)
+
+	listed := []bson.ObjectID{first.Txn}
+	q := twopc.StatementQuery{Limit: 1, After: p.Next}
+	for range 10 {
+		p, err := c.Statement(ctx, "", "A", q)
+		require.NoError(t, err)
+		for _, e := range p.Entries {
+			listed = append(listed, e.Txn)
+		}
+		if p.Next == "" {
+			break
+		}
+		q.After = p.Next
+	}
+	assert.ElementsMatch(t, append(ids, late), listed, "every entry once, the late one included")
+	assert.Equal(t, ids[0], listed[0])
 }
 
 // TestStatementReadsByTheIndex: on MongoDB a statement's read of the log
@@ -537,10 +624,10 @@ func TestStatementOpeningStable(t *testing.T) {
 	assert.Equal(t, int64(70), o)
 }
 
-// TestStatementPagesPastLateCopies: a page whose log read stops at late
-// copies (dropped: the archive holds their transactions) does not let the
-// archive's later entries pass an entry of the log not read yet: pages of
-// one concatenate to the whole.
+// TestStatementPagesPastLateCopies: entries of the archive committed after
+// an entry of the log, with late copies of them in the log (pending, as a
+// late insert leaves them: never entries), pages of one and two
+// concatenate to the whole, each entry once.
 func TestStatementPagesPastLateCopies(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t)
@@ -564,19 +651,12 @@ func TestStatementPagesPastLateCopies(t *testing.T) {
 	}
 	require.NoError(t, b.db.Collection("transactions").FindOne(ctx, bson.D{{Key: "_id", Value: kept.ID}}).Decode(&k))
 	// The archived ones committed after it, and late copies of them in
-	// the log committed before it.
+	// the log.
 	for i, id := range archived {
-		var doc bson.D
-		require.NoError(t, archive.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&doc))
 		_, err := archive.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "committedAt", Value: k.At.Add(time.Duration(i+1) * time.Millisecond)}}}})
 		require.NoError(t, err)
-		for j := range doc {
-			if doc[j].Key == "committedAt" {
-				doc[j].Value = k.At.Add(-time.Duration(2-i) * time.Minute)
-			}
-		}
-		_, err = b.db.Collection("transactions").InsertOne(ctx, doc)
+		_, err = b.db.Collection("transactions").InsertOne(ctx, lateCopy(t, archive, id))
 		require.NoError(t, err)
 	}
 	all := checkStatement(t, c, "A", 300, 1, 2)

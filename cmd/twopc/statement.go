@@ -212,7 +212,7 @@ func (r *statementReport) print(w io.Writer) {
 	}
 	_ = tw.Flush()
 	if r.Next != "" {
-		fmt.Fprintf(w, "More may follow: --after %s\n", r.Next)
+		fmt.Fprintf(w, "More follow: --after %s\n", r.Next)
 	}
 }
 

@@ -89,7 +89,8 @@
 // A fence line only ever refuses a leg: a clock that is wrong can cancel a
 // transfer ([ErrTooLate], nothing moved) or delay one, never apply a leg
 // twice. A transaction's time is stamped by its coordinator from the
-// host's clock corrected to the server's (hello's localTime).
+// host's clock corrected to the server's (hello's localTime), as its
+// insert is sent.
 //
 // An account document holds its balance, the markers of the legs in flight
 // on it, and the fences of the legs closed on it since its fence line,

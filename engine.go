@@ -47,6 +47,10 @@ func (c *Coordinator) newTransfer(t Txn, key string) *transfer {
 		id = keyID(key)
 	}
 	t.ID, t.State, t.Application, t.Key = id, StatePending, c.application, key
+	// Provisional: the insert write stamps the time it carries (see
+	// stampInsert). A call answered before that write returned (a step
+	// hook's stop at StepInsert, a context that ended while the write was
+	// under way) is told this one.
 	t.Created = c.now().UTC().Truncate(time.Millisecond)
 	return &transfer{rec: &record{
 		Txn:           t,
@@ -118,19 +122,23 @@ func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 			insertFailed(t, false, err)
 			continue
 		}
-		// Stamped as late as can be, by the clock corrected to the
-		// server's: a transaction must reach the log within the mark's
-		// margin of its time (see lowWater).
-		t.rec.Created = c.mark.stamp(ctx)
+		// Its time is stamped when its insert is sent (see insertGroup),
+		// not here: a wait in the insert stage does not count against
+		// the mark's margin. The coordinator's first reading of the
+		// server's clock, which the stamp is corrected by, is made here,
+		// under the caller's context, rather than in the write.
+		c.mark.sync(ctx)
 		if err := c.at(ctx, StepInsert, t.rec); err != nil {
 			t.answer(t.rec.txn(), insertUnknown(t.rec, err))
 			continue
 		}
-		calls = append(calls, &insertCall{t: t})
+		rec := *t.rec
+		calls = append(calls, &insertCall{t: t, rec: &rec})
 	}
 	if err := c.inserts.join(ctx, calls...); err != nil {
 		// Left before its write (not sent), or given up on while a write
-		// may still be filling calls in (unknown).
+		// may still be filling calls in (unknown; the write's stamp is
+		// left in the call's copy, which this goroutine does not read).
 		sent := !errors.Is(err, errNotSent)
 		for _, q := range calls {
 			insertFailed(q.t, sent, err)
@@ -139,13 +147,14 @@ func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 	}
 	var mine []*transfer
 	for _, q := range calls {
-		t, r, cur, err := q.t, q.t.rec, q.cur, q.err
+		t, r, cur, err := q.t, q.rec, q.cur, q.err
+		t.rec = r // as written: stamped
 		for attempt := 0; err == nil && r.Key == "" && cur.Claim != r.Claim && attempt < 3; attempt++ {
 			// A fresh id is taken only by another transaction whose id
 			// collided with it (or a placeholder Cancel wrote for that
 			// one): not this transfer's to answer for. Take another id.
 			r.ID = c.newID()
-			q.sent = false // a new _id: nothing of it sent yet
+			q.sent = false // a new _id: nothing of it sent yet, stamped anew as it is
 			cur, err = c.insert(ctx, r, &q.sent)
 		}
 		switch {

@@ -126,6 +126,16 @@ func HoldInserts(c *Coordinator, waiting func()) (release func()) {
 	}
 }
 
+// OnInsertWait has f called each time an insert of c starts waiting for
+// the insert write in flight to end, so that tests can queue a transfer
+// behind another without sleeping. f runs under the stage's lock: it must
+// not block.
+func OnInsertWait(c *Coordinator, f func()) {
+	c.inserts.mu.Lock()
+	defer c.inserts.mu.Unlock()
+	c.inserts.joined = f
+}
+
 // OnKeyWait has f called each time a call of c starts waiting for a call
 // of c with its idempotency key to end. f runs under a lock: it must not
 // block.

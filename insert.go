@@ -47,7 +47,12 @@ func insertFailed(t *transfer, sent bool, err error) {
 // insertCall is one transfer's insert in the insert stage, and its
 // outcome: the transaction under its _id as the write left it.
 type insertCall struct {
-	t    *transfer
+	t *transfer
+	// rec is the transaction the stage's write carries: a copy of t's,
+	// which the write stamps (see stampInsert), so that a caller who gave
+	// up on a write under way reads nothing the write sets. Its caller's
+	// once join has returned with no error.
+	rec  *record
 	cur  *record
 	err  error
 	sent bool // a write of it may have reached the server
@@ -81,7 +86,7 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 	var ids []bson.ObjectID
 	var grouped []*insertCall
 	for _, q := range calls {
-		id := q.t.rec.ID
+		id := q.rec.ID
 		if byID[id] == nil {
 			ids = append(ids, id)
 			grouped = append(grouped, q)
@@ -111,7 +116,7 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 				cp := *stored
 				q.cur = &cp
 			default:
-				q.cur, q.err = c.log.insertOne(ctx, q.t.rec, &q.sent)
+				q.cur, q.err = c.log.insertOne(ctx, q.rec, &q.sent)
 			}
 			if q.err == nil && q.cur != nil {
 				stored = q.cur
@@ -125,18 +130,21 @@ func (c *Coordinator) insertAll(ctx context.Context, calls []*insertCall) {
 // in one command, and fills in the calls it inserted (cur) and those whose
 // outcome the command left unknown (err); the others are left empty, to
 // be inserted alone. of is the size of the stage's group, for the
-// observers.
+// observers. Each transaction is stamped as the command is built, right
+// before it is sent (see stampInsert).
 func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
-	if len(calls) == 1 && calls[0].t.rec.KeepMs > 0 {
+	if len(calls) == 1 && calls[0].rec.KeepMs > 0 {
 		// A transaction WithHistory will move out of the log is inserted
 		// alone, by a find-and-modify that returns its lastModified,
 		// which its commit then requires (see commitMove): a late copy
 		// of it is never committed.
 		return
 	}
+	at := g.mark.stamp(ctx)
 	models := make([]mongo.WriteModel, len(calls))
 	for i, q := range calls {
-		filter, update := insertWrite(q.t.rec)
+		stampInsert(q.rec, q.sent, at)
+		filter, update := insertWrite(q.rec)
 		models[i] = updateByID(filter, update).SetUpsert(true)
 	}
 	start := time.Now()
@@ -155,7 +163,7 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
 		// Not answered, or not durably: every insert's outcome is unknown.
 		for _, q := range calls {
 			q.err = err
-			g.transition(ctx, q.t.rec.ID, inserted, start, of, false, err)
+			g.transition(ctx, q.rec.ID, inserted, start, of, false, err)
 		}
 		return
 	}
@@ -168,10 +176,10 @@ func (g *txnLog) insertGroup(ctx context.Context, calls []*insertCall, of int) {
 		if res != nil {
 			id, _ = res.UpsertedIDs[int64(i)].(bson.ObjectID)
 		}
-		if id != q.t.rec.ID {
+		if id != q.rec.ID {
 			continue // inserted again alone
 		}
-		cur := *q.t.rec
+		cur := *q.rec
 		cur.LastModified = start // the server's clock set the stored one; not read back
 		cur.guessed = true
 		q.cur = &cur
@@ -246,6 +254,23 @@ func (c *Coordinator) insert(ctx context.Context, r *record, sent *bool) (*recor
 	return c.log.insertOne(ctx, r, sent)
 }
 
+// stampInsert gives r its transaction time, at, by the clock corrected
+// to the server's (lowWater.stamp), taken right before the insert write
+// that carries r is built and sent: a transaction must reach the log
+// within the mark's margin of its time (see lowWater), and that counts
+// from the write, not from when its transfer was queued for it (a wait
+// in the insert stage behind a write in flight, a step hook). Unless a
+// write of r may have been sent already (sent): a later write of the same
+// _id (a group's statement inserted again alone) carries the time the
+// first carried, which the upsert's $setOnInsert kept if that one landed,
+// so that r tells the time the log holds. The retries of one write send
+// the document as built, with its time.
+func stampInsert(r *record, sent bool, at time.Time) {
+	if !sent {
+		r.Created = at
+	}
+}
+
 // insertWrite is the guarded upsert that inserts r, claimed and pending,
 // with lastModified from the server's clock, keyed by its _id: a retry
 // after a lost reply finds it rather than inserting a second one.
@@ -313,8 +338,11 @@ func insertWrite(r *record) (filter, update bson.D) {
 // insertOne writes the new transaction (see insertWrite) in one
 // find-and-modify. If the _id is an earlier transfer's (same key), it
 // returns that transaction; the caller compares claims to tell. It sets
-// *sent once an attempt may have reached the server.
+// *sent once an attempt may have reached the server. r is stamped right
+// before the write is sent, unless a write of it may have been sent
+// already (see stampInsert).
 func (g *txnLog) insertOne(ctx context.Context, r *record, sent *bool) (*record, error) {
+	stampInsert(r, *sent, g.mark.stamp(ctx))
 	filter, update := insertWrite(r)
 	var cur record
 	start := time.Now()

@@ -26,9 +26,13 @@ const (
 	// markMargin is how far behind the server's clock the mark stays,
 	// whatever the log holds: it covers a transaction stamped (by a clock
 	// corrected to the server's) and not yet in the log when the mark is
-	// read. A transaction whose insert lands later than that after its
-	// stamp may find a line past its time: it is refused there and rolls
-	// back (ErrTooLate), moving nothing.
+	// read. The stamp is taken right before the insert write that carries
+	// the transaction is sent (see stampInsert), so the margin bounds
+	// that write's way to the log (its retries included), not a wait in
+	// the coordinator's insert stage before it. A transaction whose
+	// insert lands later than that after its stamp may find a line past
+	// its time: it is refused there and rolls back (ErrTooLate), moving
+	// nothing.
 	markMargin = 500 * time.Millisecond
 	// markTimeout bounds one reading of the mark.
 	markTimeout = 5 * time.Second
@@ -90,10 +94,11 @@ func newLowWater(c *Coordinator) *lowWater {
 	}
 }
 
-// stamp returns the time for a new transaction: the host's clock corrected
-// to the server's, in milliseconds. A coordinator's first stamp waits for
-// the server's clock (one hello, bounded by ctx); if that fails, it is
-// the host's clock until the next reading.
+// stamp returns the time for a new transaction, taken right before its
+// insert is sent (see stampInsert): the host's clock corrected to the
+// server's, in milliseconds. A coordinator's first stamp waits for the
+// server's clock (one hello, bounded by ctx), unless sync has read it;
+// if that fails, it is the host's clock until the next reading.
 func (m *lowWater) stamp(ctx context.Context) time.Time {
 	m.sync(ctx)
 	m.line()

@@ -33,9 +33,10 @@ type Txn struct {
 	// once with it; nil if none.
 	Metadata map[string]string `bson:"metadata,omitempty"`
 	// Created is the transaction time: when the coordinator that wrote the
-	// transaction created it, by that coordinator's clock corrected to the
-	// server's (see PROTOCOL.md, Clocks), to the millisecond. It never
-	// changes. Accounts' fence lines are compared
+	// transaction sent the write that inserted it (not when the transfer
+	// was called or queued for that write), by that coordinator's clock
+	// corrected to the server's (see PROTOCOL.md, Clocks), to the
+	// millisecond. It never changes. Accounts' fence lines are compared
 	// with it: an account refuses every leg of a transaction created at or
 	// before its line (see ErrTooLate).
 	Created time.Time `bson:"created,omitempty"`

@@ -10,7 +10,8 @@ import (
 )
 
 // What an audit reports, and its options: the kinds of violation, the
-// report, and the bounds it checks against (the checks are in audit.go).
+// report, and the bounds it checks against (the call is in audit.go, the
+// checks in auditlog.go, auditaccounts.go and auditholds.go).
 
 // ErrAuditFailed is what AuditReport.Err wraps when the audit found a
 // violation.

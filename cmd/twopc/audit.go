@@ -157,7 +157,7 @@ func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
 		}
 		opts = append(opts, twopc.WithExpectedTotal(t.ledger, t.total))
 	}
-	cn, err := g.connect(ctx, cl)
+	cn, err := g.connectExisting(ctx, cl)
 	if err != nil {
 		return err
 	}

@@ -73,6 +73,16 @@
 // recoverer that has it, untouched, and exits 1 naming the ledger; cancel
 // and reverse refuse such a transaction.
 //
+// The read commands audit, list, statement, balance and account refuse a
+// database that holds none of the collections the flags name in it (the
+// accounts, the transactions, and, where given, the archive and each
+// --ledger NAME=COLLECTION): they say so, naming the collections the
+// database has, and exit 1, rather than report no account, no transfer
+// or a clean audit of a database that is the wrong one. One collection of
+// them is enough: after EnsureIndexes both the accounts and the
+// transactions exist. status refuses a database with no transactions
+// collection (see Status).
+//
 // # Status
 //
 // twopc status counts the transactions by state (and those in no state
@@ -306,7 +316,8 @@
 //	1  a check failed (audit found a violation, doctor found the server
 //	   unfit), or the operation was refused: past its commit point, owned by
 //	   a live process, no such transaction or account, a reversal that
-//	   cannot apply, no transactions collection (status)
+//	   cannot apply, no transactions collection (status), none of the
+//	   collections named (audit, list, statement, balance, account)
 //	2  usage error: an unknown command or flag, a bad argument, no database
 //	   named, a ledger needed and not given
 //	3  cannot connect, the server failed a command, or interrupted

@@ -3,6 +3,8 @@ package twopc
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -55,7 +57,8 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 	if err != nil {
 		return nil, errorf("twopc: audit: %w", err)
 	}
-	rep := &AuditReport{Started: now, Transactions: map[State]int{}, Accounts: map[string]int{}, Tombstones: map[string]int{}}
+	rep := &AuditReport{Started: now, Transactions: map[State]int{}, Accounts: map[string]int{}, Tombstones: map[string]int{},
+		Assets: map[string][]string{}}
 	au := &audit{c: c, cfg: cfg, rep: rep}
 	if err := au.transactions(ctx); err != nil {
 		return nil, errorf("twopc: audit: %w", err)
@@ -74,6 +77,7 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 		for asset, s := range perAsset {
 			sums[totalKey{ledger: name, asset: asset, byAsset: true}] = s
 		}
+		rep.Assets[name] = append([]string{}, slices.Sorted(maps.Keys(perAsset))...)
 	}
 	if len(cfg.totals) > 0 && !inFlight {
 		// Nothing was in flight at the start. Was anything by the end, or

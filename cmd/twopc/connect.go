@@ -178,8 +178,7 @@ func (g *globals) connectExisting(ctx context.Context, cl *cli) (*conn, error) {
 			}
 		}
 	}
-	why := "so nothing to read: no account was opened and no transfer made in it, or " +
-		strings.Join(flags[:len(flags)-1], ", ") + " or " + flags[len(flags)-1] + " names another"
+	why := "so nothing to read: no account was opened and no transfer made in it, or " + series(flags, "or") + " names another"
 	if err := cn.hasAny(ctx, why, colls...); err != nil {
 		cn.close()
 		return nil, err
@@ -218,7 +217,7 @@ func (cn *conn) hasAny(ctx context.Context, why string, colls ...string) error {
 	case n == 2:
 		missing = "neither collection " + quoted[0] + " nor " + quoted[1]
 	case n > 2:
-		missing = "none of the collections " + strings.Join(quoted[:n-1], ", ") + " and " + quoted[n-1]
+		missing = "none of the collections " + series(quoted, "and")
 	}
 	sort.Strings(names)
 	has := "it has no collection at all"

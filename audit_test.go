@@ -96,6 +96,7 @@ func TestAuditLiveSystemIsHealthy(t *testing.T) {
 	assert.Zero(t, rep.Markers)
 	assert.Equal(t, 6, rep.Accounts[""])
 	assert.Equal(t, 1, rep.Accounts["fees"])
+	assert.Equal(t, map[string][]string{"": {""}, "fees": {""}}, rep.Assets, "accounts of no asset")
 	require.Len(t, rep.Totals, 2)
 	for _, tc := range rep.Totals {
 		assert.True(t, tc.Decided && tc.OK, "%+v", tc)

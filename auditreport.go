@@ -10,7 +10,8 @@ import (
 )
 
 // What an audit reports, and its options: the kinds of violation, the
-// report, and the bounds it checks against (the checks are in audit.go).
+// report, and the bounds it checks against (the call is in audit.go, the
+// checks in auditlog.go, auditaccounts.go and auditholds.go).
 
 // ErrAuditFailed is what AuditReport.Err wraps when the audit found a
 // violation.
@@ -144,6 +145,13 @@ type AuditReport struct {
 	// and fences both hold.
 	Accounts   map[string]int `json:"accounts"`
 	Tombstones map[string]int `json:"tombstones,omitempty"`
+	// Assets lists, per ledger, the assets of the accounts its total sums,
+	// sorted: "" for accounts with none (an account whose asset is
+	// malformed is summed and named in none; it is reported). A ledger
+	// that lists more than one holds different assets, which its total
+	// (WithExpectedTotal) adds together: state each one's instead
+	// (WithExpectedAssetTotal).
+	Assets map[string][]string `json:"assets"`
 	// Held counts the holds in StateHeld the audit checked against their
 	// accounts, and HeldValue the value they hold.
 	Held      int          `json:"held"`
@@ -251,8 +259,9 @@ func WithStaleGrace(d time.Duration) AuditOption {
 // the sum over its accounts of balance plus held debits. The audit checks
 // it when no transaction is in flight (see TotalCheck).
 //
-// The sum is over every asset the ledger's accounts hold: with several,
-// state each asset's total (WithExpectedAssetTotal) instead.
+// The sum is over every asset the ledger's accounts hold: with several
+// (AuditReport.Assets names them), state each asset's total
+// (WithExpectedAssetTotal) instead.
 func WithExpectedTotal(ledger string, total int64) AuditOption {
 	return expectTotal(totalKey{ledger: ledger}, total)
 }

@@ -3,6 +3,8 @@ package twopc
 import (
 	"context"
 	"maps"
+
+	"github.com/twopc/twopc/internal/schema"
 )
 
 // MaxBatch is the most transfers one TransferBatch call takes.
@@ -116,7 +118,7 @@ func (c *Coordinator) requested(q TransferRequest) (Txn, error) {
 		t = Txn{Source: q.Source, Destination: q.Destination, Value: q.Value}
 	}
 	if q.Asset != "" {
-		if err := validAsset(q.Asset); err != nil {
+		if err := schema.ValidAsset(q.Asset); err != nil {
 			return Txn{}, errorf("%w: %w", ErrInvalidTransfer, err)
 		}
 		if err := withAsset(&t, q.Asset); err != nil {

@@ -55,7 +55,7 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ..
 	cfg := accountOptions(opts)
 	set := bson.D{{Key: fieldBalance, Value: balance}, {Key: fieldPending, Value: bson.A{}}}
 	if cfg.assetSet {
-		if err := validAsset(cfg.asset); err != nil {
+		if err := schema.ValidAsset(cfg.asset); err != nil {
 			return errorf("twopc: open account %v: %w: %w", id, ErrInvalidAccount, err)
 		}
 		set = append(set, bson.E{Key: fieldAsset, Value: cfg.asset})

@@ -1,7 +1,8 @@
 package twopc
 
 // Assets and limits: the options an account is opened with (its asset,
-// its floor and ceiling), SetLimits, and the rules for asset codes.
+// its floor and ceiling), SetLimits, and the rules for asset codes (their
+// grammar is internal/schema's ValidAsset, which the tool reads them by).
 
 import (
 	"context"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -76,26 +78,6 @@ func accountOptions(opts []AccountOption) accountConfig {
 
 // limited reports whether the options give the account limits.
 func (c accountConfig) limited() bool { return c.floorSet || c.ceilingSet }
-
-// validAsset reports why code is not an asset code, or nil.
-func validAsset(code string) error {
-	name, scale, scaled := strings.Cut(code, "/")
-	if name == "" || len(name) > 32 {
-		return errorf("asset code %q: want 1 to 32 bytes before the scale", code)
-	}
-	for _, r := range name {
-		if !(r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
-			return errorf("asset code %q: want upper-case letters, digits and _", code)
-		}
-	}
-	if scaled {
-		n, err := strconv.Atoi(scale)
-		if err != nil || n < 0 || n > 18 || strconv.Itoa(n) != scale {
-			return errorf("asset code %q: want a scale of 0 to 18 after /", code)
-		}
-	}
-	return nil
-}
 
 // assetScale returns the scale of asset code (0 if it has none).
 func assetScale(code string) int {
@@ -213,7 +195,7 @@ func (l *Ledger) setLimits(ctx context.Context, id any, cfg accountConfig) error
 		return errorf("twopc: set limits: %w", err)
 	}
 	if cfg.assetSet {
-		if err := validAsset(cfg.asset); err != nil {
+		if err := schema.ValidAsset(cfg.asset); err != nil {
 			return errorf("twopc: set limits of %v: %w: %w", id, ErrInvalidAccount, err)
 		}
 	}

@@ -330,6 +330,7 @@ func TestLimitsAudit(t *testing.T) {
 	for _, tc := range rep.Totals {
 		assert.True(t, tc.Decided && tc.OK && tc.ByAsset, "%+v", tc)
 	}
+	assert.Equal(t, map[string][]string{"": {"EUR/2", "USD/2"}}, rep.Assets, "the assets the ledger's total would add together")
 	rep, err = b.c.Audit(ctx, twopc.WithExpectedAssetTotal("", "EUR/2", 4999))
 	require.NoError(t, err)
 	require.Len(t, rep.Violations, 1)
@@ -529,6 +530,7 @@ func TestLimitsAuditMalformedAsset(t *testing.T) {
 	}
 	require.Len(t, rep.Violations, 1)
 	assert.Equal(t, twopc.ViolationMalformed, rep.Violations[0].Kind)
+	assert.Equal(t, map[string][]string{"": {""}}, rep.Assets, "the malformed asset is named in none")
 }
 
 // A fresh process settling legs on accounts with limits that it has never

@@ -70,7 +70,7 @@ func validateLegs(legs []Leg) (int64, error) {
 			return 0, errorf("%w: %w", ErrInvalidTransfer, err)
 		}
 		if l.Asset != "" {
-			if err := validAsset(l.Asset); err != nil {
+			if err := schema.ValidAsset(l.Asset); err != nil {
 				return 0, errorf("%w: leg %d: %w", ErrInvalidTransfer, i, err)
 			}
 		}

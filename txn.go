@@ -488,7 +488,7 @@ func transferOptions(opts []TransferOption) (transferConfig, error) {
 		return tc, err
 	}
 	if tc.assetSet {
-		if err := validAsset(tc.asset); err != nil {
+		if err := schema.ValidAsset(tc.asset); err != nil {
 			return tc, errorf("%w: WithAsset: %w", ErrInvalidTransfer, err)
 		}
 	}

@@ -167,7 +167,7 @@ func runAccount(ctx context.Context, cl *cli, cmd *command, args []string) error
 			}
 		}
 	}
-	cn, err := g.connect(ctx, cl)
+	cn, err := g.connectExisting(ctx, cl)
 	if err != nil {
 		return err
 	}

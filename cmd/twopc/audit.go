@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,63 +28,53 @@ given with --ledger (a ledger not given is not audited):
   stale          an unfinished transaction untouched for longer than its
                  recorded lease (never less than --min-lease) plus
                  --grace: no recoverer is finishing it
+  held-without-marker
+                 an account holds a pending credit or a held debit with
+                 no leg in flight on it
   marker-bound   an account holds more markers than --max-pending or
                  fences than --max-fences
   malformed      an account or transaction of a shape the protocol does
-                 not write
-  total          a ledger does not hold the total --total states (checked
-                 only when no transaction is in flight; a hold held is
-                 not in flight: it moves no ledger's total)
+                 not write (a balance or limit that is not an integer, a
+                 marker array that is not an array, an asset that is not
+                 a string), or a ledger whose sum is outside int64
   hold-not-on-account
                  a hold in state held whose leg's marker is not on its
                  account, or whose account holds less pending debit or
                  credit than the holds held on it
+  rooms          an account with limits whose floorRoom or ceilingRoom is
+                 not what its balance, its sums in flight and its limits
+                 make them (a hand edit)
+  outside-limits an account with limits whose balance is below its floor,
+                 or, with everything in flight, above its ceiling
+  total          a ledger, or an asset in it, does not hold the total
+                 --total states (checked only when no transaction is in
+                 flight; a hold held is not in flight: it moves no
+                 ledger's total)
 
 It prints the counts it read and every violation, with progress on
 stderr, and exits 1 if it found any.
 
---total LEDGER=N states the money ledger LEDGER holds, in minor units:
-the sum of its balances and held debits; "" or "default" is the default
-ledger (--total =100000 or --total default=100000). Repeatable.
+--total states the money a ledger holds, in minor units: the sum of its
+accounts' balances and held debits. Repeatable.
+  --total LEDGER=N        the whole ledger; "" or "default" is the
+                          default ledger (--total =100000, --total
+                          default=100000). Refused (exit 1) when the
+                          audit finds the ledger's accounts of more than
+                          one asset, or of an asset and none: a sum of
+                          different assets means nothing.
+  --total LEDGER:ASSET=N  the accounts of asset ASSET (a code such as
+                          USD/2) in the ledger; none for those with no
+                          asset (--total shanghai:USD/2=5000, --total
+                          default:none=0)
+  --total ASSET=N         the same in the default ledger, when ASSET names
+                          no ledger given (--total USD/2=0)
 
 Examples:
   twopc audit
   twopc audit --total default=100000 --grace 5m
-  twopc audit --ledger shanghai=accounts_sh --total shanghai=5000 --json | jq .violations`,
+  twopc audit --total USD/2=100000 --total EUR/2=50000
+  twopc audit --ledger shanghai=accounts_sh --total shanghai:USD/2=5000 --json | jq .violations`,
 	run: runAudit,
-}
-
-// totalList is the repeatable --total LEDGER=N flag.
-type totalList []struct {
-	ledger string
-	total  int64
-}
-
-func (l *totalList) String() string {
-	parts := make([]string, len(*l))
-	for i, t := range *l {
-		parts[i] = fmt.Sprintf("%s=%d", ledgerName(t.ledger), t.total)
-	}
-	return strings.Join(parts, ",")
-}
-
-func (l *totalList) Set(s string) error {
-	name, n, ok := strings.Cut(s, "=")
-	if !ok {
-		return fmt.Errorf("want LEDGER=N, not %q", s)
-	}
-	total, err := strconv.ParseInt(n, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%q: the total is not an integer", s)
-	}
-	if name == "default" {
-		name = ""
-	}
-	*l = append(*l, struct {
-		ledger string
-		total  int64
-	}{name, total})
-	return nil
 }
 
 // auditReport is the audit's report, and whether it found nothing. Its
@@ -129,7 +118,7 @@ func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	var g globals
 	g.register(fs, withApplication|withLedgers)
 	var totals totalList
-	fs.Var(&totals, "total", "the total `LEDGER=N` a ledger holds (repeatable)")
+	fs.Var(&totals, "total", "the total `LEDGER=N` a ledger holds, or [LEDGER:]ASSET=N an asset's in it (repeatable)")
 	grace := fs.Duration("grace", twopc.DefaultInterval, "how long past its lease an unfinished transaction may stay untouched")
 	batch := fs.Int("batch", twopc.DefaultAuditBatch, "how many documents to read at a time")
 	maxPending := fs.Int("max-pending", twopc.DefaultPendingBound, "the most markers of legs in flight an account may hold")
@@ -151,13 +140,13 @@ func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	if err := g.check(); err != nil {
 		return err
 	}
-	for _, t := range totals {
-		if _, ok := g.ledger(t.ledger); !ok {
-			return cl.usage(cmd, fs, "--total %s=%d: no ledger %q (give it with --ledger %s=COLLECTION or %s=URI)", t.ledger, t.total, t.ledger, t.ledger, t.ledger)
-		}
-		opts = append(opts, twopc.WithExpectedTotal(t.ledger, t.total))
+	if err := totals.resolve(&g); err != nil {
+		return cl.usage(cmd, fs, "%v", err)
 	}
-	cn, err := g.connect(ctx, cl)
+	for _, t := range totals {
+		opts = append(opts, t.option())
+	}
+	cn, err := g.connectExisting(ctx, cl)
 	if err != nil {
 		return err
 	}
@@ -175,6 +164,9 @@ func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	p.end()
 	if err != nil {
 		return err
+	}
+	if err := totals.mixed(rep); err != nil {
+		return refused(err)
 	}
 	out := auditReport{OK: rep.OK(), Database: cn.db.Name(), AuditReport: rep, Violations: violations(rep.Violations)}
 	if g.json {
@@ -230,13 +222,17 @@ func (r *auditReport) print(w io.Writer) {
 	fmt.Fprintf(w, "  accounts by ledger: %s; %s of legs in flight, %s\n",
 		strings.Join(parts, ", "), plural(int64(r.Markers), "marker"), plural(int64(r.Fences), "fence"))
 	for _, t := range r.Totals {
+		none := ""
+		if t.ByAsset && !contains(r.Assets[t.Ledger], t.Asset) {
+			none = " (no account holds it)"
+		}
 		switch {
 		case !t.Decided:
-			fmt.Fprintf(w, "  total of ledger %s: %d, want %d: not decided, transactions were in flight\n", ledgerName(t.Ledger), t.Actual, t.Expected)
+			fmt.Fprintf(w, "  total of %s: %d, want %d: not decided, transactions were in flight%s\n", totalOf(t), t.Actual, t.Expected, none)
 		case t.OK:
-			fmt.Fprintf(w, "  total of ledger %s: %d, as stated\n", ledgerName(t.Ledger), t.Actual)
+			fmt.Fprintf(w, "  total of %s: %d, as stated%s\n", totalOf(t), t.Actual, none)
 		default:
-			fmt.Fprintf(w, "  total of ledger %s: %d, want %d\n", ledgerName(t.Ledger), t.Actual, t.Expected)
+			fmt.Fprintf(w, "  total of %s: %d, want %d%s\n", totalOf(t), t.Actual, t.Expected, none)
 		}
 	}
 	if r.OK {

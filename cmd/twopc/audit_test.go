@@ -1,6 +1,13 @@
 package main
 
 import (
+	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -60,4 +67,143 @@ func TestAudit(t *testing.T) {
 	r = f.run("audit")
 	require.Equal(t, exitFailed, r.code, r.stdout)
 	require.Contains(t, r.stdout, "orphan-marker")
+}
+
+// totalsJSON is what the tests read of audit --json: its totals.
+type totalsJSON struct {
+	OK     bool `json:"ok"`
+	Totals []struct {
+		Ledger   string `json:"ledger"`
+		Asset    string `json:"asset"`
+		ByAsset  bool   `json:"byAsset"`
+		Expected int64  `json:"expected"`
+		Actual   int64  `json:"actual"`
+		OK       bool   `json:"ok"`
+	} `json:"totals"`
+	Assets map[string][]string `json:"assets"`
+}
+
+// totals decodes the run's report, into a fresh value: decoding into a
+// used one keeps what its slices' elements held in fields left out.
+func (r result) totals(t *testing.T) totalsJSON {
+	t.Helper()
+	var rep totalsJSON
+	r.decode(t, &rep)
+	return rep
+}
+
+// TestAuditTotalAsset: --total takes an asset, [LEDGER:]ASSET=N, and
+// checks the accounts of that asset only; a whole ledger's total is
+// refused once the ledger holds accounts of two assets, or of an asset
+// and none, rather than adding them together.
+func TestAuditTotalAsset(t *testing.T) {
+	f := newFixture(t)
+	require.NoError(t, f.c.OpenAccount(f.ctx, "alice", 1000, twopc.AccountAsset("USD/2")))
+	require.NoError(t, f.c.OpenAccount(f.ctx, "desk", 0, twopc.AccountAsset("USD/2")))
+	_, err := f.c.Transfer(f.ctx, "alice", "desk", 100, twopc.WithAsset("USD/2"))
+	require.NoError(t, err)
+
+	r := f.run("audit", "--total", "USD/2=1000", "--json")
+	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
+	rep := r.totals(t)
+	require.True(t, rep.OK)
+	require.Len(t, rep.Totals, 1)
+	require.Equal(t, "", rep.Totals[0].Ledger)
+	require.Equal(t, "USD/2", rep.Totals[0].Asset)
+	require.True(t, rep.Totals[0].ByAsset)
+	require.EqualValues(t, 1000, rep.Totals[0].Actual)
+	require.Equal(t, map[string][]string{"": {"USD/2"}}, rep.Assets)
+
+	r = f.run("audit", "--total", "default:USD/2=999")
+	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "total of ledger default, asset USD/2: 1000, want 999\n")
+	// An asset no account holds sums to 0, and says so.
+	r = f.run("audit", "--total", "GBP/2=0")
+	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "total of ledger default, asset GBP/2: 0, as stated (no account holds it)\n")
+	// A ledger of one asset: its total is that asset's.
+	r = f.run("audit", "--total", "default=1000")
+	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "total of ledger default: 1000, as stated\n")
+
+	// Two assets: the whole ledger's total is refused, each asset's checked.
+	require.NoError(t, f.c.OpenAccount(f.ctx, "bob", 500, twopc.AccountAsset("EUR/2")))
+	r = f.run("audit", "--total", "default=1500")
+	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
+	require.Empty(t, r.stdout)
+	require.Contains(t, r.stderr, "--total default=1500: ledger default holds accounts of asset EUR/2 and asset USD/2, "+
+		"which one total would add together: state each asset's (--total default:EUR/2=N, --total default:USD/2=N)")
+	r = f.run("audit", "--total", "=1500", "--json")
+	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
+	var e struct {
+		Error      string `json:"error"`
+		ExitStatus int    `json:"exitStatus"`
+	}
+	r.decode(t, &e)
+	require.Contains(t, e.Error, "--total =1500: ledger default holds accounts of asset EUR/2 and asset USD/2")
+	require.Equal(t, exitFailed, e.ExitStatus)
+	r = f.run("audit", "--total", "USD/2=1000", "--total", "EUR/2=500", "--json")
+	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
+	rep = r.totals(t)
+	require.True(t, rep.OK)
+	require.Len(t, rep.Totals, 2)
+	require.Equal(t, []string{"EUR/2", "USD/2"}, rep.Assets[""])
+
+	// An asset and none: refused too; "none" names the accounts with none.
+	f.open(map[string]int64{"carol": 7})
+	r = f.run("audit", "--total", "default=1507")
+	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "holds accounts of no asset, asset EUR/2 and asset USD/2")
+	require.Contains(t, r.stderr, "--total default:none=N")
+	r = f.run("audit", "--total", "default:none=7")
+	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "total of ledger default, no asset: 7, as stated\n")
+	r = f.run("audit", "--total", "none=8")
+	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "total of ledger default, no asset: 7, want 8\n")
+
+	// A ledger's name wins over the asset of the same spelling; default:
+	// names the asset then.
+	require.NoError(t, f.c.OpenAccount(f.ctx, "eve", 1, twopc.AccountAsset("EU")))
+	r = f.run("audit", "--ledger", "EU=eu", "--total", "EU=0", "--total", "default:EU=1", "--json")
+	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
+	rep = r.totals(t)
+	require.Len(t, rep.Totals, 2)
+	require.Equal(t, "EU", rep.Totals[0].Ledger)
+	require.False(t, rep.Totals[0].ByAsset)
+	require.Equal(t, "", rep.Totals[1].Ledger)
+	require.Equal(t, "EU", rep.Totals[1].Asset)
+	require.EqualValues(t, 1, rep.Totals[1].Actual)
+}
+
+// TestAuditHelpListsEveryCheck: audit's help names every kind of
+// violation the library's audit reports (the Violation constants of
+// auditreport.go).
+func TestAuditHelpListsEveryCheck(t *testing.T) {
+	file, err := parser.ParseFile(token.NewFileSet(), "../../auditreport.go", nil, 0)
+	require.NoError(t, err)
+	var kinds []string
+	for _, d := range file.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, s := range g.Specs {
+			v := s.(*ast.ValueSpec)
+			if len(v.Names) == 1 && strings.HasPrefix(v.Names[0].Name, "Violation") && len(v.Values) == 1 {
+				lit, ok := v.Values[0].(*ast.BasicLit)
+				require.True(t, ok, v.Names[0].Name)
+				kind, err := strconv.Unquote(lit.Value)
+				require.NoError(t, err)
+				kinds = append(kinds, kind)
+			}
+		}
+	}
+	require.Contains(t, kinds, twopc.ViolationHoldNotOnAccount, "the constants were read")
+	require.Len(t, kinds, 9)
+	r := runTool(context.Background(), "help", "audit")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	for _, k := range kinds {
+		require.Regexp(t, `(?m)^  `+regexp.QuoteMeta(k)+`( |$)`, r.stdout, "help audit lists %s", k)
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -150,6 +152,82 @@ func (g *globals) connect(ctx context.Context, cl *cli) (*conn, error) {
 		cn.ledgers[l.name] = c.Database(l.db).Collection(l.collection, majority)
 	}
 	return cn, nil
+}
+
+// connectExisting connects as connect does, and refuses (exit status 1)
+// a database that holds none of the collections the flags name in it:
+// the default ledger's accounts (--accounts), the log (--transactions),
+// the archive (--archive) if given, and the accounts of each --ledger
+// given there. What the read commands would find in it is nothing, which
+// says "no transfer" and "no account" of a database that is the wrong
+// one, or not twopc's.
+func (g *globals) connectExisting(ctx context.Context, cl *cli) (*conn, error) {
+	cn, err := g.connect(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	colls, flags := []string{g.accounts, g.transactions}, []string{"--db", "--accounts", "--transactions"}
+	if g.archive != "" {
+		colls, flags = append(colls, g.archive), append(flags, "--archive")
+	}
+	for _, l := range g.ledgers {
+		if l.uri == "" && !contains(colls, l.collection) {
+			colls = append(colls, l.collection)
+			if !contains(flags, "--ledger") {
+				flags = append(flags, "--ledger")
+			}
+		}
+	}
+	why := "so nothing to read: no account was opened and no transfer made in it, or " + series(flags, "or") + " names another"
+	if err := cn.hasAny(ctx, why, colls...); err != nil {
+		cn.close()
+		return nil, err
+	}
+	return cn, nil
+}
+
+// hasLog refuses (exit status 1) a database with no transactions
+// collection of the name the flags give: counting its transactions would
+// say "none" of a log that is not there, when the database or collection
+// named is the wrong one, or no transfer was ever made in it.
+func (cn *conn) hasLog(ctx context.Context) error {
+	return cn.hasAny(ctx, "so no transaction to count: no transfer was made in it, or --db or --transactions names another", cn.txns.Name())
+}
+
+// hasAny returns nil if the flags' database holds one of the collections
+// colls, and otherwise refuses (exit status 1) with a message that names
+// them, says why that matters, and names the collections the database
+// holds (the first ten), for the one a mistyped flag missed.
+func (cn *conn) hasAny(ctx context.Context, why string, colls ...string) error {
+	names, err := cn.db.ListCollectionNames(ctx, bson.D{})
+	if err != nil {
+		return fmt.Errorf("list the collections of database %s: %w", cn.db.Name(), err)
+	}
+	for _, c := range colls {
+		if contains(names, c) {
+			return nil
+		}
+	}
+	quoted := make([]string, len(colls))
+	for i, c := range colls {
+		quoted[i] = strconv.Quote(c)
+	}
+	missing := "no collection " + quoted[0]
+	switch n := len(quoted); {
+	case n == 2:
+		missing = "neither collection " + quoted[0] + " nor " + quoted[1]
+	case n > 2:
+		missing = "none of the collections " + series(quoted, "and")
+	}
+	sort.Strings(names)
+	has := "it has no collection at all"
+	switch {
+	case len(names) > 10:
+		has = "its collections: " + strings.Join(names[:10], ", ") + fmt.Sprintf(" and %d more", len(names)-10)
+	case len(names) > 0:
+		has = "its collections: " + strings.Join(names, ", ")
+	}
+	return refused(fmt.Errorf("database %s has %s, %s (%s)", cn.db.Name(), missing, why, has))
 }
 
 // dial connects to the deployment of connection string uri and checks

@@ -73,6 +73,16 @@
 // recoverer that has it, untouched, and exits 1 naming the ledger; cancel
 // and reverse refuse such a transaction.
 //
+// The read commands audit, list, statement, balance and account refuse a
+// database that holds none of the collections the flags name in it (the
+// accounts, the transactions, and, where given, the archive and each
+// --ledger NAME=COLLECTION): they say so, naming the collections the
+// database has, and exit 1, rather than report no account, no transfer
+// or a clean audit of a database that is the wrong one. One collection of
+// them is enough: after EnsureIndexes both the accounts and the
+// transactions exist. status refuses a database with no transactions
+// collection (see Status).
+//
 // # Status
 //
 // twopc status counts the transactions by state (and those in no state
@@ -256,15 +266,30 @@
 //
 // twopc audit checks the invariants (Coordinator.Audit) over the
 // transactions and the accounts of every ledger given, reading at
-// majority, in batches of --batch, and writing nothing: no marker of a
-// leg in flight names a final or missing transaction; no unfinished
-// transaction is untouched past its lease plus --grace (default 30s); no
-// account holds more than --max-pending markers or --max-fences fences;
-// every document has the shape the protocol writes; and, for each --total
-// LEDGER=N ("" or "default" for the default ledger), the ledger's
-// balances and held debits sum to N (checked when nothing is in flight).
-// It prints what it read and every violation, and exits 1 if there is
-// one.
+// majority, in batches of --batch, and writing nothing. Each check is a
+// kind of violation: no marker of a leg in flight names a final or
+// missing transaction (orphan-marker); no unfinished transaction is
+// untouched past its lease plus --grace, default 30s (stale); no account
+// holds a pending credit or held debit with no leg in flight
+// (held-without-marker); no account holds more than --max-pending
+// markers or --max-fences fences (marker-bound); every document has the
+// shape the protocol writes, and no ledger's sum leaves int64
+// (malformed); every hold held has its legs' markers and amounts on its
+// accounts (hold-not-on-account); an account with limits has the rooms
+// its balance, sums in flight and limits make (rooms) and is within them
+// (outside-limits); and each --total holds (total; checked when nothing
+// is in flight). It prints what it read and every violation, and exits 1
+// if there is one.
+//
+// --total states a sum of balances and held debits, in minor units:
+// LEDGER=N a whole ledger's ("" or "default" for the default ledger),
+// LEDGER:ASSET=N that of the ledger's accounts of asset ASSET (none for
+// those with no asset), and ASSET=N the same in the default ledger when
+// ASSET names no ledger given (--total USD/2=0). A ledger's total is
+// refused, exit status 1, when the audit finds its accounts of more than
+// one asset, or of an asset and none (AuditReport.Assets): it would add
+// different assets together; state each asset's instead. Two --total
+// that name the same sum are a usage error.
 //
 // # Doctor
 //
@@ -306,7 +331,9 @@
 //	1  a check failed (audit found a violation, doctor found the server
 //	   unfit), or the operation was refused: past its commit point, owned by
 //	   a live process, no such transaction or account, a reversal that
-//	   cannot apply, no transactions collection (status)
+//	   cannot apply, no transactions collection (status), none of the
+//	   collections named (audit, list, statement, balance, account), a
+//	   ledger's --total over several assets (audit)
 //	2  usage error: an unknown command or flag, a bad argument, no database
 //	   named, a ledger needed and not given
 //	3  cannot connect, the server failed a command, or interrupted

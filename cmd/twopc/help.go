@@ -113,7 +113,9 @@ Exit status:
   1  a check failed (audit found a violation, doctor found the server
      unfit), or the operation was refused (past its commit point, owned by
      a live process, no such transaction or account, no transactions
-     collection)
+     collection for status, none of the collections named for audit,
+     list, statement, balance and account, a ledger's --total over
+     several assets)
   2  usage error: the command line is wrong
   3  cannot connect, the server failed a command, or interrupted
 

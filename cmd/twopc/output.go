@@ -195,6 +195,15 @@ func seconds(d time.Duration) float64 { return d.Seconds() }
 // table is a tabwriter for human output; Flush it.
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
+// series is items as a sentence lists them, the last two joined by conj
+// ("and", "or"): "a", "a or b", "a, b or c"; "" for none.
+func series(items []string, conj string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " " + conj + " " + items[len(items)-1]
+}
+
 // plural is n and noun, plural when n is not 1.
 func plural(n int64, noun string) string {
 	if n == 1 {

@@ -117,7 +117,7 @@ func (a *accountArgs) parse(ctx context.Context, cl *cli, cmd *command, args []s
 	if err := a.g.check(); err != nil {
 		return nil, err
 	}
-	return a.g.connect(ctx, cl)
+	return a.g.connectExisting(ctx, cl)
 }
 
 // first calls fn with each of the account's candidate ids until one is an

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/twopc/twopc/internal/schema"
@@ -141,30 +140,6 @@ func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport,
 		return nil, fmt.Errorf("active applications: %w", err)
 	}
 	return rep, nil
-}
-
-// hasLog refuses (exit status 1) a database with no transactions
-// collection of the name the flags give: counting its transactions would
-// say "none" of a log that is not there, when the database or collection
-// named is the wrong one, or no transfer was ever made in it.
-func (cn *conn) hasLog(ctx context.Context) error {
-	names, err := cn.db.ListCollectionNames(ctx, bson.D{})
-	if err != nil {
-		return fmt.Errorf("list the collections of database %s: %w", cn.db.Name(), err)
-	}
-	if contains(names, cn.txns.Name()) {
-		return nil
-	}
-	sort.Strings(names)
-	has := "it has no collection at all"
-	switch {
-	case len(names) > 10:
-		has = "its collections: " + strings.Join(names[:10], ", ") + fmt.Sprintf(" and %d more", len(names)-10)
-	case len(names) > 0:
-		has = "its collections: " + strings.Join(names, ", ")
-	}
-	return refused(fmt.Errorf("database %s has no collection %q, so no transaction to count: no transfer was made in it, "+
-		"or --db or --transactions names another (%s)", cn.db.Name(), cn.txns.Name(), has))
 }
 
 // oldest is the transaction in state (a value or a condition) whose

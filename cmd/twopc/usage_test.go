@@ -43,6 +43,10 @@ func TestUsage(t *testing.T) {
 		{name: "ledger named default", args: []string{"audit", "--uri", nowhere, "--ledger", "default=x"}, code: exitUsage, stderr: "default ledger"},
 		{name: "audit bad total", args: []string{"audit", "--uri", nowhere, "--total", "lots"}, code: exitUsage, stderr: "LEDGER=N"},
 		{name: "audit total of an unknown ledger", args: []string{"audit", "--uri", nowhere, "--total", "sh=5"}, code: exitUsage, stderr: "no ledger"},
+		{name: "audit asset total of an unknown ledger", args: []string{"audit", "--uri", nowhere, "--total", "sh:USD/2=5"}, code: exitUsage, stderr: `no ledger "sh"`},
+		{name: "audit total given twice", args: []string{"audit", "--uri", nowhere, "--total", "default:none=7", "--total", "none=8"}, code: exitUsage,
+			stderr: "--total default:none=7 and --total none=8 state the same total"},
+		{name: "audit total of a bad asset", args: []string{"audit", "--uri", nowhere, "--total", "default:usd=5"}, code: exitUsage, stderr: `asset code "usd": want upper-case`},
 		{name: "recover zero interval", args: []string{"recover", "--uri", nowhere, "--interval", "0"}, code: exitUsage, stderr: "--interval"},
 		{name: "same collections", args: []string{"status", "--uri", nowhere, "--accounts", "x", "--transactions", "x"}, code: exitUsage, stderr: "both"},
 	} {

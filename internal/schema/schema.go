@@ -1,7 +1,8 @@
 // Package schema is the document schema that the library and the twopc
 // tool share, so that the tool can never disagree with the library: the
 // field names of transaction and account documents, leg markers, the
-// equality of ids as the server sees it, and the server's clock.
+// equality of ids as the server sees it, the server's clock, and asset
+// codes.
 package schema
 
 import (
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -235,4 +237,27 @@ func ServerNow(ctx context.Context, db *mongo.Database) (time.Time, error) {
 		return time.Time{}, errors.New("server time: hello has no localTime")
 	}
 	return hello.LocalTime, nil
+}
+
+// ValidAsset reports why code is not an asset code, or nil. An asset code
+// is 1 to 32 upper-case letters, digits and _, then optionally "/N", N a
+// scale of 0 to 18 written without leading zeros (twopc.AccountAsset):
+// the library refuses any other, and the tool reads one by it.
+func ValidAsset(code string) error {
+	name, scale, scaled := strings.Cut(code, "/")
+	if name == "" || len(name) > 32 {
+		return fmt.Errorf("asset code %q: want 1 to 32 bytes before the scale", code)
+	}
+	for _, r := range name {
+		if !(r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			return fmt.Errorf("asset code %q: want upper-case letters, digits and _", code)
+		}
+	}
+	if scaled {
+		n, err := strconv.Atoi(scale)
+		if err != nil || n < 0 || n > 18 || strconv.Itoa(n) != scale {
+			return fmt.Errorf("asset code %q: want a scale of 0 to 18 after /", code)
+		}
+	}
+	return nil
 }

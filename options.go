@@ -270,23 +270,24 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 // transaction's own write commands, delivered again after its removal (a
 // network that duplicates and delays), can bring its document back, with
 // none of its legs applied, whatever the first record's state was. Such a
-// copy is not committed: its commit and its capture, delivered again, are
-// refused (they require the lastModified or heldAt their sender read, and
-// the copy's are the late writes'), and a Recoverer's pass cancels it
-// (reason "late_copy": a copy brought back pending has a leg closed and
-// none applied, one brought back held has none of its legs on its
-// accounts), so no statement lists it. A transfer inserted in a group
-// (concurrent transfers on one coordinator, TransferBatch) has its
-// lastModified read back after the grouped insert, which returns none,
-// when it is to be removed without an archive; if that read fails, its
-// commit requires only its state and claim, and a copy brought back by
-// its insert and its commit both delivered again after its removal would
-// be committed (with no leg applied and no money moved) and listed by
-// statements. The copy is removed in turn, and the archive
-// keeps the first record (a copy's archiving finds the id there and leaves
-// it), which is what Get, Cancel and Reverse then read. Without an
-// archive, do not Reverse a transaction older than keep on the log's word
-// alone.
+// copy is never committed: its commit and its capture, delivered again,
+// are refused (they require the lastModified or heldAt their sender read,
+// and the copy's are the late writes'; a transfer inserted in a group has
+// its lastModified read back after the grouped insert, and one whose
+// read-back fails is answered unknown and left to recovery, which reads
+// it first), and a Recoverer's pass cancels it (reason "late_copy": a copy
+// brought back pending has a leg closed and none applied, one brought back
+// held has none of its legs on its accounts), so no statement lists it.
+// The copy is removed in turn, and the archive keeps the first record (a
+// copy's archiving finds the id there and leaves it), which is what Get,
+// Cancel and Reverse then read. Without an archive, do not Reverse a
+// transaction older than keep on the log's word alone.
+//
+// Statements read what the log, the archive and the checkpoints hold
+// (see Coordinator.Statement): before a pass moves transactions to an
+// archive it records so, and a coordinator that does not read that
+// archive answers for the entries moved only from a checkpoint after
+// them, else ErrHistoryRemoved.
 //
 // The archive's name is recorded in each transaction with keep, and only a
 // Recoverer whose coordinator has WithHistory with an archive of that name

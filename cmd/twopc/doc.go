@@ -162,10 +162,10 @@
 // twopc statement ACCOUNT prints the account's entries (Coordinator.Statement):
 // one per leg of a committed transfer on it, in commit order, with its
 // time, transaction, signed amount, the balance after it, and the
-// transfer's key and metadata; entries less than a second old are not
-// listed yet. --since and --until (RFC 3339) bound their times, --limit N
-// (default 100) prints a page and, when more may follow, the --after TOKEN
-// of the next; --reverse lists newest first. twopc balance ACCOUNT --at
+// transfer's key and metadata, a transfer's entry as soon as the call
+// that made it returned. --since and --until (RFC 3339) bound their
+// times, --limit N (default 100) prints a page and, when more follow, the
+// --after TOKEN of the next; --reverse lists newest first. twopc balance ACCOUNT --at
 // TIME prints its balance then (Coordinator.BalanceAt; default now).
 // --ledger NAME reads another ledger, --archive COLLECTION the archive
 // too. With --json: {"ledger", "account", "entries": [{"txn", "at",

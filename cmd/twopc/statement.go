@@ -22,8 +22,8 @@ var statementCommand = &command{
 Coordinator.Statement): one per leg of a committed transfer on it, in
 commit order, each with its time, transaction, signed amount, the
 account's balance after it, and the transfer's key and metadata. Canceled
-transfers and holds not captured are not entries. Entries less than a
-second old are not listed yet.
+transfers and holds not captured are not entries. A transfer's entry is
+listed as soon as the call that made it returned.
 
 --since and --until (RFC 3339 times) bound the entries' times, --since
 included, --until not. --limit N prints at most N entries (default 100,

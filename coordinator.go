@@ -102,7 +102,6 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	}
 	c.log = &txnLog{config: &c.config, txns: db.Collection(cfg.transactions, majority)}
 	c.checkpoints = db.Collection(cfg.transactions+checkpointsSuffix, majority)
-	c.indexes = newLogIndexes(c.log.txns, c.checkpoints, cfg.managedIndexes)
 	if c.history.archive != nil {
 		a := c.history.archive
 		if a.Name() == cfg.transactions && a.Database().Name() == db.Name() {
@@ -110,6 +109,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		}
 		c.history.archive = a.Clone(majority)
 	}
+	c.indexes = newLogIndexes(c.log.txns, c.checkpoints, c.history.archive, cfg.managedIndexes)
 	c.ledger = &Ledger{config: &c.config, accounts: db.Collection(cfg.accounts, majority)}
 	c.ledgers = ledgers{"": c.ledger}
 	for _, spec := range cfg.ledgers {

@@ -383,3 +383,72 @@ func ExampleCoordinator_Hold() {
 	// done captured 240 A: 760 B: 240
 	// true
 }
+
+// An account's transactions, in any state, filtered and paged: here the
+// transfers of one order, newest first, and every transaction by the
+// iterator, oldest first.
+func ExampleCoordinator_Transactions() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_transactions")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db, twopc.WithSyncSettle())
+	defer c.Close(ctx)
+	_ = c.OpenAccount(ctx, "alice", 5000)
+	_ = c.OpenAccount(ctx, "shop", 0)
+
+	order := twopc.WithMetadata(map[string]string{"order": "o-17"})
+	_, _ = c.Transfer(ctx, "alice", "shop", 1250, order)
+	_, _ = c.Transfer(ctx, "alice", "shop", 9000) // refused: canceled, but listed
+	_, _ = c.Transfer(ctx, "shop", "alice", 250, order)
+
+	page, err := c.Transactions(ctx, "", "alice", twopc.TransactionQuery{
+		Metadata: map[string]string{"order": "o-17"}, Reverse: true, Limit: 10})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, txn := range page.Txns {
+		fmt.Println(txn.Source, "→", txn.Destination, txn.Value, txn.State)
+	}
+	for txn, err := range c.Txns(ctx, "", "alice", twopc.TransactionQuery{}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(txn.Value, txn.State)
+	}
+	// Output:
+	// shop → alice 250 done
+	// alice → shop 1250 done
+	// 1250 done
+	// 9000 canceled
+	// 250 done
+}
+
+// The accounts of a ledger, of one asset, by pages.
+func ExampleCoordinator_Accounts() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_accounts")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db)
+	defer c.Close(ctx)
+	_ = c.OpenAccount(ctx, "carol", 300, twopc.AccountAsset("USD/2"))
+	_ = c.OpenAccount(ctx, "alice", 100, twopc.AccountAsset("USD/2"))
+	_ = c.OpenAccount(ctx, "bob", 200, twopc.AccountAsset("EUR/2"))
+
+	q := twopc.AccountQuery{Asset: "USD/2", Limit: 1}
+	for {
+		page, err := c.Accounts(ctx, "", q)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, a := range page.Accounts {
+			fmt.Println(a.ID, a.Balance, a.Asset)
+		}
+		if page.Next == "" {
+			break
+		}
+		q.After = page.Next
+	}
+	// Output:
+	// alice 100 USD/2
+	// carol 300 USD/2
+}

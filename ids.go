@@ -2,7 +2,6 @@ package twopc
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"math"
 	"reflect"
@@ -163,17 +162,13 @@ func checkKeys(doc bson.Raw) error {
 	return nil
 }
 
-// keyID is the _id of the transaction with idempotency key key: the first
-// 12 bytes of a SHA-256 of it. Deriving the _id from the key makes the
+// keyID is the _id of the transaction with idempotency key key
+// (schema.KeyID: 11 bytes of a SHA-256 of it, and the zero marker byte).
+// Deriving the _id from the key makes the
 // _id's own uniqueness enforce the key's, with no secondary unique index
 // (which a collection sharded on a hashed _id could not have) and every
 // lookup targeted by _id.
-func keyID(key string) bson.ObjectID {
-	sum := sha256.Sum256([]byte("twopc/key\x00" + key))
-	var id bson.ObjectID
-	copy(id[:len(id)-1], sum[:]) // the last byte is zero: see schema.Marker
-	return id
-}
+func keyID(key string) bson.ObjectID { return schema.KeyID(key) }
 
 // newTxnID is a fresh transaction id: an ObjectID-shaped value of four
 // bytes of seconds (so ids sort roughly by creation, as ObjectIDs do) and

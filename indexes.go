@@ -2,8 +2,9 @@ package twopc
 
 // The indexes the library reads by: made by the coordinator itself, once,
 // before the first read that needs them (the low-water mark's, a recovery
-// pass's, a statement's), or, under WithManagedIndexes, checked there and
-// named when missing. No such read scans the log.
+// pass's, a statement's, an account's transactions'), or, under
+// WithManagedIndexes, checked there and named when missing. No such read
+// scans the log, nor WithHistory's archive.
 
 import (
 	"context"
@@ -24,37 +25,60 @@ const (
 	codeIndexKeySpecsConflict = 86
 )
 
+// indexColl says which collection an index of the library is on.
+type indexColl int
+
+const (
+	onLog         indexColl = iota // the transactions collection
+	onCheckpoints                  // the statements' checkpoints
+	onArchive                      // WithHistory's archive, if there is one
+)
+
 // libraryIndex is one index the library reads by.
 type libraryIndex struct {
-	checkpoints bool // on the checkpoints collection, not the log
-	name        string
-	keys        bson.D
+	coll indexColl
+	name string
+	keys bson.D
 }
 
-// libraryIndexes are the indexes the library reads by: {state,
-// lastModified} for recovery's scans, {state, created} for the low-water
-// mark, {accounts, committedAt} for statements, and {key, at} for the
-// statements' checkpoints.
+// The keys the log and the archive are read by for an account: its
+// entries (statements) and its transactions (Coordinator.Transactions).
+var (
+	entriesIndexKeys      = bson.D{{Key: fieldEntryKeys, Value: 1}, {Key: fieldCommittedAt, Value: 1}}
+	transactionsIndexKeys = bson.D{{Key: fieldEntryKeys, Value: 1}, {Key: fieldCreated, Value: 1}, {Key: "_id", Value: 1}}
+)
+
+// libraryIndexes are the indexes the library reads by: on the log,
+// {state, lastModified} for recovery's scans, {state, created} for the
+// low-water mark, {accounts, committedAt} for statements and {accounts,
+// created, _id} for an account's transactions, the last two on the archive
+// too; and {key, at} for the statements' checkpoints.
 func libraryIndexes() []libraryIndex {
 	return []libraryIndex{
-		{name: "state_1_lastModified_1", keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}},
-		{name: "state_1_created_1", keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldCreated, Value: 1}}},
-		{name: "accounts_1_committedAt_1", keys: bson.D{{Key: fieldEntryKeys, Value: 1}, {Key: fieldCommittedAt, Value: 1}}},
-		{checkpoints: true, name: "key_1_at_-1", keys: bson.D{{Key: "key", Value: 1}, {Key: "at", Value: -1}}},
+		{coll: onLog, name: "state_1_lastModified_1", keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}},
+		{coll: onLog, name: "state_1_created_1", keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldCreated, Value: 1}}},
+		{coll: onLog, name: "accounts_1_committedAt_1", keys: entriesIndexKeys},
+		{coll: onLog, name: "accounts_1_created_1__id_1", keys: transactionsIndexKeys},
+		{coll: onCheckpoints, name: "key_1_at_-1", keys: bson.D{{Key: "key", Value: 1}, {Key: "at", Value: -1}}},
+		{coll: onArchive, name: "accounts_1_committedAt_1", keys: entriesIndexKeys},
+		{coll: onArchive, name: "accounts_1_created_1__id_1", keys: transactionsIndexKeys},
 	}
 }
 
 // EnsureIndexes creates the indexes the protocol's scans use, idempotently:
 // {state, lastModified} for recovery, {state, created} for the low-water
-// mark (the oldest unfinished transaction), and {accounts, committedAt} for
-// statements, with {key, at} on the statements' checkpoints (the
-// transactions collection's name with "_checkpoints"). An index of the same
-// name already there is kept as it is.
+// mark (the oldest unfinished transaction), {accounts, committedAt} for
+// statements and {accounts, created, _id} for an account's transactions
+// (Transactions), with {key, at} on the statements' checkpoints (the
+// transactions collection's name with "_checkpoints"), and, with
+// WithHistory's archive, {accounts, committedAt} and {accounts, created,
+// _id} on the archive. An index of the same name already there is kept as
+// it is.
 //
 // Calling it is optional: a coordinator makes these indexes itself before
 // its first read that needs them (the low-water mark's, a recovery pass's,
-// a statement's), unless WithManagedIndexes says they are managed
-// elsewhere. EnsureIndexes makes them whatever the options. No index is
+// a statement's, Transactions'), unless WithManagedIndexes says they are
+// managed elsewhere. EnsureIndexes makes them whatever the options. No index is
 // needed for correctness: accounts and transactions are read and written
 // by _id, and idempotency keys are enforced by the _id derived from them;
 // the indexes keep those reads from scanning the log.
@@ -66,8 +90,8 @@ func (x *logIndexes) ensure(ctx context.Context) error {
 	// that name serves; and FerretDB
 	// v1 drops the connection when one createIndexes names several that
 	// exist.
-	have := map[bool]map[string]bool{}
-	for _, coll := range []bool{false, true} {
+	have := map[indexColl]map[string]bool{}
+	for _, coll := range x.colls() {
 		specs, err := x.coll(coll).Indexes().ListSpecifications(ctx)
 		if err != nil {
 			return errorf("twopc: ensure indexes: %w", err)
@@ -77,21 +101,44 @@ func (x *logIndexes) ensure(ctx context.Context) error {
 			have[coll][ix.Name] = true
 		}
 	}
-	for _, ix := range libraryIndexes() {
-		if err := ensureIndex(ctx, x.coll(ix.checkpoints), have[ix.checkpoints], ix.name, ix.keys); err != nil {
+	for _, ix := range x.indexes() {
+		if err := ensureIndex(ctx, x.coll(ix.coll), have[ix.coll], ix.name, ix.keys); err != nil {
 			return errorf("twopc: ensure indexes: %w", err)
 		}
 	}
 	return nil
 }
 
-// coll is the collection of the library's indexes: the log, or the
-// statements' checkpoints.
-func (x *logIndexes) coll(checkpoints bool) *mongo.Collection {
-	if checkpoints {
+// coll is the collection of the library's indexes named by which: the
+// log, the statements' checkpoints, or the archive (nil if none).
+func (x *logIndexes) coll(which indexColl) *mongo.Collection {
+	switch which {
+	case onCheckpoints:
 		return x.checkpoints
+	case onArchive:
+		return x.archive
 	}
 	return x.log
+}
+
+// colls are the collections x has indexes on: the log, the checkpoints,
+// and the archive if there is one.
+func (x *logIndexes) colls() []indexColl {
+	if x.archive == nil {
+		return []indexColl{onLog, onCheckpoints}
+	}
+	return []indexColl{onLog, onCheckpoints, onArchive}
+}
+
+// indexes are the library's indexes on x's collections.
+func (x *logIndexes) indexes() []libraryIndex {
+	var out []libraryIndex
+	for _, ix := range libraryIndexes() {
+		if ix.coll != onArchive || x.archive != nil {
+			out = append(out, ix)
+		}
+	}
+	return out
 }
 
 // ensureIndex creates index name, of keys, unless have names it.
@@ -107,21 +154,22 @@ func ensureIndex(ctx context.Context, coll *mongo.Collection, have map[string]bo
 	return err
 }
 
-// logIndexes is a coordinator's indexes on the log and the checkpoints,
-// made (or checked) once: the first caller that needs them does it, the
-// others wait for it (or their context); a failure is returned to that
-// caller and the next one tries again.
+// logIndexes is a coordinator's indexes on the log, the checkpoints and
+// WithHistory's archive, made (or checked) once: the first caller that
+// needs them does it, the others wait for it (or their context); a
+// failure is returned to that caller and the next one tries again.
 type logIndexes struct {
 	log, checkpoints *mongo.Collection
-	managed          bool // WithManagedIndexes: check, never make
+	archive          *mongo.Collection // nil: none
+	managed          bool              // WithManagedIndexes: check, never make
 	done             atomic.Bool
 	turn             chan struct{} // a one-slot semaphore: whose turn it is to try
 }
 
-// newLogIndexes returns the indexes of log and checkpoints, to be made
-// (or, managed, checked) at the first need.
-func newLogIndexes(log, checkpoints *mongo.Collection, managed bool) *logIndexes {
-	return &logIndexes{log: log, checkpoints: checkpoints, managed: managed, turn: make(chan struct{}, 1)}
+// newLogIndexes returns the indexes of log, checkpoints and archive (nil:
+// none), to be made (or, managed, checked) at the first need.
+func newLogIndexes(log, checkpoints, archive *mongo.Collection, managed bool) *logIndexes {
+	return &logIndexes{log: log, checkpoints: checkpoints, archive: archive, managed: managed, turn: make(chan struct{}, 1)}
 }
 
 // need returns once the library's indexes exist: made by this
@@ -157,8 +205,8 @@ func (x *logIndexes) need(ctx context.Context) error {
 // collection and keys, unless every index the library reads by exists
 // (by its keys, under any name and options).
 func (x *logIndexes) check(ctx context.Context) error {
-	keys := map[bool][]bson.Raw{}
-	for _, coll := range []bool{false, true} {
+	keys := map[indexColl][]bson.Raw{}
+	for _, coll := range x.colls() {
 		specs, err := x.coll(coll).Indexes().ListSpecifications(ctx)
 		if err != nil {
 			return errorf("twopc: check indexes: %w", err)
@@ -168,16 +216,16 @@ func (x *logIndexes) check(ctx context.Context) error {
 		}
 	}
 	var missing []string
-	for _, ix := range libraryIndexes() {
+	for _, ix := range x.indexes() {
 		found := false
-		for _, k := range keys[ix.checkpoints] {
+		for _, k := range keys[ix.coll] {
 			if sameKeys(k, ix.keys) {
 				found = true
 				break
 			}
 		}
 		if !found {
-			missing = append(missing, fmt.Sprintf("%s %s (%s)", x.coll(ix.checkpoints).Name(), keysLabel(ix.keys), ix.name))
+			missing = append(missing, fmt.Sprintf("%s %s (%s)", x.coll(ix.coll).Name(), keysLabel(ix.keys), ix.name))
 		}
 	}
 	if len(missing) > 0 {

@@ -77,7 +77,8 @@ func planScans(t *testing.T, db *mongo.Database, cmd bson.Raw) (string, bool) {
 // TestIndexesMadeByTheCoordinator: a coordinator whose caller never called
 // EnsureIndexes makes the library's indexes itself, before its first read
 // that needs them, so that no read of a transfer, of the low-water mark,
-// of a Recoverer pass or of a statement scans the log or the accounts:
+// of a Recoverer pass, of a statement or of an account's transactions
+// scans the log or the accounts:
 // each find they send is explained, and none is a collection scan. (Audit
 // reads everything by design, and is not run.)
 func TestIndexesMadeByTheCoordinator(t *testing.T) {
@@ -113,6 +114,8 @@ func TestIndexesMadeByTheCoordinator(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.GetByKey(ctx, "k1")
 	require.NoError(t, err)
+	_, err = c.Transactions(ctx, "", "A", twopc.TransactionQuery{States: []twopc.State{twopc.StateDone}})
+	require.NoError(t, err)
 
 	seen := map[string]bool{}
 	for _, cmd := range rec.recorded() {
@@ -134,9 +137,11 @@ func TestIndexesMadeByTheCoordinator(t *testing.T) {
 			seen["applied scan"] = true
 		case strings.Contains(filter, `"committedAt"`):
 			seen["statement"] = true
+		case strings.Contains(filter, `"accounts"`) && strings.Contains(filter, `"created"`):
+			seen["transactions"] = true
 		}
 	}
-	for _, shape := range []string{"mark", "stale scan", "applied scan", "statement", "checkpoint", "accounts"} {
+	for _, shape := range []string{"mark", "stale scan", "applied scan", "statement", "checkpoint", "accounts", "transactions"} {
 		assert.Truef(t, seen[shape], "no %s read was recorded", shape)
 	}
 }
@@ -159,10 +164,12 @@ func TestIndexesManagedElsewhere(t *testing.T) {
 
 	_, err = twopc.NewRecoverer(c).RecoverOnce(ctx)
 	require.ErrorIs(t, err, twopc.ErrMissingIndex)
-	for _, name := range []string{"state_1_lastModified_1", "state_1_created_1", "accounts_1_committedAt_1", "key_1_at_-1"} {
+	for _, name := range []string{"state_1_lastModified_1", "state_1_created_1", "accounts_1_committedAt_1", "accounts_1_created_1__id_1", "key_1_at_-1"} {
 		assert.Contains(t, err.Error(), name)
 	}
 	_, err = c.Statement(ctx, "", "A", twopc.StatementQuery{})
+	require.ErrorIs(t, err, twopc.ErrMissingIndex)
+	_, err = c.Transactions(ctx, "", "A", twopc.TransactionQuery{})
 	require.ErrorIs(t, err, twopc.ErrMissingIndex)
 	_, err = twopc.ReadMark(ctx, c)
 	require.ErrorIs(t, err, twopc.ErrMissingIndex)
@@ -176,6 +183,8 @@ func TestIndexesManagedElsewhere(t *testing.T) {
 	_, err = twopc.NewRecoverer(c).RecoverOnce(ctx)
 	require.NoError(t, err, "checked again: found")
 	_, err = c.Statement(ctx, "", "A", twopc.StatementQuery{})
+	require.NoError(t, err)
+	_, err = c.Transactions(ctx, "", "A", twopc.TransactionQuery{})
 	require.NoError(t, err)
 	_, err = twopc.ReadMark(ctx, c)
 	require.NoError(t, err)
@@ -205,7 +214,36 @@ func TestEnsureIndexesIdempotent(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t) // calls EnsureIndexes
 	require.NoError(t, b.c.EnsureIndexes(ctx), "a second time")
-	assert.ElementsMatch(t, []string{"_id_", "state_1_lastModified_1", "state_1_created_1", "accounts_1_committedAt_1"},
+	assert.ElementsMatch(t, []string{"_id_", "state_1_lastModified_1", "state_1_created_1", "accounts_1_committedAt_1", "accounts_1_created_1__id_1"},
 		indexNames(t, b.db.Collection("transactions")))
 	assert.ElementsMatch(t, []string{"_id_", "key_1_at_-1"}, indexNames(t, b.db.Collection("transactions_checkpoints")))
+}
+
+// TestArchiveIndexes: with WithHistory's archive, the coordinator makes
+// the indexes statements and Transactions read the archive by, and no
+// other; under WithManagedIndexes a missing one on the archive is named.
+func TestArchiveIndexes(t *testing.T) {
+	ctx := testCtx(t)
+	db := mongotest.NewDatabase(t)
+	archive := db.Collection("archive")
+	managed, err := twopc.NewCoordinator(db, twopc.WithManagedIndexes(), twopc.WithHistory(time.Hour, archive))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = managed.Close(context.Background()) })
+	plain, err := twopc.NewCoordinator(db) // no archive: makes none there
+	require.NoError(t, err)
+	require.NoError(t, plain.EnsureIndexes(ctx))
+	_, err = managed.Transactions(ctx, "", "A", twopc.TransactionQuery{})
+	require.ErrorIs(t, err, twopc.ErrMissingIndex)
+	assert.Contains(t, err.Error(), "archive {accounts: 1, created: 1, _id: 1}")
+	assert.Contains(t, err.Error(), "archive {accounts: 1, committedAt: 1}")
+	assert.NotContains(t, err.Error(), "transactions {", "the log's are there")
+
+	c, err := twopc.NewCoordinator(db, twopc.WithHistory(time.Hour, archive))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	require.NoError(t, c.EnsureIndexes(ctx))
+	require.NoError(t, c.EnsureIndexes(ctx), "a second time")
+	assert.ElementsMatch(t, []string{"_id_", "accounts_1_committedAt_1", "accounts_1_created_1__id_1"}, indexNames(t, archive))
+	_, err = managed.Transactions(ctx, "", "A", twopc.TransactionQuery{})
+	require.NoError(t, err, "checked again: found")
 }

@@ -181,18 +181,33 @@ func (l *Ledger) account(ctx context.Context, id any) (*Account, []bson.ObjectID
 	}
 	var a account
 	err := l.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1},
-			{Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}, {Key: fieldAsset, Value: 1}, {Key: fieldFloor, Value: 1},
-			{Key: fieldCeiling, Value: 1}, {Key: fieldFloorRoom, Value: 1}})).Decode(&a)
+		options.FindOne().SetProjection(publicAccountProjection)).Decode(&a)
 	if errors.Is(err, mongo.ErrNoDocuments) || (err == nil && a.Tombstone) {
 		return nil, nil, errorf("%w: %v", ErrAccountNotFound, id)
 	}
 	if err != nil {
 		return nil, nil, errorf("twopc: account %v: %w", id, err)
 	}
+	out, err := a.public(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, a.pending(), nil
+}
+
+// publicAccountProjection is what an Account is made of (see
+// account.public).
+var publicAccountProjection = bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1},
+	{Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}, {Key: fieldAsset, Value: 1}, {Key: fieldFloor, Value: 1},
+	{Key: fieldCeiling, Value: 1}, {Key: fieldFloorRoom, Value: 1}}
+
+// public is account document a, of id id, as an Account (CommittedCredit
+// zero); ErrInvalidAccount if its balance is not an integer, or its asset
+// or limits are not valid. A tombstone is the caller's to refuse.
+func (a *account) public(id any) (*Account, error) {
 	b, ok := a.balance()
 	if !ok {
-		return nil, nil, errorf("%w: %v", ErrInvalidAccount, id)
+		return nil, errorf("%w: %v", ErrInvalidAccount, id)
 	}
 	var txns []bson.ObjectID
 	for _, m := range a.pending() {
@@ -204,16 +219,16 @@ func (l *Ledger) account(ctx context.Context, id any) (*Account, []bson.ObjectID
 	if asset, ok := a.assetOf(); ok {
 		out.Asset = asset
 	} else {
-		return nil, nil, errorf("%w: %v has %s", ErrInvalidAccount, id, assetName(a.Asset))
+		return nil, errorf("%w: %v has %s", ErrInvalidAccount, id, assetName(a.Asset))
 	}
 	if a.limited() {
 		lim, ok := a.limits()
 		if !ok {
-			return nil, nil, errorf("%w: %v has a floor or ceiling that is not an integer", ErrInvalidAccount, id)
+			return nil, errorf("%w: %v has a floor or ceiling that is not an integer", ErrInvalidAccount, id)
 		}
 		out.Limited, out.Floor, out.Ceiling = true, lim.floor, lim.ceiling
 	}
-	return out, a.pending(), nil
+	return out, nil
 }
 
 // Balance returns an account's available balance (see Account).

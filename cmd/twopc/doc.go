@@ -18,8 +18,9 @@
 //
 //	status   transactions by state, the oldest unfinished one, which applications are active
 //	list     transactions, filtered, least recently touched first
-//	show     one transaction, every field, and the account of each of its legs
+//	show     one transaction (by id or idempotency key), every field, and the account of each of its legs
 //	account  one account: balance, held and pending amounts, and its markers
+//	accounts the accounts of a ledger, by id, of an asset or all, by pages
 //	statement  an account's entries with their running balance
 //	balance  an account's balance at a time, from its entries
 //	recover  finish stale transactions: one recovery pass, or a pass every --interval
@@ -114,7 +115,9 @@
 // that ledger; "default" or "" for the default ledger; with --account,
 // that account in that ledger), --older-than DURATION (untouched for
 // longer, by the server's clock), --application NAME, --meta KEY=VALUE
-// (repeatable: metadata given with twopc.WithMetadata). With --archive
+// (repeatable: metadata given with twopc.WithMetadata), --key KEY (the
+// transaction of that idempotency key, twopc.WithKey: read by the _id
+// the library derives from the key). With --archive
 // COLLECTION it reads the archive that twopc.WithHistory moves final
 // transactions to, as well as the log, and says where it found each
 // (foundIn: log or archive); see Archived transactions.
@@ -130,7 +133,11 @@
 // closed (settled or undone: fenced, or behind the fence line), or not
 // applied. A leg's marker is the transaction's id with its last byte set
 // to the leg's index. It says where it found the transaction: in the log,
-// or, with --archive COLLECTION, in the archive.
+// or, with --archive COLLECTION, in the archive. twopc show KEY finds the
+// transaction of idempotency key KEY instead (as GetByKey does: by the
+// _id the library derives from the key): an argument of 24 hexadecimal
+// digits is read as an id first, and as a key if no transaction has that
+// id; any other as a key (--json: "foundBy": "id" or "key").
 //
 // # Account
 //
@@ -156,6 +163,20 @@
 // "held", "heldByHolds", "pendingCredit", "pendingLegs": [...],
 // "fencedLegs": [...], "fencedBefore",
 // "tombstone"}]}.
+//
+// # Accounts
+//
+// twopc accounts lists the accounts of a ledger (Coordinator.Accounts) in
+// the order of their ids as the server sorts them (numbers, strings,
+// documents, ObjectIDs, ...), tombstones left out: each with its balance,
+// held, pendingCredit, limits and how many transactions are in flight on
+// it. --asset CODE keeps one asset's; --limit N (default 100, at most
+// 1000) prints a page and, when more follow, the --after TOKEN of the
+// next; --ledger NAME lists another ledger (its collection given with
+// --ledger NAME=COLLECTION or NAME=URI). An account the library cannot
+// read stops it with exit status 1, naming it. With --json: {"ledger",
+// "accounts": [{"id", "balance", "held", "pendingCredit", "asset",
+// "floor", "ceiling", "pendingTransactions"}], "next"}.
 //
 // # Statement and balance
 //
@@ -347,7 +368,9 @@
 //	twopc status
 //	twopc list --state unfinished --older-than 5m
 //	twopc show 6740c1a2e4b0a1b2c3d4e500
+//	twopc show order/o-17
 //	twopc account alice
+//	twopc accounts --asset USD/2
 //	twopc recover --watch --interval 30s
 //	twopc cancel 6740c1a2e4b0a1b2c3d4e500
 //	twopc audit --total default=100000 --json | jq .ok

@@ -19,7 +19,7 @@ type command struct {
 
 // commands lists the subcommands, in the order help shows them.
 var commands = []*command{
-	statusCommand, listCommand, showCommand, accountCommand, statementCommand, balanceCommand, recoverCommand,
+	statusCommand, listCommand, showCommand, accountCommand, accountsCommand, statementCommand, balanceCommand, recoverCommand,
 	cancelCommand, reverseCommand, captureCommand, voidCommand, auditCommand, doctorCommand,
 }
 

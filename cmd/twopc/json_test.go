@@ -90,7 +90,7 @@ func TestJSONIsPlain(t *testing.T) {
 	require.Equal(t, []string{settled.Hex(), pending.Hex()}, ids)
 
 	for _, args := range [][]string{
-		{"status", "--json"}, {"audit", "--json"}, {"recover", "--json", "--quiet"},
+		{"status", "--json"}, {"audit", "--json"}, {"recover", "--json", "--quiet"}, {"accounts", "--json"},
 		{"cancel", "--placeholder", bson.NewObjectID().Hex(), "--json"},
 		{"reverse", settled.Hex(), "--json"},
 	} {
@@ -115,7 +115,8 @@ func TestJSONError(t *testing.T) {
 	}{
 		{[]string{"show", bson.NewObjectID().Hex(), "--json"}, exitFailed, "transaction not found"},
 		{[]string{"cancel", pending.Hex(), "--json"}, exitFailed, "in progress"},
-		{[]string{"show", "alice", "--json"}, exitUsage, "not a transaction id"},
+		{[]string{"show", "alice", "--json"}, exitFailed, `transaction not found: key "alice"`},
+		{[]string{"show", "", "--json"}, exitUsage, "neither a transaction id"},
 		{[]string{"list", "--bogus", "--json"}, exitUsage, "flag provided but not defined: -bogus"},
 		{[]string{"status", "--json", "--connect-timeout", "200ms", "--uri", "mongodb://127.0.0.1:1/bank"}, exitServer, "cannot connect"},
 	} {

@@ -35,7 +35,9 @@ untouched for longer than the duration, by the server's clock.
 created or last took over the transaction) is NAME; list has no
 application name of its own. --meta KEY=VALUE keeps the transfers whose
 metadata (twopc.WithMetadata) has KEY set to VALUE; repeat it to ask for
-several.
+several. --key KEY keeps the transaction of idempotency key KEY
+(twopc.WithKey; a reversal's is "reverse:ID"), read by the _id the
+library derives from the key, as twopc show KEY finds it.
 
 With --archive COLLECTION, list reads the archive twopc.WithHistory moves
 final transactions to as well as the log (the log first: one archived in
@@ -50,6 +52,7 @@ Examples:
   twopc list --account alice --limit 10
   twopc list --account alice --archive transactions_archive
   twopc list --meta order=o-17
+  twopc list --key order/o-17 --archive transactions_archive
   twopc list --state unfinished --application payments-1 --json | jq -r '.transactions[]._id'`,
 	run: runList,
 }
@@ -146,6 +149,8 @@ func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	limit := fs.Int("limit", 50, "print at most `N` transactions (0: all)")
 	var meta metaList
 	fs.Var(&meta, "meta", "only transfers whose metadata has `KEY=VALUE` (repeatable)")
+	var key optionalString
+	fs.Var(&key, "key", "only the transaction of idempotency key `KEY`")
 	if _, err := cl.parse(cmd, fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -156,6 +161,11 @@ func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 		return cl.usage(cmd, fs, "--older-than must not be negative")
 	case strings.Contains(ledger.value, "="):
 		return cl.usage(cmd, fs, "--ledger takes a ledger's name here, not %q: list reads only the transactions collection", ledger.value)
+	}
+	if key.set {
+		if err := checkKey(key.value); err != nil {
+			return cl.usage(cmd, fs, "--key %q: %v", key.value, err)
+		}
 	}
 	if ledger.value == "default" {
 		ledger.value = ""
@@ -201,6 +211,9 @@ func runList(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	}
 	for _, e := range meta {
 		filter = append(filter, bson.E{Key: schema.Metadata + "." + e.Key, Value: e.Value})
+	}
+	if key.set {
+		filter = append(filter, keyFilter(key.value)...)
 	}
 	// A leg's account and ledger are matched together here: the filter
 	// above matches them on any legs (FerretDB v1 has no $elemMatch on

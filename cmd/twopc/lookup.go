@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -97,15 +98,60 @@ func (cn *conn) lookupTxn(ctx context.Context, id bson.ObjectID) (*found, error)
 	return inArchiveNow()
 }
 
-// notFound is the refusal of an id that lookupTxn did not find, saying
-// where it looked.
-func (cn *conn) notFound(id bson.ObjectID) error {
+// checkKey refuses what cannot be an idempotency key (twopc.WithKey).
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("an empty key")
+	case len(key) > twopc.MaxKeyLen:
+		return fmt.Errorf("a key of %d bytes, more than %d", len(key), twopc.MaxKeyLen)
+	case !utf8.ValidString(key):
+		return errors.New("not valid UTF-8")
+	}
+	return nil
+}
+
+// keyFilter is the conditions, to add to a filter's top level, that match
+// the transaction of idempotency key key: the _id the library derives
+// from it (schema.KeyID; at the top level, so that the dev server reads
+// it by the _id index too), holding that key, or the canceled placeholder
+// a Cancel of that _id wrote before it arrived (as twopc's GetByKey reads
+// it).
+func keyFilter(key string) bson.D {
+	return bson.D{{Key: "_id", Value: schema.KeyID(key)}, {Key: "$and", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: schema.Key, Value: key}}, bson.D{{Key: schema.Placeholder, Value: true}},
+	}}}}}}
+}
+
+// lookupKey finds the transaction of idempotency key key as lookupTxn
+// finds one by id (see keyFilter); nil if none holds it.
+func (cn *conn) lookupKey(ctx context.Context, key string) (*found, error) {
+	f, err := cn.lookupTxn(ctx, schema.KeyID(key))
+	if f == nil || err != nil {
+		return nil, err
+	}
+	if k, _ := f.raw.Lookup(schema.Key).StringValueOK(); k != key && !f.placeholder {
+		return nil, nil // another document under that _id: not this key's transaction
+	}
+	return f, nil
+}
+
+// notFoundArg is the refusal of show's argument, read as an id, a key or
+// both, that named no transaction.
+func (cn *conn) notFoundArg(arg string, asID, asKey bool) error {
+	what := arg
+	switch {
+	case asID && asKey:
+		what = fmt.Sprintf("%s (as an id, then as a key)", arg)
+	case asKey:
+		what = fmt.Sprintf("key %q (_id %s)", arg, schema.KeyID(arg).Hex())
+	}
 	if cn.archive == nil {
 		return refused(fmt.Errorf("%w: %s is not in the log (collection %s); a transaction archived by twopc.WithHistory "+
-			"is found with --archive COLLECTION", twopc.ErrTxnNotFound, id.Hex(), cn.txns.Name()))
+			"is found with --archive COLLECTION", twopc.ErrTxnNotFound, what, cn.txns.Name()))
 	}
 	return refused(fmt.Errorf("%w: %s is neither in the log (collection %s) nor in the archive (collection %s)",
-		twopc.ErrTxnNotFound, id.Hex(), cn.txns.Name(), cn.archive.Name()))
+		twopc.ErrTxnNotFound, what, cn.txns.Name(), cn.archive.Name()))
 }
 
 // findTxns finds the transactions matching filter in the log and, if

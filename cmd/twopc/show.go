@@ -17,10 +17,10 @@ import (
 
 var showCommand = &command{
 	name:    "show",
-	args:    "ID",
-	summary: "one transaction, every field, and the account of each of its legs",
-	help: `Show prints transaction ID (its _id, 24 hexadecimal digits) with every
-field of its document, where it found it, and, for each leg, the account document in the
+	args:    "ID|KEY",
+	summary: "one transaction (by id or idempotency key), every field, and the account of each of its legs",
+	help: `Show prints a transaction with every field of its document, where it
+found it, and, for each leg, the account document in the
 leg's ledger: its balance, pendingCredit and pendingDebit (credits and
 debits applied and not yet settled), its markers, and what they say of
 the leg: applied and not settled (the leg's marker is in
@@ -29,6 +29,14 @@ fencedLegs, or the account's fence line fencedBefore is at or past the transacti
 time), or not applied. A leg's marker is the
 transaction's id with its last byte set to the leg's index. A leg on a
 ledger not given with --ledger is listed without its account.
+
+The argument is the transaction's _id (24 hexadecimal digits) or its
+idempotency key (twopc.WithKey; a reversal's is "reverse:ID"): an
+argument of 24 hexadecimal digits is read as an id first, and as a key
+if no transaction has that id; any other as a key. A key names the
+transaction whose _id the library derives from it, as GetByKey reads it
+(or the canceled placeholder a Cancel of that _id wrote before it
+arrived); show says which it found it by.
 
 Transactions that twopc.WithHistory moved to an archive collection are
 found with --archive COLLECTION: show reads the archive, then the log,
@@ -40,6 +48,7 @@ duplicate writes) is named beside it.
 
 Examples:
   twopc show 6740c1a2e4b0a1b2c3d4e500
+  twopc show order/o-17
   twopc show --ledger shanghai=accounts_sh --ledger beijing=accounts_bj 6740c1a2e4b0a1b2c3d4e500
   twopc show --archive transactions_archive 6740c1a2e4b0a1b2c3d4e500
   twopc show 6740c1a2e4b0a1b2c3d4e500 --json | jq '.legs[].account.balance'`,
@@ -48,6 +57,8 @@ Examples:
 
 type showReport struct {
 	ServerTime time.Time `json:"serverTime"`
+	// FoundBy says how the argument named the transaction: "id" or "key".
+	FoundBy string `json:"foundBy"`
 	// FoundIn is where the transaction was found: "log", or "archive"
 	// (--archive), in Collection.
 	FoundIn     string          `json:"foundIn"`
@@ -96,15 +107,42 @@ func runShow(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	fs := cl.flagSet(cmd)
 	var g globals
 	g.register(fs, withApplication|withLedgers|withArchive)
-	id, cn, err := cl.oneID(ctx, cmd, fs, &g, args)
+	pos, err := cl.parse(cmd, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	arg := pos[0]
+	id, idErr := bson.ObjectIDFromHex(arg)
+	keyErr := checkKey(arg)
+	if idErr != nil && keyErr != nil {
+		return cl.usage(cmd, fs, "%q is neither a transaction id (24 hexadecimal digits) nor an idempotency key: %v", arg, keyErr)
+	}
+	cn, err := g.connect(ctx, cl)
 	if err != nil {
 		return err
 	}
 	defer cn.close()
-	rep, err := show(ctx, cn, id)
+	var f *found
+	by := "id"
+	if idErr == nil {
+		if f, err = cn.lookupTxn(ctx, id); err != nil {
+			return err
+		}
+	}
+	if f == nil && keyErr == nil {
+		if f, err = cn.lookupKey(ctx, arg); err != nil {
+			return err
+		}
+		by = "key"
+	}
+	if f == nil {
+		return cn.notFoundArg(arg, idErr == nil, keyErr == nil)
+	}
+	rep, err := show(ctx, cn, f)
 	if err != nil {
 		return err
 	}
+	rep.FoundBy = by
 	if g.json {
 		return cl.printJSON(rep)
 	}
@@ -112,19 +150,14 @@ func runShow(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	return nil
 }
 
-func show(ctx context.Context, cn *conn, id bson.ObjectID) (*showReport, error) {
+// show reports transaction f and the accounts of its legs.
+func show(ctx context.Context, cn *conn, f *found) (*showReport, error) {
 	now, err := cn.serverNow(ctx)
 	if err != nil {
 		return nil, err
 	}
-	f, err := cn.lookupTxn(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if f == nil {
-		return nil, cn.notFound(id)
-	}
 	t := &f.txnDoc
+	id, _ := t.id.ObjectIDOK()
 	rep := &showReport{ServerTime: now, FoundIn: f.where, Collection: f.collection, Transaction: plainJSON(t.raw),
 		Legs: []legReport{}, found: f, txn: t}
 	if f.logCopy != nil {
@@ -233,7 +266,11 @@ var legWords = map[string]string{
 
 func (r *showReport) print(w io.Writer) {
 	t := r.txn
-	fmt.Fprintf(w, "Transaction %s, found in the %s (collection %s)\n", t.idString(), r.FoundIn, r.Collection)
+	by := ""
+	if r.FoundBy == "key" {
+		by = " by its key"
+	}
+	fmt.Fprintf(w, "Transaction %s, found%s in the %s (collection %s)\n", t.idString(), by, r.FoundIn, r.Collection)
 	if c := r.found.logCopy; c != nil {
 		fmt.Fprintf(w, "The log holds a copy too, %s (last modified %s): its own late duplicate writes brought it back after it was archived. "+
 			"The archive's, shown here, is its first record.\n", c.state, timestamp(c.lastModified))

@@ -119,6 +119,18 @@ func Marker(id bson.ObjectID, i int) bson.ObjectID {
 	return id
 }
 
+// KeyID is the _id of the transaction with idempotency key key: the
+// first 11 bytes of a SHA-256 of it, and a zero last byte (the marker
+// byte, see Marker). The library derives a keyed transaction's _id so
+// (the _id's own uniqueness enforces the key's), and the tool finds a
+// transaction by its key the same way.
+func KeyID(key string) bson.ObjectID {
+	sum := sha256.Sum256([]byte("twopc/key\x00" + key))
+	var id bson.ObjectID
+	copy(id[:len(id)-1], sum[:])
+	return id
+}
+
 // TxnOfMarker is the transaction a marker belongs to.
 func TxnOfMarker(m bson.ObjectID) bson.ObjectID { return Marker(m, 0) }
 

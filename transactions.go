@@ -162,6 +162,7 @@ type txnReader struct {
 	limit   int
 	lo, hi  time.Time // Created in [lo, hi), whole milliseconds; zero: unbounded
 	among   bson.A    // the conditions matched among the index's rows
+	states  []string  // the states among keeps; none: any
 	archive *mongo.Collection
 }
 
@@ -253,6 +254,7 @@ func (r *txnReader) check(q TransactionQuery) error {
 		}
 	}
 	slices.Sort(states)
+	r.states = states
 	if len(states) > 0 {
 		in := bson.A{}
 		for _, s := range states {

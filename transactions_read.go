@@ -23,8 +23,13 @@ import (
 // that moves meanwhile is in the log at the first read or in the archive
 // at the second (and in both if it moved between them). A transaction the
 // archive holds is its record: the log's copy of one (a late duplicate's,
-// see WithHistory) is not listed, wherever the archive's record falls and
-// whether or not it matches.
+// see WithHistory: the same created, accounts, key and metadata, another
+// state) is not listed, wherever the archive's record falls and whether
+// or not it matches. The log's transactions are looked up in the archive
+// by _id, after its read; one found there (a copy, or a transaction
+// archived after the archive's read) is listed as the archive holds it,
+// if that record's state is among those asked for: so a transaction
+// archived between the reads is still listed, once.
 func (r *txnReader) scan(ctx context.Context, pos *txnPos, need int) ([]*record, bool, error) {
 	logged, logCut, err := r.read(ctx, r.c.log.txns, pos, need)
 	if err != nil {
@@ -59,10 +64,17 @@ func (r *txnReader) scan(ctx context.Context, pos *txnPos, need int) ([]*record,
 			rest = append(rest, t.ID)
 		}
 	}
-	if err := r.held(ctx, rest, inArchive); err != nil {
+	late, err := r.held(ctx, rest)
+	if err != nil {
 		return nil, false, errorf("twopc: transactions: read the archive: %w", err)
 	}
 	out := slices.Clone(archived)
+	for _, t := range late {
+		inArchive[t.ID] = true
+		if len(r.states) == 0 || slices.Contains(r.states, string(t.State)) {
+			out = append(out, t)
+		}
+	}
 	for _, t := range logged {
 		if !inArchive[t.ID] {
 			out = append(out, t)
@@ -93,16 +105,14 @@ func (r *txnReader) before(a, b *record) bool {
 	return keyCompare(a, b) < 0
 }
 
-// held adds to in the ids among ids that the archive holds, read by _id
-// whatever their documents say, a thousand at a time.
-func (r *txnReader) held(ctx context.Context, ids bson.A, in map[bson.ObjectID]bool) error {
+// held returns the archive's records of the transactions ids names that
+// it holds, whatever they say, a thousand ids a read.
+func (r *txnReader) held(ctx context.Context, ids bson.A) ([]*record, error) {
+	var out []*record
 	for chunk := range slices.Chunk(ids, 1000) {
-		var found []struct {
-			ID bson.ObjectID `bson:"_id"`
-		}
+		var found []*record
 		err := r.c.retry(ctx, func(ctx context.Context) error {
-			cur, err := r.archive.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}},
-				options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+			cur, err := r.archive.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}})
 			if err != nil {
 				return err
 			}
@@ -110,13 +120,11 @@ func (r *txnReader) held(ctx context.Context, ids bson.A, in map[bson.ObjectID]b
 			return cur.All(ctx, &found)
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		for _, f := range found {
-			in[f.ID] = true
-		}
+		out = append(out, found...)
 	}
-	return nil
+	return out, nil
 }
 
 // read returns, from coll, the first need transactions of the account

@@ -1,6 +1,6 @@
 package twopc_test
 
-// Statements read while history leaves the log: another process's pass
+// Reads while history leaves the log: another process's pass
 // (archiving, removing) run right before each of the reader's commands in
 // turn, as an ordinary interleaving of two processes.
 
@@ -321,4 +321,41 @@ func TestStatementCheckpointsFoundByEveryReader(t *testing.T) {
 	now, err = without.BalanceAt(ctx, "", "A", time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	assert.Equal(t, int64(965), now, "from the checkpoint after it")
+}
+
+// TestTransactionsArchivedDuringTheRead: Coordinator.Transactions, with a
+// pass archiving the account's transfers right before each of the
+// reader's commands in turn: every page lists each transfer once, in any
+// state and with a state asked for. (Before, a pass between the archive's
+// read and the look-up of the log's transactions in the archive dropped
+// them.)
+func TestTransactionsArchivedDuringTheRead(t *testing.T) {
+	read := func(t *testing.T, h *historyCase) {
+		var want []bson.ObjectID
+		for _, e := range h.entries {
+			want = append(want, e.Txn)
+		}
+		for _, q := range []twopc.TransactionQuery{{}, {States: []twopc.State{twopc.StateDone}}, {Limit: 1}} {
+			var got []bson.ObjectID
+			for txn, err := range h.reader.Txns(testCtx(t), "", "A", q) {
+				require.NoError(t, err)
+				got = append(got, txn.ID)
+			}
+			assert.Equal(t, want, got, "query %+v", q)
+		}
+	}
+	count := &interleaver{k: -1}
+	read(t, newHistoryCase(t, true, count))
+	ks := count.points()
+	require.Greater(t, len(ks), 5)
+	for _, k := range ks {
+		t.Run("", func(t *testing.T) {
+			t.Parallel()
+			il := &interleaver{k: k}
+			h := newHistoryCase(t, true, il)
+			il.other = func() { h.move(t) }
+			read(t, h)
+			require.Greater(t, il.sent(), k, "the pass ran")
+		})
+	}
 }

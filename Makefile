@@ -26,9 +26,10 @@ test:
 
 # soak runs the long runs at full size, each part with a summary (.ci/soak):
 # the history bound over 20,000 transfers; 480 transfers each followed at
-# once by a transfer of the money it moved; the randomized simulation of
-# SOAK_TRANSFERS transfers with more applications, workers and accounts, for
-# each of its four seeds (SEED=n runs that seed only); the duplicate-and-delay
+# once by a transfer of the money it moved; statements and balances read
+# while two Recoverers archive (then remove) 400 transfers; the randomized
+# simulation of SOAK_TRANSFERS transfers with more applications, workers
+# and accounts, for each of its four seeds (SEED=n runs that seed only); the duplicate-and-delay
 # test over SOAK_REPLAY transfers, every write command delivered again.
 SOAK_TRANSFERS ?= 1500
 SOAK_REPLAY    ?= 600

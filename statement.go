@@ -62,11 +62,12 @@ const (
 	MaxStatementLimit     = 1000
 )
 
-// ErrInvalidQuery reports a statement query that cannot be answered: a
-// negative Limit or one above MaxStatementLimit, Since after Until, or a
-// page token that does not parse, or was made for another account or
-// direction. Nothing is written.
-var ErrInvalidQuery = errors.New("twopc: invalid statement query")
+// ErrInvalidQuery reports a query of Statement, Entries, Transactions,
+// Txns or Accounts that cannot be answered: a negative Limit or one above
+// the call's maximum, a start after the end, a state or asset that is not
+// one, or a page token that does not parse, or was made for another
+// account, query or direction. Nothing is read or written.
+var ErrInvalidQuery = errors.New("twopc: invalid query")
 
 // ErrHistoryRemoved reports a statement or balance asked for a time whose
 // entries WithHistory removed without an archive: the Recoverer records

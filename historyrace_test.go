@@ -124,6 +124,7 @@ func newHistoryCase(t *testing.T, archived bool, il *interleaver) *historyCase {
 
 // move runs the mover's pass, which moves all three.
 func (h *historyCase) move(t *testing.T) {
+	t.Helper()
 	rep, err := h.mover.RecoverOnce(testCtx(t))
 	assert.NoError(t, err)
 	assert.Equal(t, 3, rep.Removed, "the pass moved the three transfers")
@@ -202,25 +203,32 @@ func (h *historyCase) checkRecorded(t *testing.T) {
 	}
 }
 
-// interleaveHistory runs, for every command the reader sends, a case
-// where the mover's pass runs right before that command.
-func interleaveHistory(t *testing.T, archived bool) {
+// eachInterleaving runs read once on a case of its own to learn the
+// commands the reader sends, then, for each of them (see points), on a
+// fresh case where the mover's pass (other, given the case) runs right
+// before that command; then check.
+func eachInterleaving(t *testing.T, archived bool, read, other, check func(*historyCase, *testing.T)) {
 	count := &interleaver{k: -1}
-	h := newHistoryCase(t, archived, count)
-	h.read(t)
+	read(newHistoryCase(t, archived, count), t)
 	ks := count.points()
-	require.Greater(t, len(ks), 10)
+	require.Greater(t, len(ks), 5)
 	for _, k := range ks {
 		t.Run("", func(t *testing.T) {
 			t.Parallel()
 			il := &interleaver{k: k}
 			h := newHistoryCase(t, archived, il)
-			il.other = func() { h.move(t) }
-			h.read(t)
+			il.other = func() { other(h, t) }
+			read(h, t)
 			require.Greater(t, il.sent(), k, "the pass ran")
-			h.checkRecorded(t)
+			check(h, t)
 		})
 	}
+}
+
+// interleaveHistory reads statements with the mover's pass right before
+// each of the reader's commands in turn.
+func interleaveHistory(t *testing.T, archived bool) {
+	eachInterleaving(t, archived, (*historyCase).read, (*historyCase).move, (*historyCase).checkRecorded)
 }
 
 // TestStatementArchivedDuringTheRead: a Recoverer's pass archives the
@@ -241,31 +249,20 @@ func TestStatementRemovedDuringTheRead(t *testing.T) { interleaveHistory(t, fals
 // second's commands in turn: every removal checkpoint either records is
 // the truth, and the balance read after is.
 func TestTwoRecoverersRemoving(t *testing.T) {
-	count := &interleaver{k: -1}
-	h := newHistoryCase(t, false, count)
-	second := twopc.NewRecoverer(h.reader)
-	_, err := second.RecoverOnce(testCtx(t))
-	require.NoError(t, err)
-	ks := count.points()
-	require.Greater(t, len(ks), 5)
-	for _, k := range ks {
-		t.Run("", func(t *testing.T) {
-			t.Parallel()
-			il := &interleaver{k: k}
-			h := newHistoryCase(t, false, il)
-			il.other = func() {
-				_, err := h.mover.RecoverOnce(testCtx(t))
-				assert.NoError(t, err)
-			}
-			_, err := twopc.NewRecoverer(h.reader).RecoverOnce(testCtx(t))
-			require.NoError(t, err)
-			require.Greater(t, il.sent(), k, "the first pass ran")
-			h.checkRecorded(t)
-			now, err := h.b.coordinator().BalanceAt(testCtx(t), "", "A", time.Now().Add(time.Hour))
-			require.NoError(t, err)
-			assert.Equal(t, int64(960), now)
-		})
+	second := func(h *historyCase, t *testing.T) {
+		_, err := twopc.NewRecoverer(h.reader).RecoverOnce(testCtx(t))
+		require.NoError(t, err)
 	}
+	first := func(h *historyCase, t *testing.T) {
+		_, err := h.mover.RecoverOnce(testCtx(t))
+		assert.NoError(t, err)
+	}
+	eachInterleaving(t, false, second, first, func(h *historyCase, t *testing.T) {
+		h.checkRecorded(t)
+		now, err := h.b.coordinator().BalanceAt(testCtx(t), "", "A", time.Now().Add(time.Hour))
+		require.NoError(t, err)
+		assert.Equal(t, int64(960), now)
+	})
 }
 
 // TestStatementCheckpointsFoundByEveryReader: checkpoints are the account's,
@@ -330,7 +327,7 @@ func TestStatementCheckpointsFoundByEveryReader(t *testing.T) {
 // read and the look-up of the log's transactions in the archive dropped
 // them.)
 func TestTransactionsArchivedDuringTheRead(t *testing.T) {
-	read := func(t *testing.T, h *historyCase) {
+	read := func(h *historyCase, t *testing.T) {
 		var want []bson.ObjectID
 		for _, e := range h.entries {
 			want = append(want, e.Txn)
@@ -344,18 +341,5 @@ func TestTransactionsArchivedDuringTheRead(t *testing.T) {
 			assert.Equal(t, want, got, "query %+v", q)
 		}
 	}
-	count := &interleaver{k: -1}
-	read(t, newHistoryCase(t, true, count))
-	ks := count.points()
-	require.Greater(t, len(ks), 5)
-	for _, k := range ks {
-		t.Run("", func(t *testing.T) {
-			t.Parallel()
-			il := &interleaver{k: k}
-			h := newHistoryCase(t, true, il)
-			il.other = func() { h.move(t) }
-			read(t, h)
-			require.Greater(t, il.sent(), k, "the pass ran")
-		})
-	}
+	eachInterleaving(t, true, read, (*historyCase).move, func(*historyCase, *testing.T) {})
 }

@@ -172,10 +172,25 @@ func (h *historyCase) read(t *testing.T) {
 // checkRecorded asserts that every checkpoint and the opening recorded
 // equal what they claim.
 func (h *historyCase) checkRecorded(t *testing.T) {
+	checkRecordedSums(t, h.b.db, "A", 1000, func(at time.Time) int64 {
+		want := int64(1000)
+		for _, e := range h.entries {
+			if !e.At.After(at) {
+				want = e.Balance
+			}
+		}
+		return want
+	})
+}
+
+// checkRecordedSums asserts that every checkpoint of account acct in db is
+// through(its time), and that its opening, if recorded, is opening.
+func checkRecordedSums(t *testing.T, db *mongo.Database, acct string, opening int64, through func(time.Time) int64) {
+	t.Helper()
 	ctx := testCtx(t)
-	key, err := twopc.EntryKey("", "A")
+	key, err := twopc.EntryKey("", acct)
 	require.NoError(t, err)
-	cur, err := h.b.db.Collection("transactions_checkpoints").Find(ctx, bson.D{{Key: "key", Value: key}})
+	cur, err := db.Collection("transactions_checkpoints").Find(ctx, bson.D{{Key: "key", Value: key}})
 	require.NoError(t, err)
 	var cps []struct {
 		At      time.Time `bson:"at"`
@@ -184,22 +199,16 @@ func (h *historyCase) checkRecorded(t *testing.T) {
 	}
 	require.NoError(t, cur.All(ctx, &cps))
 	for _, cp := range cps {
-		want := int64(1000)
-		for _, e := range h.entries {
-			if !e.At.After(cp.At) {
-				want = e.Balance
-			}
-		}
-		assert.Equalf(t, want, cp.Balance, "checkpoint at %v (removal %v)", cp.At, cp.Removal)
+		assert.Equalf(t, through(cp.At), cp.Balance, "%s: checkpoint at %v (removal %v)", acct, cp.At, cp.Removal)
 	}
 	var a struct {
 		Opening *struct {
 			Balance int64 `bson:"balance"`
 		} `bson:"opening"`
 	}
-	require.NoError(t, h.b.db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: "A"}}).Decode(&a))
+	require.NoError(t, db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: acct}}).Decode(&a))
 	if a.Opening != nil {
-		assert.Equal(t, int64(1000), a.Opening.Balance, "the derived opening recorded")
+		assert.Equalf(t, opening, a.Opening.Balance, "%s: the opening recorded", acct)
 	}
 }
 

@@ -293,27 +293,6 @@ func historyStress(t *testing.T, archived bool) {
 
 	// Every checkpoint and opening recorded is the truth.
 	for _, acct := range accts {
-		key, err := twopc.EntryKey("", acct)
-		require.NoError(t, err)
-		cur, err := b.db.Collection("transactions_checkpoints").Find(ctx, bson.D{{Key: "key", Value: key}})
-		require.NoError(t, err)
-		var cps []struct {
-			At      time.Time `bson:"at"`
-			Balance int64     `bson:"balance"`
-			Removal bool      `bson:"removal"`
-		}
-		require.NoError(t, cur.All(ctx, &cps))
-		for _, cp := range cps {
-			assert.Equalf(t, truth.through(acct, cp.At), cp.Balance, "%s: checkpoint at %v (removal %v)", acct, cp.At, cp.Removal)
-		}
-	}
-	var a struct {
-		Opening *struct {
-			Balance int64 `bson:"balance"`
-		} `bson:"opening"`
-	}
-	require.NoError(t, b.db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: "A"}}).Decode(&a))
-	if a.Opening != nil {
-		assert.Equal(t, int64(100_000), a.Opening.Balance, "A's derived opening")
+		checkRecordedSums(t, b.db, acct, truth[acct].opening, func(at time.Time) int64 { return truth.through(acct, at) })
 	}
 }

@@ -150,6 +150,14 @@ func (s *statement) gone(ctx context.Context) (gone, error) {
 			g.moved, g.archive = m.At, m.Archive
 		}
 	}
+	// An account opened after every entry moved (by OpenAccount's time,
+	// the corrected clock, less the margin a transaction time is allowed
+	// to lead the log by) has none of its entries among them: its entries
+	// commit after it exists.
+	if at, ok := s.doc.Lookup(fieldOpening, "at").DateTimeOK(); ok && !g.moved.IsZero() &&
+		time.UnixMilli(at).Add(-s.c.markMargin).After(g.moved) {
+		g.moved, g.archive = time.Time{}, ""
+	}
 	return g, nil
 }
 
@@ -295,6 +303,14 @@ func (c *Coordinator) checkpointThrough(ctx context.Context, ledger string, acco
 	}
 	if err != nil {
 		return err
+	}
+	// A removal checkpoint at or after at, written by an earlier pass
+	// while these transactions were still in the log (a transaction
+	// finished later than one committed after it), counts them already.
+	if cp, err := s.latestCheckpoint(ctx, bson.E{Key: "removal", Value: true}); err != nil {
+		return err
+	} else if cp != nil && !cp.At.Before(at) {
+		return nil
 	}
 	now, err := c.log.serverNow(ctx)
 	if err != nil {

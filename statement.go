@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"time"
 
 	"github.com/twopc/twopc/internal/schema"
@@ -319,7 +320,7 @@ func (s *statement) pageOnce(ctx context.Context, q StatementQuery, limit int, a
 	if err != nil {
 		return StatementPage{}, err
 	}
-	if err := g.past(lo, true); err != nil {
+	if err := g.past(lo, true); err != nil && !q.Reverse {
 		if !lo.IsZero() {
 			err = errorf("%w; ask from after it (Since)", err)
 		}
@@ -329,9 +330,10 @@ func (s *statement) pageOnce(ctx context.Context, q StatementQuery, limit int, a
 	if !lo.IsZero() && !hi.IsZero() && lo.After(hi) {
 		return page, nil
 	}
-	var rest []entry
+	var got, rest []entry
 	for need := limit + 1; ; need *= 2 {
-		got, cut, err := s.scan(ctx, lo, hi, q.Reverse, need)
+		var cut bool
+		got, cut, err = s.scan(ctx, lo, hi, q.Reverse, need)
 		if err != nil {
 			return StatementPage{}, err
 		}
@@ -347,25 +349,26 @@ func (s *statement) pageOnce(ctx context.Context, q StatementQuery, limit int, a
 	}
 	n := min(limit, len(rest))
 	shown := rest[:n]
-	if n > 0 {
-		// Balances: through the first shown entry, from the last
-		// checkpoint before it, then onward in the page's direction.
-		first := shown[0]
-		through, err := s.sum(ctx, first.At, now, true, func(x *entry) bool { return x.compare(&first) <= 0 })
-		if err != nil {
+	more := len(rest) > n
+	if q.Reverse {
+		// A page newest first needs the entries down to its last if it is
+		// full, else down to its window's start. A full page above
+		// entries that left the log hands a token, whose page says so.
+		bottom := lo
+		if n == limit {
+			bottom = shown[n-1].At
+			more = more || g.past(lo, true) != nil
+		}
+		if err := g.past(bottom, true); err != nil {
 			return StatementPage{}, err
 		}
-		for i := range shown {
-			if q.Reverse {
-				shown[i].Balance = through
-				through -= shown[i].Amount
-			} else {
-				if i > 0 {
-					through += shown[i].Amount
-				}
-				shown[i].Balance = through
-			}
-			page.Entries = append(page.Entries, shown[i].Entry)
+	}
+	if n > 0 {
+		if err := s.balances(ctx, got, shown, q.Reverse, now); err != nil {
+			return StatementPage{}, err
+		}
+		for _, e := range shown {
+			page.Entries = append(page.Entries, e.Entry)
 		}
 	}
 	// A second reading of what left the log: unchanged, no pass took an
@@ -375,10 +378,38 @@ func (s *statement) pageOnce(ctx context.Context, q StatementQuery, limit int, a
 	} else if again != g {
 		return StatementPage{}, errHistoryMoving
 	}
-	if len(rest) > n {
+	if more {
 		page.Next = s.encode(s.resume(after, shown, q.Reverse, now))
 	}
 	return page, nil
+}
+
+// balances sets the Balance of each shown entry: through the first, from
+// the last checkpoint before it; then, in the page's direction, over every
+// entry of got (the scan, in order), the ones the page's token skips
+// included.
+func (s *statement) balances(ctx context.Context, got, shown []entry, reverse bool, now time.Time) error {
+	first := shown[0]
+	through, err := s.sum(ctx, first.At, now, true, func(x *entry) bool { return x.compare(&first) <= 0 })
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(got, func(e entry) bool { return e.compare(&first) == 0 })
+	k := 0
+	for j := i; j < len(got) && k < len(shown); j++ {
+		if j > i {
+			if reverse {
+				through -= got[j-1].Amount
+			} else {
+				through += got[j].Amount
+			}
+		}
+		if got[j].compare(&shown[k]) == 0 {
+			shown[k].Balance = through
+			k++
+		}
+	}
+	return nil
 }
 
 // resume is where the page after shown resumes: after its last entry; for
@@ -391,6 +422,18 @@ func (s *statement) resume(prev *position, shown []entry, reverse bool, now time
 	p := &position{at: last.At, last: last, reverse: reverse}
 	horizon := now.Add(-s.c.statementHorizon).Truncate(time.Millisecond)
 	if reverse || !last.At.After(horizon) {
+		if prev != nil {
+			// Entries an earlier page showed past the horizon, and this
+			// one has not passed yet: still skipped.
+			for id, at := range prev.skip {
+				if !at.Before(last.At) {
+					if p.skip == nil {
+						p.skip = map[entryID]time.Time{}
+					}
+					p.skip[id] = at
+				}
+			}
+		}
 		return p
 	}
 	if prev != nil && prev.whole && prev.at.After(horizon) {

@@ -177,3 +177,7 @@ func WithCheckpoints(every int, horizon time.Duration) Option {
 		return nil
 	}
 }
+
+// Proportional is the legs of a refund of amount of a transfer of legs
+// that credited base (see Coordinator.Refund).
+func Proportional(legs []Leg, amount, base int64) []Leg { return proportional(legs, amount, base) }

@@ -309,6 +309,9 @@ func insertWrite(r *record) (filter, update bson.D) {
 	if r.Key != "" {
 		doc = append(doc, bson.E{Key: fieldKey, Value: r.Key})
 	}
+	if !r.RefundOf.IsZero() {
+		doc = append(doc, bson.E{Key: fieldRefundOf, Value: r.RefundOf})
+	}
 	if len(r.Metadata) > 0 {
 		doc = append(doc, bson.E{Key: fieldMetadata, Value: metadataDoc(r.Metadata)})
 	}

@@ -205,10 +205,14 @@ func (c *Coordinator) rollback(ctx context.Context, r *record) (*record, error) 
 	if err != nil {
 		return r, err
 	}
+	cur := r
 	if len(done) == 1 {
-		return done[0], nil
+		cur = done[0]
+	} else if cur, err = c.log.read(ctx, r.ID); err != nil {
+		return cur, err
 	}
-	return c.log.read(ctx, r.ID)
+	c.books.releaseRefund(ctx, cur)
+	return cur, nil
 }
 
 // fenceAndUndo closes the legs of canceling transaction r on every ledger

@@ -108,6 +108,7 @@ const (
 	fieldCaptured      = schema.Captured
 	fieldHeldAt        = schema.HeldAt
 	fieldOnAccounts    = schema.OnAccounts
+	fieldRefundOf      = schema.RefundOf
 )
 
 // record is a transaction document as stored: the public Txn plus what the

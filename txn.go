@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -63,6 +64,9 @@ type Txn struct {
 	// (WithAsset): both its legs move it. "" for none, and for a transfer
 	// made with TransferLegs, whose legs say theirs.
 	Asset string `bson:"asset,omitempty"`
+	// RefundOf is, for a refund (Refund, Reverse), the transfer it
+	// refunds; zero otherwise.
+	RefundOf bson.ObjectID `bson:"refundOf,omitempty"`
 }
 
 // Leg is one account's part in a transfer of any number of legs (see
@@ -326,8 +330,19 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 			}
 		}
 	}
+	t, err := c.reverseTxn(r)
+	if err != nil {
+		return nil, err
+	}
+	// What it moved is reserved in its refund book (see Refund): a
+	// transfer refunded in part cannot be reversed whole. One of several
+	// assets, which Refund refuses, has no book.
+	base, err := refundBase(r)
+	if err != nil {
+		base = -1
+	}
 	if tc.keyed {
-		return c.reverse(ctx, r, opts)
+		return c.reverse(ctx, r, t, base, tc.key, opts)
 	}
 	for n := 1; n <= maxReverseAttempts; n++ {
 		key := "reverse:" + id.Hex()
@@ -342,25 +357,44 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 		case prior.State == StateCanceled:
 			continue // that attempt failed: the next key is a new attempt
 		}
-		return c.reverse(ctx, r, append([]TransferOption{WithKey(key)}, opts...))
+		return c.reverse(ctx, r, t, base, key, opts)
 	}
 	return nil, errorf("twopc: reverse %s: %d attempts were canceled", id.Hex(), maxReverseAttempts)
 }
 
-// reverse makes the transfer that undoes committed transfer r: what it
+// reverseTxn is the transfer that undoes committed transfer r: what it
 // moved, which for a hold captured in part is the captured amount.
-func (c *Coordinator) reverse(ctx context.Context, r *record, opts []TransferOption) (*Txn, error) {
+func (c *Coordinator) reverseTxn(r *record) (Txn, error) {
 	legs := r.txn().SettledLegs()
 	if len(r.Legs) == 0 {
-		if r.Asset != "" {
-			opts = append([]TransferOption{WithAsset(r.Asset)}, opts...)
-		}
-		return c.Transfer(ctx, r.Destination, r.Source, legs[1].Amount, opts...)
+		return Txn{Source: r.Destination, Destination: r.Source, Value: legs[1].Amount, Asset: r.Asset, RefundOf: r.ID}, nil
 	}
 	for i := range legs {
 		legs[i].Amount = -legs[i].Amount
 	}
-	return c.TransferLegs(ctx, legs, opts...)
+	t, err := c.legsTxn(legs)
+	t.RefundOf = r.ID
+	return t, err
+}
+
+// reverse makes t, the reversal of r, under key: with what it moves
+// reserved in r's refund book (base, what r moved; -1: no book).
+func (c *Coordinator) reverse(ctx context.Context, r *record, t Txn, base int64, key string, opts []TransferOption) (*Txn, error) {
+	if base < 0 {
+		return c.startKeyed(ctx, t, key, opts)
+	}
+	return c.refund(ctx, r, t, base, key, true, opts)
+}
+
+// startKeyed makes t, a transfer the library built (its asset, if any,
+// given as WithAsset), under key, with the caller's opts.
+func (c *Coordinator) startKeyed(ctx context.Context, t Txn, key string, opts []TransferOption) (*Txn, error) {
+	opts = append(slices.Clone(opts), WithKey(key))
+	if t.Asset != "" {
+		opts = append([]TransferOption{WithAsset(t.Asset)}, opts...)
+		t.Asset = ""
+	}
+	return c.start(ctx, t, opts)
 }
 
 // sameLegs reports whether two transfers have the same legs, in order.

@@ -45,6 +45,7 @@ const (
 	Captured      = "captured"   // the amount a captured hold moved
 	HeldAt        = "heldAt"     // when a hold became held, by the server's clock
 	OnAccounts    = "onAccounts" // a held hold whose legs recovery found on their accounts
+	RefundOf      = "refundOf"   // a refund's transfer (see Refund)
 )
 
 // Field names of account documents (see the root package's account.go for

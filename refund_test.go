@@ -1,0 +1,241 @@
+package twopc_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/twopc/twopc"
+)
+
+// refundable is what is left to refund of id.
+func refundable(t *testing.T, c *twopc.Coordinator, id bson.ObjectID) int64 {
+	t.Helper()
+	left, err := c.Refundable(testCtx(t), id)
+	require.NoError(t, err)
+	return left
+}
+
+// TestRefundInParts: a transfer refunded in parts, each its own transfer
+// and entry; a refund past what is left is ErrRefundExceeded and writes
+// nothing, and so is a Reverse after a partial refund.
+func TestRefundInParts(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle(), twopc.WithStatementHorizon(0))
+	b.open(map[string]int64{"A": 100, "B": 0})
+	sale, err := b.c.Transfer(ctx, "A", "B", 100)
+	require.NoError(t, err)
+	assert.Equal(t, int64(100), refundable(t, b.c, sale.ID))
+
+	first, err := b.c.Refund(ctx, sale.ID, 30, twopc.WithMetadata(map[string]string{"reason": "one broken cup"}))
+	require.NoError(t, err)
+	assert.Equal(t, sale.ID, first.RefundOf)
+	assert.Equal(t, "B", first.Source)
+	assert.Equal(t, int64(30), b.balance("A"))
+	assert.Equal(t, int64(70), refundable(t, b.c, sale.ID))
+
+	before := len(b.txns())
+	refused, err := b.c.Refund(ctx, sale.ID, 80)
+	require.ErrorIs(t, err, twopc.ErrRefundExceeded)
+	assert.Nil(t, refused)
+	_, err = b.c.Reverse(ctx, sale.ID)
+	require.ErrorIs(t, err, twopc.ErrRefundExceeded, "reversed whole after a partial refund")
+	assert.Len(t, b.txns(), before, "nothing written")
+	assert.Equal(t, int64(30), b.balance("A"))
+
+	_, err = b.c.Refund(ctx, sale.ID, 70)
+	require.NoError(t, err)
+	assert.Zero(t, refundable(t, b.c, sale.ID))
+	_, err = b.c.Refund(ctx, sale.ID, 1)
+	require.ErrorIs(t, err, twopc.ErrRefundExceeded)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+
+	var amounts []int64
+	for _, e := range fullStatement(t, b.c, "A", false) {
+		amounts = append(amounts, e.Amount)
+	}
+	assert.Equal(t, []int64{-100, 30, 70}, amounts, "each refund its own entry")
+
+	for _, bad := range []int64{0, -5} {
+		_, err := b.c.Refund(ctx, sale.ID, bad)
+		assert.ErrorIs(t, err, twopc.ErrInvalidTransfer)
+	}
+	_, err = b.c.Refund(ctx, bson.NewObjectID(), 1)
+	assert.ErrorIs(t, err, twopc.ErrTxnNotFound)
+}
+
+// TestRefundsAtOnce: refunds of one transfer from many goroutines and two
+// coordinators at once never return more than it moved.
+func TestRefundsAtOnce(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	other := b.coordinator(twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 500})
+	sale, err := b.c.Transfer(ctx, "A", "B", 100)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	made, exceeded := 0, 0
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := b.c
+			if i%2 == 1 {
+				c = other
+			}
+			_, err := c.Refund(ctx, sale.ID, 10)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				made++
+			case assert.ErrorIs(t, err, twopc.ErrRefundExceeded):
+				exceeded++
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 10, made)
+	assert.Equal(t, 14, exceeded)
+	require.NoError(t, other.Settle(ctx))
+	b.checkSettled(map[string]int64{"A": 100, "B": 500})
+	assert.Equal(t, int64(100), b.balance("A"), "refunded 100, no more")
+}
+
+// TestRefundDeliveredAgain: every write of refunds (made, refused and
+// given back, exceeded) delivered again afterwards, in order, changes no
+// balance and no refund book.
+func TestRefundDeliveredAgain(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t)
+	rec := &writeRecorder{}
+	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithSyncSettle())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	b.open(map[string]int64{"A": 100, "B": 0, "C": 0})
+	sale, err := c.Transfer(ctx, "A", "B", 100)
+	require.NoError(t, err)
+	_, err = c.Refund(ctx, sale.ID, 40)
+	require.NoError(t, err)
+	_, err = c.Transfer(ctx, "B", "C", 60) // B spends the rest
+	require.NoError(t, err)
+	_, err = c.Refund(ctx, sale.ID, 20)
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds, "refused, its reservation given back")
+	assert.Equal(t, int64(60), refundable(t, c, sale.ID))
+	_, err = c.Transfer(ctx, "C", "B", 60)
+	require.NoError(t, err)
+	_, err = c.Refund(ctx, sale.ID, 60)
+	require.NoError(t, err)
+	_, err = c.Refund(ctx, sale.ID, 1)
+	require.ErrorIs(t, err, twopc.ErrRefundExceeded)
+
+	balances := b.accountStates()
+	var book bson.Raw
+	require.NoError(t, b.db.Collection("transactions_refunds").FindOne(ctx, bson.D{{Key: "_id", Value: sale.ID}}).Decode(&book))
+	resendAll(t, b.db, rec.recorded())
+	b.recoverAll()
+	assert.Equal(t, balances, b.accountStates(), "a write delivered again moved money")
+	var again bson.Raw
+	require.NoError(t, b.db.Collection("transactions_refunds").FindOne(ctx, bson.D{{Key: "_id", Value: sale.ID}}).Decode(&again))
+	assert.Equal(t, book.Lookup("left"), again.Lookup("left"), "what is left to refund")
+	assert.Zero(t, refundable(t, c, sale.ID), "canceled refunds' reservations given back again")
+	assert.Equal(t, int64(100), b.balance("A"))
+}
+
+// TestRefundRolledBackGivesBack: a refund whose process died before its
+// legs applied is rolled back by recovery, which gives its reservation
+// back; one whose insert never reached the log is canceled (a
+// placeholder) and given back by the next call that needs the room once
+// its lease ran out.
+func TestRefundRolledBackGivesBack(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 100, "B": 0})
+	sale, err := b.c.Transfer(ctx, "A", "B", 100)
+	require.NoError(t, err)
+
+	dying := b.coordinator(twopc.WithStepHook(crashAt(twopc.StepApply)))
+	_, err = dying.Refund(ctx, sale.ID, 70)
+	require.ErrorIs(t, err, errCrash)
+	assert.Equal(t, int64(30), refundable(t, b.c, sale.ID), "reserved while in flight")
+	b.backdateAll(time.Hour)
+	rep := b.recoverAll()
+	assert.Equal(t, 1, rep.RolledBack)
+	assert.Equal(t, int64(100), refundable(t, b.c, sale.ID), "given back by recovery's rollback")
+
+	lost := b.coordinator(twopc.WithStepHook(crashAt(twopc.StepInsert)))
+	_, err = lost.Refund(ctx, sale.ID, 80, twopc.WithKey("refund-80"))
+	require.ErrorIs(t, err, errCrash, "%v", err)
+	_, err = b.c.Refund(ctx, sale.ID, 50)
+	require.ErrorIs(t, err, twopc.ErrRefundExceeded, "the lost one's reservation stands within its lease")
+	_, err = b.db.Collection("transactions_refunds").UpdateOne(ctx, bson.D{{Key: "_id", Value: sale.ID}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "refunds.0.at", Value: time.Now().Add(-time.Hour)}}}})
+	require.NoError(t, err)
+	_, err = b.c.Refund(ctx, sale.ID, 50)
+	require.NoError(t, err, "the lost one canceled and given back")
+	placeholder, err := b.c.GetByKey(ctx, "refund-80")
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateCanceled, placeholder.State)
+	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+	assert.Equal(t, int64(50), b.balance("A"))
+}
+
+// TestRefundLegs: a transfer of legs refunded in part, in proportion,
+// the largest remainders rounded up, so the legs still sum to zero.
+func TestRefundLegs(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"buyer": 100, "seller": 0, "fees": 0})
+	sale, err := b.c.TransferLegs(ctx, []twopc.Leg{{Account: "buyer", Amount: -100}, {Account: "seller", Amount: 67}, {Account: "fees", Amount: 33}})
+	require.NoError(t, err)
+	refund, err := b.c.Refund(ctx, sale.ID, 50)
+	require.NoError(t, err)
+	got := map[any]int64{}
+	for _, l := range refund.Legs {
+		got[l.Account] = l.Amount
+	}
+	assert.Equal(t, map[any]int64{"buyer": 50, "seller": -34, "fees": -16}, got)
+	b.checkSettled(map[string]int64{"buyer": 100, "seller": 0, "fees": 0})
+	assert.Equal(t, int64(50), b.balance("buyer"))
+	assert.Equal(t, int64(33), b.balance("seller"))
+	assert.Equal(t, int64(17), b.balance("fees"))
+	assert.Equal(t, int64(50), refundable(t, b.c, sale.ID))
+}
+
+// TestUnitProportional: a refund's legs in proportion, each side summing
+// to the amount, the units left to the largest remainders (the first leg
+// on a tie), legs of nothing left out, no overflow for large amounts.
+func TestUnitProportional(t *testing.T) {
+	for _, c := range []struct {
+		legs   []twopc.Leg
+		amount int64
+		want   []int64
+	}{
+		{[]twopc.Leg{{Account: "b", Amount: -100}, {Account: "s", Amount: 67}, {Account: "f", Amount: 33}}, 50, []int64{50, -34, -16}},
+		{[]twopc.Leg{{Account: "b", Amount: -7}, {Account: "s", Amount: 3}, {Account: "f", Amount: 4}}, 1, []int64{1, -1}},
+		{[]twopc.Leg{{Account: "b", Amount: -100}, {Account: "s", Amount: 100}}, 100, []int64{100, -100}},
+		{[]twopc.Leg{{Account: "b", Amount: -(1 << 62)}, {Account: "s", Amount: 1<<62 - 1}, {Account: "f", Amount: 1}}, 1 << 61, []int64{1 << 61, -(1 << 61)}},
+		{[]twopc.Leg{{Account: "x", Amount: -5}, {Account: "y", Amount: -5}, {Account: "s", Amount: 10}}, 3, []int64{2, 1, -3}},
+	} {
+		var base int64
+		for _, l := range c.legs {
+			if l.Amount > 0 {
+				base += l.Amount
+			}
+		}
+		var got []int64
+		var sum int64
+		for _, l := range twopc.Proportional(c.legs, c.amount, base) {
+			got = append(got, l.Amount)
+			sum += l.Amount
+		}
+		assert.Equal(t, c.want, got, "%v, %d", c.legs, c.amount)
+		assert.Zero(t, sum)
+	}
+}

@@ -214,6 +214,8 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.AllowNegative, ok = v.BooleanOK()
 	case fieldPlaceholder:
 		r.Placeholder, ok = v.BooleanOK()
+	case fieldRefundOf:
+		r.RefundOf, ok = v.ObjectIDOK()
 	case fieldLegs:
 		return false
 	default:

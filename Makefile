@@ -67,9 +67,13 @@ metrics:
 	$(call run,metrics) -addr $(METRICS_ADDR)
 
 # devserver runs the dev server in the foreground until interrupted (exit 0);
-# its first line is the URI.
+# its first line is the URI. Its data goes to a fresh temporary directory,
+# removed when it stops; DIR=path keeps it in path instead (created if
+# missing; a relative path is from this directory), for the next start
+# with the same DIR: make devserver DIR=.devdata.
+DIR ?=
 devserver:
-	$(call run,devserver) -addr $(ADDR)
+	$(call run,devserver) -addr $(ADDR)$(if $(DIR), -dir "$(if $(filter /%,$(DIR)),$(DIR),$(CURDIR)/$(DIR))")
 
 vet:
 	$(GO) vet ./...

@@ -76,6 +76,15 @@ var (
 	// return it too.
 	ErrAccountNotFound = errors.New("twopc: account not found")
 
+	// ErrBeforeOpening reports a BalanceAt for a time before the account
+	// was opened: before the time OpenAccount recorded in it (its opening,
+	// {balance, at}, at by the clock corrected to the server's), with no
+	// entry of the account at or before that time. An account OpenAccount
+	// did not open (inserted by hand, or by another program) has no
+	// opening time recorded: BalanceAt answers its opening balance for any
+	// time before its first entry. Nothing is written.
+	ErrBeforeOpening = errors.New("twopc: before the account was opened")
+
 	// ErrBalanceOverflow reports that a leg would take a balance out of the
 	// range of int64, once every leg in flight on the account settled or
 	// was undone: a credit applies only if balance+value is at most

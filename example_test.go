@@ -205,8 +205,8 @@ func ExampleAccountAsset() {
 	// -1000 -2000 10120 EUR/2
 }
 
-// BalanceAt answers an account's balance at any time from its entries:
-// its opening balance before the first.
+// BalanceAt answers an account's balance at any time from its entries,
+// and ErrBeforeOpening for a time before OpenAccount opened it.
 func ExampleCoordinator_BalanceAt() {
 	ctx := context.Background()
 	db, cleanup := exampleDatabase(ctx, "twopc_example_balance_at")
@@ -217,14 +217,13 @@ func ExampleCoordinator_BalanceAt() {
 	_ = c.OpenAccount(ctx, "alice", 5000)
 	_ = c.OpenAccount(ctx, "shop", 0)
 
-	before := time.Now().Add(-time.Minute)
 	_, _ = c.Transfer(ctx, "alice", "shop", 1250)
 	_, _ = c.Transfer(ctx, "alice", "shop", 250)
-	then, _ := c.BalanceAt(ctx, "", "alice", before)
+	_, err := c.BalanceAt(ctx, "", "alice", time.Now().Add(-time.Hour))
 	now, _ := c.BalanceAt(ctx, "", "alice", time.Now().Add(time.Minute))
-	fmt.Println(then, now)
+	fmt.Println(errors.Is(err, twopc.ErrBeforeOpening), now)
 	// Output:
-	// 5000 3500
+	// true 3500
 }
 
 // A transfer that stopped before its commit point (here a step hook plays

@@ -181,3 +181,18 @@ func WithCheckpoints(every int, horizon time.Duration) Option {
 // Proportional is the legs of a refund of amount of a transfer of legs
 // that credited base (see Coordinator.Refund).
 func Proportional(legs []Leg, amount, base int64) []Leg { return proportional(legs, amount, base) }
+
+// OpeningAt returns the opening time OpenAccount recorded in account id of
+// c's ledger ("" the default); false if the account records none.
+func OpeningAt(ctx context.Context, c *Coordinator, ledger string, id any) (time.Time, bool, error) {
+	l, ok := c.ledgers[ledger]
+	if !ok {
+		return time.Time{}, false, ErrUnknownLedger
+	}
+	raw, err := l.accounts.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	at, ok := raw.Lookup(fieldOpening, "at").TimeOK()
+	return at, ok, nil
+}

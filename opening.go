@@ -26,6 +26,26 @@ func (s *statement) opening(ctx context.Context) (int64, error) {
 	return s.derivedOpening(ctx, a)
 }
 
+// opened refuses a balance at a time before the account's opening time
+// (OpenAccount's opening.at) with ErrBeforeOpening, unless an entry of the
+// account is at or before that time: the opening is stamped by a clock
+// corrected to the server's, a reading that may put it a moment after the
+// commit stamps of the first transfers, and an entry shows the account
+// existed. An account with no opening time (not opened by OpenAccount)
+// is never refused.
+func (s *statement) opened(ctx context.Context, at time.Time) error {
+	open, ok := s.doc.Lookup(fieldOpening, "at").TimeOK()
+	if !ok || !at.Before(open) {
+		return nil
+	}
+	first, _, err := s.scan(ctx, time.Time{}, at, false, 1)
+	if err != nil || len(first) > 0 {
+		return err
+	}
+	return errorf("twopc: balance of account %v at %s: %w at %s", s.account,
+		at.UTC().Format(time.RFC3339Nano), ErrBeforeOpening, open.UTC().Format(time.RFC3339Nano))
+}
+
 func (s *statement) readAccount(ctx context.Context) (bson.Raw, error) {
 	var a bson.Raw
 	err := s.c.retry(ctx, func(ctx context.Context) error {

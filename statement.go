@@ -174,6 +174,11 @@ func (c *Coordinator) Entries(ctx context.Context, ledger string, account any, q
 // entry with At at or before at, or its opening balance before the first
 // (see Statement; unlike a page, it counts entries however recent). At a
 // quiet moment, BalanceAt(now) is Account.Balance plus Account.Held.
+// A time before the account was opened (the time OpenAccount recorded in
+// it), with no entry at or before it, gives ErrBeforeOpening; an account
+// OpenAccount did not open (inserted by hand) records no such time, and
+// before its first entry is answered its opening balance, whatever the
+// time.
 //
 // For at within the horizon of the server's clock (see Statement), it
 // counts every entry visible now, and a commit still in flight may add to
@@ -466,9 +471,16 @@ func msCeil(t time.Time) time.Time {
 // balanceAt is BalanceAt's answer: the balance through every entry with
 // At at or before at.
 func (s *statement) balanceAt(ctx context.Context, at time.Time) (int64, error) {
+	at = at.Truncate(time.Millisecond)
+	if at.IsZero() {
+		at = at.Add(time.Millisecond) // a time before every entry: a zero bound is none to sum and scan
+	}
+	if err := s.opened(ctx, at); err != nil {
+		return 0, err
+	}
 	now, err := s.c.log.serverNow(ctx)
 	if err != nil {
 		return 0, err
 	}
-	return s.sum(ctx, at.Truncate(time.Millisecond), now, false, func(*entry) bool { return true })
+	return s.sum(ctx, at, now, false, func(*entry) bool { return true })
 }

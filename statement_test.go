@@ -103,9 +103,9 @@ func checkStatement(t *testing.T, c *twopc.Coordinator, account any, opening int
 		assert.Equalf(t, want, at, "%v: BalanceAt entry %d", account, i)
 	}
 	if len(all) > 0 {
-		at, err := c.BalanceAt(ctx, "", account, all[0].At.Add(-time.Millisecond))
-		require.NoError(t, err)
-		assert.Equalf(t, opening, at, "%v: before the first entry, the opening balance", account)
+		if at, ok := balanceBeforeFirst(t, c, account, all[0]); ok {
+			assert.Equalf(t, opening, at, "%v: before the first entry, the opening balance", account)
+		}
 	}
 	return all
 }
@@ -564,9 +564,9 @@ func TestStatementCheckpoints(t *testing.T) {
 	now, err := c.BalanceAt(ctx, "", "A", time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	assert.Equal(t, first[len(first)-1].Balance+1_000_000, now, "read from the checkpoint")
-	before, err := c.BalanceAt(ctx, "", "A", first[0].At.Add(-time.Millisecond))
-	require.NoError(t, err)
-	assert.Equal(t, int64(1000), before, "before the checkpoint: from the opening")
+	if before, ok := balanceBeforeFirst(t, c, "A", first[0]); ok {
+		assert.Equal(t, int64(1000), before, "before the checkpoint: from the opening")
+	}
 }
 
 // TestStatementOpeningStable: the derived opening of an account inserted

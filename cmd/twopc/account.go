@@ -47,6 +47,10 @@ NAME alone, as list takes it, reads only that ledger ("default" or "" for
 the default one; repeatable); its collection must be given too, unless
 it is the default.
 
+Amounts are shown with the account's asset's scale where its code has
+one (12.50 USD/2), else as whole numbers, minor units for no asset,
+which the output says once; --json prints them as stored, minor units.
+
 Exit status 1 if no ledger read holds the account.
 
 Examples:
@@ -295,6 +299,7 @@ func orZeroJSON(v bson.RawValue) json.RawMessage {
 }
 
 func (r *accountReport) print(w io.Writer) {
+	var u units
 	for i, a := range r.Accounts {
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -309,20 +314,20 @@ func (r *accountReport) print(w io.Writer) {
 		} else {
 			heldBy := ""
 			if a.HeldByHolds > 0 {
-				heldBy = fmt.Sprintf("; %d of it by holds held", a.HeldByHolds)
+				heldBy = fmt.Sprintf("; %s of it by holds held", u.of(a.HeldByHolds, a.Asset, false))
 			}
 			fmt.Fprintf(w, "  balance %s (available), held %s (pendingDebit: debits applied and not settled%s), pendingCredit %s (credits applied and not settled)\n",
-				a.amount(schema.Balance), a.amount(schema.PendingDebit), heldBy, a.amount(schema.PendingCredit))
+				a.amount(&u, schema.Balance), a.amount(&u, schema.PendingDebit), heldBy, a.amount(&u, schema.PendingCredit))
 			if a.Asset != "" {
 				fmt.Fprintf(w, "  asset %s\n", a.Asset)
 			}
 			if a.FloorRoom != nil {
 				ceiling := "none (MaxLimit)"
 				if a.Ceiling != nil {
-					ceiling = a.amount(schema.Ceiling)
+					ceiling = a.amount(&u, schema.Ceiling)
 				}
 				fmt.Fprintf(w, "  limits: floor %s, ceiling %s; room above the floor %s, below the ceiling %s (counting what is in flight)\n",
-					a.amount(schema.Floor), ceiling, a.amount(schema.FloorRoom), a.amount(schema.CeilingRoom))
+					a.amount(&u, schema.Floor), ceiling, a.amount(&u, schema.FloorRoom), a.amount(&u, schema.CeilingRoom))
 			}
 		}
 		fmt.Fprintf(w, "  legs in flight (pendingTransactions, %d):", len(a.PendingLegs))
@@ -339,7 +344,7 @@ func (r *accountReport) print(w io.Writer) {
 			if l.Hold {
 				hold = ", a hold"
 			}
-			fmt.Fprintf(w, "    %s leg %d: %s, application %s%s, amount %+d\n", l.Transaction, l.Leg, l.State, appName(l.Application), hold, l.Amount)
+			fmt.Fprintf(w, "    %s leg %d: %s, application %s%s, amount %s\n", l.Transaction, l.Leg, l.State, appName(l.Application), hold, u.of(l.Amount, a.Asset, true))
 		}
 		line := "none"
 		var t time.Time
@@ -353,17 +358,25 @@ func (r *accountReport) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  fencedLegs: %s; fence line (fencedBefore) %s\n", fenceSpan(fences), line)
 	}
+	u.note(w)
 }
 
-// amount is the account's integer field name with its asset's scale (see
-// scaled); 0 when absent, and any other value as stored.
-func (a *accountEntry) amount(name string) string {
-	v := a.doc.Lookup(name)
+// amount is the account's integer field name with its asset's scale,
+// through u; 0 when absent, and any other value as stored.
+func (a *accountEntry) amount(u *units, name string) string {
+	return fieldAmount(u, a.doc, name, a.Asset)
+}
+
+// fieldAmount is integer field name of document doc, an amount of asset
+// code, through u; 0 when absent, and any other value as stored (a
+// balance that is not an integer: the library refuses such an account).
+func fieldAmount(u *units, doc bson.Raw, name, code string) string {
+	v := doc.Lookup(name)
 	if v.Type == 0 {
-		return scaled(0, a.Asset, false)
+		return u.of(0, code, false)
 	}
 	if n, ok := v.AsInt64OK(); ok && (v.Type == bson.TypeInt64 || v.Type == bson.TypeInt32) {
-		return scaled(n, a.Asset, false)
+		return u.of(n, code, false)
 	}
 	return string(plainValue(v))
 }

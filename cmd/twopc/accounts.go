@@ -32,6 +32,10 @@ ones (the same --ledger and --asset with it).
 --accounts); give its collection with --ledger NAME=COLLECTION or
 NAME=mongodb://HOST:PORT/DB.COLLECTION too, unless it is the default.
 
+Amounts are shown with each account's asset's scale where its code has
+one (12.50 USD/2), else as whole numbers, minor units for no asset,
+which the output says once; --json prints minor units, with the asset.
+
 An account the library cannot read (a balance that is not an integer,
 an asset or limits that are not valid) stops the listing with exit
 status 1, naming it: see it with twopc account ID.
@@ -139,18 +143,20 @@ func (r *accountsReport) print(w io.Writer) {
 	}
 	tw := table(w)
 	fmt.Fprintln(tw, "ID\tBALANCE\tHELD\tPENDING CREDIT\tLIMITS\tIN FLIGHT")
+	var u units
 	for _, a := range r.Accounts {
 		limits := "-"
 		if a.Floor != nil {
-			limits = scaled(*a.Floor, a.Asset, false) + " to " + scaled(*a.Ceiling, a.Asset, false)
+			limits = u.of(*a.Floor, a.Asset, false) + " to " + u.of(*a.Ceiling, a.Asset, false)
 			if *a.Ceiling == twopc.MaxLimit {
-				limits = scaled(*a.Floor, a.Asset, false) + " to none"
+				limits = u.of(*a.Floor, a.Asset, false) + " to none"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", human(a.id), scaled(a.Balance, a.Asset, false), scaled(a.Held, a.Asset, false),
-			scaled(a.PendingCredit, a.Asset, false), limits, len(a.PendingTransactions))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", human(a.id), u.of(a.Balance, a.Asset, false), u.of(a.Held, a.Asset, false),
+			u.of(a.PendingCredit, a.Asset, false), limits, len(a.PendingTransactions))
 	}
 	_ = tw.Flush()
+	u.note(w)
 	if r.Next != "" {
 		fmt.Fprintf(w, "More follow: --after %s\n", r.Next)
 	}

@@ -54,8 +54,8 @@ given with --ledger (a ledger not given is not audited):
 It prints the counts it read and every violation, with progress on
 stderr, and exits 1 if it found any.
 
---total states the money a ledger holds, in minor units: the sum of its
-accounts' balances and held debits. Repeatable.
+--total states the money a ledger holds: the sum of its accounts'
+balances and held debits. Repeatable.
   --total LEDGER=N        the whole ledger; "" or "default" is the
                           default ledger (--total =100000, --total
                           default=100000). Refused (exit 1) when the
@@ -64,16 +64,25 @@ accounts' balances and held debits. Repeatable.
                           different assets means nothing.
   --total LEDGER:ASSET=N  the accounts of asset ASSET (a code such as
                           USD/2) in the ledger; none for those with no
-                          asset (--total shanghai:USD/2=5000, --total
+                          asset (--total shanghai:USD/2=50.00, --total
                           default:none=0)
   --total ASSET=N         the same in the default ledger, when ASSET names
-                          no ledger given (--total USD/2=0)
+                          no ledger given (--total USD/2=0.00)
+
+N is written as the audit prints totals: for an asset whose code has a
+scale, with that many decimal places (1000.00 for USD/2: 100000 minor
+units), else a whole number (minor units for no asset). A whole number
+for an asset with decimal places is a usage error (exit status 2),
+never read as minor units or as whole units unasked; for a whole
+ledger, whose asset the audit finds, after the audit. --minor reads
+every N as minor units instead, whatever the asset.
 
 Examples:
   twopc audit
   twopc audit --total default=100000 --grace 5m
-  twopc audit --total USD/2=100000 --total EUR/2=50000
-  twopc audit --ledger shanghai=accounts_sh --total shanghai:USD/2=5000 --json | jq .violations`,
+  twopc audit --total USD/2=1000.00 --total EUR/2=500.00
+  twopc audit --minor --total USD/2=100000
+  twopc audit --ledger shanghai=accounts_sh --total shanghai:USD/2=50.00 --json | jq .violations`,
 	run: runAudit,
 }
 
@@ -119,6 +128,7 @@ func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	g.register(fs, withApplication|withLedgers)
 	var totals totalList
 	fs.Var(&totals, "total", "the total `LEDGER=N` a ledger holds, or [LEDGER:]ASSET=N an asset's in it (repeatable)")
+	minor := fs.Bool("minor", false, "read every --total N as minor units, whatever the asset")
 	grace := fs.Duration("grace", twopc.DefaultInterval, "how long past its lease an unfinished transaction may stay untouched")
 	batch := fs.Int("batch", twopc.DefaultAuditBatch, "how many documents to read at a time")
 	maxPending := fs.Int("max-pending", twopc.DefaultPendingBound, "the most markers of legs in flight an account may hold")
@@ -140,7 +150,7 @@ func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	if err := g.check(); err != nil {
 		return err
 	}
-	if err := totals.resolve(&g); err != nil {
+	if err := totals.resolve(&g, *minor); err != nil {
 		return cl.usage(cmd, fs, "%v", err)
 	}
 	for _, t := range totals {
@@ -167,6 +177,9 @@ func runAudit(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	}
 	if err := totals.mixed(rep); err != nil {
 		return refused(err)
+	}
+	if err := totals.places(rep); err != nil {
+		return usageErrorf("%v", err)
 	}
 	out := auditReport{OK: rep.OK(), Database: cn.db.Name(), AuditReport: rep, Violations: violations(rep.Violations)}
 	if g.json {
@@ -197,8 +210,9 @@ func (r *auditReport) print(w io.Writer) {
 	if r.Unfinished > 0 {
 		fmt.Fprintf(w, "  unfinished: %d, the oldest untouched for %v\n", r.Unfinished, r.OldestUnfinished.Round(time.Millisecond))
 	}
+	var u units
 	if r.Held > 0 {
-		fmt.Fprintf(w, "  holds held: %d, holding %d in all, each found on its accounts unless a violation says otherwise\n", r.Held, r.HeldValue)
+		fmt.Fprintf(w, "  holds held: %d, holding %s in all, each found on its accounts unless a violation says otherwise\n", r.Held, r.heldValue(&u))
 	}
 	parts = parts[:0]
 	names := make([]string, 0, len(r.Accounts))
@@ -226,15 +240,21 @@ func (r *auditReport) print(w io.Writer) {
 		if t.ByAsset && !contains(r.Assets[t.Ledger], t.Asset) {
 			none = " (no account holds it)"
 		}
+		code := t.Asset
+		if assets := r.Assets[t.Ledger]; !t.ByAsset && len(assets) == 1 {
+			code = assets[0]
+		}
+		actual, expected := u.of(t.Actual, code, false), u.of(t.Expected, code, false)
 		switch {
 		case !t.Decided:
-			fmt.Fprintf(w, "  total of %s: %d, want %d: not decided, transactions were in flight%s\n", totalOf(t), t.Actual, t.Expected, none)
+			fmt.Fprintf(w, "  total of %s: %s, want %s: not decided, transactions were in flight%s\n", totalOf(t), actual, expected, none)
 		case t.OK:
-			fmt.Fprintf(w, "  total of %s: %d, as stated%s\n", totalOf(t), t.Actual, none)
+			fmt.Fprintf(w, "  total of %s: %s, as stated%s\n", totalOf(t), actual, none)
 		default:
-			fmt.Fprintf(w, "  total of %s: %d, want %d%s\n", totalOf(t), t.Actual, t.Expected, none)
+			fmt.Fprintf(w, "  total of %s: %s, want %s%s\n", totalOf(t), actual, expected, none)
 		}
 	}
+	u.note(w)
 	if r.OK {
 		return
 	}
@@ -245,4 +265,30 @@ func (r *auditReport) print(w io.Writer) {
 	if r.Dropped > 0 {
 		fmt.Fprintf(w, "  and %d more not listed\n", r.Dropped)
 	}
+}
+
+// heldValue is the value of the holds held, through u: with the scale
+// of the one asset of every account audited, if they have one; else the
+// integer summed, said to be minor units of every asset together.
+func (r *auditReport) heldValue(u *units) string {
+	var codes []string
+	for _, assets := range r.Assets {
+		for _, a := range assets {
+			if !contains(codes, a) {
+				codes = append(codes, a)
+			}
+		}
+	}
+	if len(codes) > 1 {
+		sort.Strings(codes)
+		for i, c := range codes {
+			codes[i] = assetWords(c)
+		}
+		return fmt.Sprintf("%d (minor units, summed over %s)", r.HeldValue, series(codes, "and"))
+	}
+	code := ""
+	if len(codes) == 1 {
+		code = codes[0]
+	}
+	return u.of(r.HeldValue, code, false)
 }

@@ -103,7 +103,7 @@ func TestAuditTotalAsset(t *testing.T) {
 	_, err := f.c.Transfer(f.ctx, "alice", "desk", 100, twopc.WithAsset("USD/2"))
 	require.NoError(t, err)
 
-	r := f.run("audit", "--total", "USD/2=1000", "--json")
+	r := f.run("audit", "--total", "USD/2=10.00", "--json")
 	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
 	rep := r.totals(t)
 	require.True(t, rep.OK)
@@ -114,17 +114,44 @@ func TestAuditTotalAsset(t *testing.T) {
 	require.EqualValues(t, 1000, rep.Totals[0].Actual)
 	require.Equal(t, map[string][]string{"": {"USD/2"}}, rep.Assets)
 
-	r = f.run("audit", "--total", "default:USD/2=999")
+	r = f.run("audit", "--total", "default:USD/2=9.99")
 	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
-	require.Contains(t, r.stdout, "total of ledger default, asset USD/2: 1000, want 999\n")
+	require.Contains(t, r.stdout, "total of ledger default, asset USD/2: 10.00 USD/2, want 9.99 USD/2\n")
+	require.NotContains(t, r.stdout, minorNote, "no amount of no asset")
 	// An asset no account holds sums to 0, and says so.
-	r = f.run("audit", "--total", "GBP/2=0")
+	r = f.run("audit", "--total", "GBP/2=0.00")
 	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
-	require.Contains(t, r.stdout, "total of ledger default, asset GBP/2: 0, as stated (no account holds it)\n")
+	require.Contains(t, r.stdout, "total of ledger default, asset GBP/2: 0.00 GBP/2, as stated (no account holds it)\n")
 	// A ledger of one asset: its total is that asset's.
-	r = f.run("audit", "--total", "default=1000")
+	r = f.run("audit", "--total", "default=10.00")
 	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
-	require.Contains(t, r.stdout, "total of ledger default: 1000, as stated\n")
+	require.Contains(t, r.stdout, "total of ledger default: 10.00 USD/2, as stated\n")
+
+	// N as the audit prints it: a whole number for an asset with decimal
+	// places is a usage error, never read as minor or whole units; --minor
+	// reads minor units.
+	for _, total := range []string{"USD/2=1000", "default:USD/2=1000"} {
+		r = f.run("audit", "--total", total)
+		require.Equal(t, exitUsage, r.code, r.stdout+r.stderr)
+		require.Contains(t, r.stderr, "amounts of USD/2 have 2 decimal places: write 1000.00: "+errBareInteger.Error()+", or give --minor for minor units")
+	}
+	r = f.run("audit", "--total", "USD/2=10.0")
+	require.Equal(t, exitUsage, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "amounts of USD/2 have 2 decimal places, not 1")
+	for _, total := range []string{"default=1000", "default=10.0"} {
+		r = f.run("audit", "--total", total)
+		require.Equal(t, exitUsage, r.code, r.stdout+r.stderr)
+		require.Empty(t, r.stdout)
+		require.Contains(t, r.stderr, "--total "+total+": ledger default holds accounts of asset USD/2, whose amounts have 2 decimal places: write --total default=")
+	}
+	for _, total := range []string{"USD/2=1000", "default=1000"} {
+		r = f.run("audit", "--minor", "--total", total)
+		require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
+		require.Contains(t, r.stdout, ": 10.00 USD/2, as stated\n")
+	}
+	r = f.run("audit", "--minor", "--total", "USD/2=10.00")
+	require.Equal(t, exitUsage, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "with --minor, N is a whole number of minor units")
 
 	// Two assets: the whole ledger's total is refused, each asset's checked.
 	require.NoError(t, f.c.OpenAccount(f.ctx, "bob", 500, twopc.AccountAsset("EUR/2")))
@@ -142,7 +169,7 @@ func TestAuditTotalAsset(t *testing.T) {
 	r.decode(t, &e)
 	require.Contains(t, e.Error, "--total =1500: ledger default holds accounts of asset EUR/2 and asset USD/2")
 	require.Equal(t, exitFailed, e.ExitStatus)
-	r = f.run("audit", "--total", "USD/2=1000", "--total", "EUR/2=500", "--json")
+	r = f.run("audit", "--total", "USD/2=10.00", "--total", "EUR/2=5.00", "--json")
 	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
 	rep = r.totals(t)
 	require.True(t, rep.OK)
@@ -157,7 +184,10 @@ func TestAuditTotalAsset(t *testing.T) {
 	require.Contains(t, r.stderr, "--total default:none=N")
 	r = f.run("audit", "--total", "default:none=7")
 	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
-	require.Contains(t, r.stdout, "total of ledger default, no asset: 7, as stated\n")
+	require.Contains(t, r.stdout, "total of ledger default, no asset: 7, as stated\n"+minorNote+"\n")
+	r = f.run("audit", "--total", "default:none=7.00")
+	require.Equal(t, exitUsage, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "an amount of no asset is a whole number of minor units")
 	r = f.run("audit", "--total", "none=8")
 	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
 	require.Contains(t, r.stdout, "total of ledger default, no asset: 7, want 8\n")

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twopc/twopc"
 )
@@ -19,7 +21,11 @@ is. Cancel refuses (exit status 1) a transaction past its commit point
 (applied or done: use reverse), and one another application owns and
 has touched within its lease (still in progress; wait, or stop its
 process), judged by the lease recorded in it, never less than
---min-lease. Given --application with the owner's name, the tool
+--min-lease: the refusal says when it becomes cancelable, its
+lastModified plus the longer of the two, by the server's clock
+("eligible from 2026-11-26T10:01:00.000Z (in 57s, by the server's
+clock)"; --json: eligibleAt, eligibleInSeconds, leaseSeconds and
+minLeaseSeconds beside the error). Given --application with the owner's name, the tool
 cancels as the owner may, at once: money is safe either way (a live
 owner finds its claim gone and can move nothing; the rollback fences
 every account before it undoes a leg), but the transfer its owner is
@@ -139,6 +145,9 @@ func runCancel(ctx context.Context, cl *cli, cmd *command, args []string) error 
 		rep.Transaction = jsonDoc{after}
 	}
 	if cerr != nil {
+		if errors.Is(cerr, twopc.ErrInProgress) && after != nil {
+			return cl.notYet(ctx, cn, cerr, after, *minLease, g.json)
+		}
 		if !g.json && after != nil {
 			fmt.Fprintf(cl.stderr, "twopc cancel: transaction %s is %s\n", id.Hex(), after.state)
 		}
@@ -157,4 +166,45 @@ func runCancel(ctx context.Context, cl *cli, cmd *command, args []string) error 
 			id.Hex(), before.state, rep.State, madeBy(before, after, "canceled"))
 	}
 	return nil
+}
+
+// cancelWait is what cancel --json prints for a transaction another
+// application owns whose lease has not run out: the error, and when it
+// becomes eligible (see lease).
+type cancelWait struct {
+	jsonError
+	ID           string    `json:"id"`
+	State        string    `json:"state"`
+	Application  string    `json:"application"`
+	LastModified time.Time `json:"lastModified"`
+	Lease        float64   `json:"leaseSeconds"` // recorded in it; 0 if none is
+	MinLease     float64   `json:"minLeaseSeconds"`
+	EligibleAt   time.Time `json:"eligibleAt"`
+	EligibleIn   float64   `json:"eligibleInSeconds"`
+}
+
+// notYet is cancel's refusal of transaction t, which another application
+// owns and touched within its lease (cerr, ErrInProgress): it says when
+// the transaction becomes eligible by the server's clock, and that
+// --application with the owner's name cancels it at once; under --json,
+// in a document of its own.
+func (cl *cli) notYet(ctx context.Context, cn *conn, cerr error, t *txnDoc, minLease time.Duration, asJSON bool) error {
+	now, err := cn.serverNow(ctx)
+	if err != nil {
+		return cerr
+	}
+	l := leaseOf(t, minLease)
+	owner := ""
+	if t.application != "" {
+		owner = "; or cancel it at once as its owner, with --application " + t.application
+	}
+	err = refused(fmt.Errorf("%w: %s%s", cerr, l.words(now), owner))
+	if asJSON {
+		if jerr := cl.printJSON(cancelWait{jsonError: jsonError{Error: cl.message(err), ExitStatus: exitFailed},
+			ID: t.idString(), State: t.state, Application: t.application, LastModified: t.lastModified,
+			Lease: seconds(l.recorded), MinLease: seconds(minLease), EligibleAt: l.from, EligibleIn: seconds(l.from.Sub(now))}); jerr != nil {
+			return jerr
+		}
+	}
+	return err
 }

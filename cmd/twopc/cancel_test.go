@@ -20,7 +20,8 @@ func TestCancel(t *testing.T) {
 	r := f.run("cancel", id.Hex())
 	require.Equal(t, exitFailed, r.code, r.stderr)
 	require.Contains(t, r.stderr, "in progress")
-	require.Contains(t, r.stderr, "is pending")
+	require.Contains(t, r.stderr, `pending, owned by "crashing"`)
+	require.Contains(t, r.stderr, "eligible from ")
 	require.Equal(t, "pending", f.state(id))
 
 	f.backdate(id, 2*time.Hour)

@@ -3,9 +3,11 @@
 // cancels and reverses them, audits the protocol's invariants, and checks
 // that a server gives the single-document atomicity the protocol rests on.
 //
-// Install it, or run it from a checkout of the repository:
+// Install it from a clone of the repository, or run it there (nothing
+// is published yet, so go install github.com/twopc/twopc/cmd/twopc@latest
+// finds no module):
 //
-//	go install github.com/twopc/twopc/cmd/twopc@latest
+//	go install ./cmd/twopc   # into $(go env GOPATH)/bin
 //	go run ./cmd/twopc status
 //
 // # Usage
@@ -84,6 +86,22 @@
 // transactions exist. status refuses a database with no transactions
 // collection (see Status).
 //
+// # Amounts
+//
+// Every command prints an amount one way: with its asset's scale where
+// the asset's code has one ("USD/2": 2 decimal places, so 1250 minor
+// units print as 12.50 USD/2), and otherwise as a whole number: minor
+// units for an account or transfer of no asset, which each output says
+// once ("Amounts of no asset are in minor units."), and whole units for
+// a code with no scale or a scale of 0. It takes amounts the same way:
+// capture's AMOUNT and audit's --total N are written as it prints them,
+// with exactly the asset's decimal places (22.00 for USD/2; "22.00
+// USD/2" is read too), and a bare integer for an asset with decimal
+// places is a usage error, never read as minor units or as whole units;
+// capture --minor N and audit --minor give minor units instead. --json
+// prints the integers stored, in minor units, with the asset code beside
+// them.
+//
 // # Status
 //
 // twopc status counts the transactions by state (and those in no state
@@ -117,7 +135,9 @@
 // longer, by the server's clock), --application NAME, --meta KEY=VALUE
 // (repeatable: metadata given with twopc.WithMetadata), --key KEY (the
 // transaction of that idempotency key, twopc.WithKey: read by the _id
-// the library derives from the key). With --archive
+// the library derives from the key). Each transaction's legs are listed
+// with their amounts, and a hold captured with what it captured
+// ("alice → shop 3.00 USD/2, captured 1.20 USD/2"). With --archive
 // COLLECTION it reads the archive that twopc.WithHistory moves final
 // transactions to, as well as the log, and says where it found each
 // (foundIn: log or archive); see Archived transactions.
@@ -137,7 +157,10 @@
 // transaction of idempotency key KEY instead (as GetByKey does: by the
 // _id the library derives from the key): an argument of 24 hexadecimal
 // digits is read as an id first, and as a key if no transaction has that
-// id; any other as a key (--json: "foundBy": "id" or "key").
+// id; any other as a key (--json: "foundBy": "id" or "key"). A hold
+// shows what it captured beside its value ("captured 1.20 USD/2 (of its
+// value 3.00 USD/2; the rest returned to the source)"), or "nothing yet"
+// while it is held.
 //
 // # Account
 //
@@ -187,11 +210,15 @@
 // that made it returned. --since and --until (RFC 3339) bound their
 // times, --limit N (default 100) prints a page and, when more follow, the
 // --after TOKEN of the next; --reverse lists newest first. twopc balance ACCOUNT --at
-// TIME prints its balance then (Coordinator.BalanceAt; default now).
+// TIME prints its balance then (Coordinator.BalanceAt; default now); a
+// time before OpenAccount opened the account, with no entry at or before
+// it, is refused (exit status 1) naming when it was opened, and an
+// account inserted by hand, which records no opening time, has its
+// opening balance at any time before its first entry.
 // --ledger NAME reads another ledger, --archive COLLECTION the archive
 // too. With --json: {"ledger", "account", "entries": [{"txn", "at",
 // "amount", "balance", "key", "metadata"}], "next"} and {"ledger",
-// "account", "at", "balance"}.
+// "account", "at", "balance", "asset"}.
 //
 // # Archived transactions
 //
@@ -228,10 +255,14 @@
 // StaleAfter of the processes that claimed it), so each is judged by its
 // owners' settings, never sooner than --min-lease (default 10s), which is
 // also the tool's own StaleAfter while it drives one it took over. A pass
-// that leaves a transaction for that floor alone (untouched for longer
-// than its recorded lease, not for longer than --min-lease) says so, for
-// each one, with how long it has been untouched and its lease (--json:
-// minLeaseSkipped); a later pass takes it over.
+// that leaves an unfinished transaction because its lease has not run
+// out says, for each one, when it becomes eligible: its lastModified
+// plus the longer of its recorded lease and --min-lease, by the server's
+// clock (--json: waiting, with eligibleAt); one left for the floor alone
+// (untouched for longer than its recorded lease, not for longer than
+// --min-lease) is said so, with how long it has been untouched and its
+// lease (--json: minLeaseSkipped); a later pass takes each over once
+// eligible.
 // --watch makes a pass every --interval (default 30s) until SIGINT or
 // SIGTERM, printing each pass's report (with --json, one JSON document
 // per line), and exits 0 when stopped. The report lists each transaction
@@ -244,7 +275,11 @@
 // twopc cancel ID cancels a transaction that has not reached its commit
 // point (Canceler.Cancel): it ends canceled, its applied legs undone. It
 // is refused for a transaction past its commit point (use reverse), and
-// for one another application owns and touched within its lease. An id
+// for one another application owns and touched within its lease; that
+// refusal says when it becomes cancelable (its lastModified plus the
+// longer of its recorded lease and --min-lease, by the server's clock;
+// --json: eligibleAt) and that --application with the owner's name
+// cancels it at once. An id
 // that names no transaction is refused unless --placeholder is given:
 // then a canceled placeholder is written under it, which settles for good
 // a Transfer whose outcome was unknown (its insert, if it arrives, cannot
@@ -260,6 +295,9 @@
 // twopc capture ID AMOUNT captures hold ID (Coordinator.Capture): AMOUNT
 // reaches the destination and, for a hold of two legs captured in part,
 // the rest returns to the source; a hold of more legs is captured whole.
+// AMOUNT is written as the hold's amounts print (22.00 for a hold of
+// USD/2; a bare 22 is a usage error), or given in minor units with
+// --minor N (twopc capture ID --minor 2200).
 // twopc void ID voids it (Coordinator.Void): nothing moves, and it ends
 // canceled. Capture, void and a hold's expiry race through one guarded
 // write: whichever lands first decides, and the others are refused (exit
@@ -302,11 +340,15 @@
 // is in flight). It prints what it read and every violation, and exits 1
 // if there is one.
 //
-// --total states a sum of balances and held debits, in minor units:
-// LEDGER=N a whole ledger's ("" or "default" for the default ledger),
-// LEDGER:ASSET=N that of the ledger's accounts of asset ASSET (none for
-// those with no asset), and ASSET=N the same in the default ledger when
-// ASSET names no ledger given (--total USD/2=0). A ledger's total is
+// --total states a sum of balances and held debits: LEDGER=N a whole
+// ledger's ("" or "default" for the default ledger), LEDGER:ASSET=N that
+// of the ledger's accounts of asset ASSET (none for those with no
+// asset), and ASSET=N the same in the default ledger when ASSET names no
+// ledger given (--total USD/2=0.00). N is written as the audit prints
+// totals (see Amounts): 1000.00 for USD/2, a whole number of minor units
+// for no asset; a whole ledger's is checked against the asset the audit
+// finds its accounts of, after the audit; --minor reads every N as minor
+// units. A ledger's total is
 // refused, exit status 1, when the audit finds its accounts of more than
 // one asset, or of an asset and none (AuditReport.Assets): it would add
 // different assets together; state each asset's instead. Two --total
@@ -354,9 +396,11 @@
 //	   a live process, no such transaction or account, a reversal that
 //	   cannot apply, no transactions collection (status), none of the
 //	   collections named (audit, list, statement, balance, account), a
-//	   ledger's --total over several assets (audit)
+//	   ledger's --total over several assets (audit), a balance before the
+//	   account was opened (balance)
 //	2  usage error: an unknown command or flag, a bad argument, no database
-//	   named, a ledger needed and not given
+//	   named, a ledger needed and not given, an amount not written as its
+//	   asset's are shown (capture, audit --total)
 //	3  cannot connect, the server failed a command, or interrupted
 //
 // # Examples

@@ -108,6 +108,14 @@ Every command takes:
   -connect-timeout D      how long to wait for the server (default 10s)
 Flags may be written -flag or --flag, before or after the arguments.
 
+Amounts:
+  shown with their asset's scale where its code has one (USD/2: 2
+  decimal places, 12.50 USD/2), else as whole numbers: minor units for
+  no asset, which each output says once. capture's AMOUNT and audit's
+  --total N are taken as shown: for an asset with decimal places a bare
+  integer is a usage error (22.00, not 22); --minor gives minor units
+  instead. --json prints minor units, the integers stored.
+
 Exit status:
   0  done; for audit and doctor, nothing wrong found
   1  a check failed (audit found a violation, doctor found the server
@@ -115,8 +123,9 @@ Exit status:
      a live process, no such transaction or account, no transactions
      collection for status, none of the collections named for audit,
      list, statement, balance and account, a ledger's --total over
-     several assets)
-  2  usage error: the command line is wrong
+     several assets, a balance before the account was opened)
+  2  usage error: the command line is wrong (an amount not written as its
+     asset's are shown is one)
   3  cannot connect, the server failed a command, or interrupted
 
 Examples:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -13,13 +14,23 @@ import (
 
 var captureCommand = &command{
 	name:    "capture",
-	args:    "[--] ID AMOUNT",
+	args:    "[--] ID AMOUNT | ID --minor N",
 	summary: "capture a held transfer (a hold): all of it, or part of a two-leg one",
-	help: `Capture captures hold ID for AMOUNT minor units (twopc's
-Coordinator.Capture): the hold moves from held to applied with the amount
-recorded, and the tool settles it before it exits: the destination
-receives AMOUNT, and for a hold of two legs captured in part the rest
-returns to the source. A hold of more than two legs is captured whole.
+	help: `Capture captures hold ID for AMOUNT (twopc's Coordinator.Capture): the
+hold moves from held to applied with the amount recorded, and the tool
+settles it before it exits: the destination receives AMOUNT, and for a
+hold of two legs captured in part the rest returns to the source. A hold
+of more than two legs is captured whole.
+
+AMOUNT is written as the tool prints the hold's amounts: for an asset
+whose code has a scale, with that many decimal places (22.00 for a hold
+of USD/2: 2200 minor units; "22.00 USD/2" is read too); for a hold of no
+asset, or of a code with no scale, a whole number (minor units for no
+asset). A whole number for an asset with decimal places is a usage error
+(exit status 2), never read as minor units or as whole units: write
+22.00, or give the minor units with --minor N instead of AMOUNT
+(--minor 2200). A hold whose legs are of several assets takes --minor
+only.
 
 Capture, void and expiry race through one guarded write on the
 transaction; whichever lands first decides. Capture refuses (exit status
@@ -29,6 +40,8 @@ amount; an AMOUNT of zero or more than the hold's value; and a
 transaction that is not a hold. (A negative AMOUNT reads as a flag: it
 is a usage error, exit status 2, unless it follows "--".) Capture again for the same amount
 succeeds and prints the transaction: safe to repeat after a lost reply.
+The library's messages count minor units; on a refusal the tool says
+what the hold is, in the hold's own amounts.
 
 The capture claims the hold under the tool's application name, which the
 library writes into the transaction's application field in place of the
@@ -37,8 +50,9 @@ both: "made by payments-1, captured by twopc-cli" (--json: madeBy and
 finishedBy).
 
 Examples:
-  twopc capture 6740c1a2e4b0a1b2c3d4e500 2500
-  twopc capture --ledger beijing=mongodb://127.0.0.1:27018/bank.accounts 6740c1a2e4b0a1b2c3d4e500 2500 --json`,
+  twopc capture 6740c1a2e4b0a1b2c3d4e500 25.00
+  twopc capture 6740c1a2e4b0a1b2c3d4e500 --minor 2500
+  twopc capture --ledger beijing=mongodb://127.0.0.1:27018/bank.accounts 6740c1a2e4b0a1b2c3d4e500 25.00 --json`,
 	run: runCapture,
 }
 
@@ -67,7 +81,9 @@ func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error
 	fs := cl.flagSet(cmd)
 	var g globals
 	g.register(fs, withApplication|withLedgers|withArchive)
-	pos, err := cl.parse(cmd, fs, args, 2, 2)
+	var minor optionalString
+	fs.Var(&minor, "minor", "capture `N` minor units, whatever the hold's asset, instead of an AMOUNT")
+	pos, err := cl.parse(cmd, fs, args, 1, 2)
 	if err != nil {
 		return err
 	}
@@ -75,16 +91,45 @@ func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error
 	if err != nil {
 		return err
 	}
-	amount, err := strconv.ParseInt(pos[1], 10, 64)
-	if err != nil {
-		return cl.usage(cmd, fs, "AMOUNT %q is not a whole number of minor units", pos[1])
+	var amount int64
+	switch {
+	case len(pos) == 2 && minor.set:
+		return cl.usage(cmd, fs, "give AMOUNT or --minor N, not both")
+	case len(pos) == 1 && !minor.set:
+		return cl.usage(cmd, fs, "no AMOUNT: give it as the hold's amounts are printed (22.00 for USD/2), or --minor N")
+	case minor.set:
+		if amount, err = strconv.ParseInt(minor.value, 10, 64); err != nil {
+			return cl.usage(cmd, fs, "--minor %q is not a whole number of minor units", minor.value)
+		}
+	default:
+		if err := amountSyntax(pos[1]); err != nil {
+			return cl.usage(cmd, fs, "AMOUNT %v", err)
+		}
 	}
-	return resolveHold(ctx, cl, &g, id, func(c *twopc.Coordinator) error {
+	return resolveHold(ctx, cl, &g, id, func(before *txnDoc) error {
+		if minor.set || !before.hold() {
+			return nil // a transaction that is not a hold: the library says so
+		}
+		code, one := before.asset()
+		if !one {
+			return cl.usage(cmd, fs, "hold %s has legs of %s: give the amount in minor units with --minor N", id.Hex(), series(before.assets(), "and"))
+		}
+		n, err := parseAmount(pos[1], code)
+		switch {
+		case errors.Is(err, errBareInteger):
+			return cl.usage(cmd, fs, "AMOUNT %v, or --minor %s for %s minor units", err, pos[1], pos[1])
+		case err != nil:
+			return cl.usage(cmd, fs, "AMOUNT %v", err)
+		}
+		amount = n
+		return nil
+	}, func(c *twopc.Coordinator) error {
 		_, err := c.Capture(ctx, id, amount)
 		return err
-	}, func(before, after *txnDoc) string {
-		return fmt.Sprintf("Hold %s (%s) is captured for %d; it is %s (%s).",
-			id.Hex(), legSummary(after), amount, after.state, madeBy(before, after, "captured"))
+	}, func(before, after *txnDoc, u *units) string {
+		code, _ := after.asset()
+		return fmt.Sprintf("Hold %s (%s) is captured for %s; it is %s (%s).",
+			id.Hex(), legSummary(after, u), u.of(amount, code, false), after.state, madeBy(before, after, "captured"))
 	})
 }
 
@@ -100,22 +145,25 @@ func runVoid(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	return resolveHold(ctx, cl, &g, id, func(c *twopc.Coordinator) error {
+	return resolveHold(ctx, cl, &g, id, nil, func(c *twopc.Coordinator) error {
 		_, err := c.Void(ctx, id)
 		return err
-	}, func(before, after *txnDoc) string {
+	}, func(before, after *txnDoc, u *units) string {
 		return fmt.Sprintf("Hold %s (%s) is voided; it is %s: nothing moved (%s).",
-			id.Hex(), legSummary(after), after.state, madeBy(before, after, "voided"))
+			id.Hex(), legSummary(after, u), after.state, madeBy(before, after, "voided"))
 	})
 }
 
-// resolveHold connects, checks that hold id's ledgers are given, runs
-// resolve (a capture or a void) on a coordinator with every ledger, waits
-// for its settling, and prints the transaction as it ends (done says so
-// in words, given it before and after), with the application that made it
-// and the one that resolved it: the library writes the resolver's name in
-// the document's application field, in place of the maker's.
-func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, resolve func(*twopc.Coordinator) error, done func(before, after *txnDoc) string) error {
+// resolveHold connects, checks that hold id's ledgers are given, calls
+// prepare (if not nil) with the transaction as it is, runs resolve (a
+// capture or a void) on a coordinator with every ledger, waits for its
+// settling, and prints the transaction as it ends (done says so in words,
+// given it before and after, its amounts through u), with the application
+// that made it and the one that resolved it: the library writes the
+// resolver's name in the document's application field, in place of the
+// maker's.
+func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, prepare func(before *txnDoc) error,
+	resolve func(*twopc.Coordinator) error, done func(before, after *txnDoc, u *units) string) error {
 	cn, err := g.connect(ctx, cl)
 	if err != nil {
 		return err
@@ -131,6 +179,11 @@ func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, res
 	if err := cn.needLedgers(before); err != nil {
 		return err
 	}
+	if prepare != nil {
+		if err := prepare(before); err != nil {
+			return err
+		}
+	}
 	c, err := cn.coordinator(twopc.WithSyncSettle())
 	if err != nil {
 		return err
@@ -144,7 +197,7 @@ func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, res
 		// The refusal (or the failure) is the answer; what a read after
 		// it finds, if it can read, is only a note.
 		if err == nil && !g.json && after != nil && !errors.Is(rerr, twopc.ErrNotHold) {
-			fmt.Fprintf(cl.stderr, "twopc: hold %s is %s\n", id.Hex(), after.state)
+			fmt.Fprintf(cl.stderr, "twopc: hold %s is %s, %s\n", id.Hex(), after.state, holdWords(after))
 		}
 		return rerr
 	}
@@ -158,6 +211,22 @@ func resolveHold(ctx context.Context, cl *cli, g *globals, id bson.ObjectID, res
 		return cl.printJSON(outcomeReport{ID: id.Hex(), Before: before.state, State: after.state,
 			MadeBy: before.application, FinishedBy: after.application, Transaction: jsonDoc{after}})
 	}
-	fmt.Fprintln(cl.stdout, done(before, after))
+	var u units
+	fmt.Fprintln(cl.stdout, done(before, after, &u))
+	u.note(cl.stdout)
 	return nil
+}
+
+// holdWords says what hold t holds and captured, in its own amounts.
+func holdWords(t *txnDoc) string {
+	var u units
+	code, _ := t.asset()
+	words := "value " + u.of(t.value, code, false)
+	if t.captured != nil {
+		words += ", captured " + u.of(*t.captured, code, false)
+	}
+	if u.minor {
+		words += " (" + strings.ToLower(minorNote[:1]) + strings.TrimSuffix(minorNote[1:], ".") + ")"
+	}
+	return words
 }

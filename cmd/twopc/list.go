@@ -39,6 +39,13 @@ several. --key KEY keeps the transaction of idempotency key KEY
 (twopc.WithKey; a reversal's is "reverse:ID"), read by the _id the
 library derives from the key, as twopc show KEY finds it.
 
+Each transaction's legs are shown with their amounts, as every command
+shows amounts: with the asset's scale where its code has one (3.00
+USD/2), else whole numbers, minor units for no asset, which the output
+says once; a hold captured shows what it captured beside its value
+("alice → shop 3.00 USD/2, captured 1.20 USD/2"). --json prints the
+documents as stored: amounts in minor units, with their asset codes.
+
 With --archive COLLECTION, list reads the archive twopc.WithHistory moves
 final transactions to as well as the log (the log first: one archived in
 between is then found in the archive), and says where it found each:
@@ -299,6 +306,7 @@ func (r *listReport) print(w io.Writer, limit int) {
 		where = "FOUND IN\t"
 	}
 	fmt.Fprintf(tw, "ID\t%sSTATE\tUNTOUCHED FOR\tAPPLICATION\tLEGS\tREASON\n", where)
+	var u units
 	for _, f := range r.txns {
 		t := &f.txnDoc
 		if r.archive {
@@ -315,18 +323,30 @@ func (r *listReport) print(w io.Writer, limit int) {
 		if app == "" {
 			app = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s%s\t%v\t%s\t%s\t%s\n", t.idString(), where, t.state, age(r.ServerTime, t.lastModified), app, legSummary(t), reason)
+		fmt.Fprintf(tw, "%s\t%s%s\t%v\t%s\t%s\t%s\n", t.idString(), where, t.state, age(r.ServerTime, t.lastModified), app, legSummary(t, &u)+capturedWords(t, &u), reason)
 	}
 	_ = tw.Flush()
+	u.note(w)
 	if r.Truncated {
 		fmt.Fprintf(w, "(the %d least recently touched; more match: --limit 0 lists all)\n", limit)
 	}
 }
 
-// legSummary is a transaction's legs in a few words.
-func legSummary(t *txnDoc) string {
+// capturedWords is what hold t captured, as list adds it to its legs:
+// "" if it records no capture.
+func capturedWords(t *txnDoc, u *units) string {
+	if t.captured == nil {
+		return ""
+	}
+	code, _ := t.asset()
+	return ", captured " + u.of(*t.captured, code, false)
+}
+
+// legSummary is a transaction's legs in a few words, their amounts
+// through u.
+func legSummary(t *txnDoc, u *units) string {
 	if t.twoLegged {
-		return fmt.Sprintf("%s → %s %d", human(t.legs[0].account), human(t.legs[1].account), t.legs[1].amount)
+		return fmt.Sprintf("%s → %s %s", human(t.legs[0].account), human(t.legs[1].account), u.of(t.legs[1].amount, t.legs[1].asset, false))
 	}
 	if len(t.legs) == 0 {
 		if t.placeholder {
@@ -344,7 +364,7 @@ func legSummary(t *txnDoc) string {
 		if l.ledger != "" {
 			acct = l.ledger + "/" + acct
 		}
-		parts = append(parts, fmt.Sprintf("%s %+d", acct, l.amount))
+		parts = append(parts, acct+" "+u.of(l.amount, l.asset, true))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
-	"github.com/twopc/twopc/internal/schema"
 )
 
 var recoverCommand = &command{
@@ -40,13 +38,21 @@ A transaction's lease is the longest StaleAfter of the processes that
 claimed it, recorded in it, so the tool judges each transaction by the
 lease its own processes set, never sooner than --min-lease. --min-lease
 is also the tool's own StaleAfter while it drives a transaction it took
-over: its leg writes must finish within half of it. A transaction whose
+over: its leg writes must finish within half of it. The pass says, for
+each unfinished transaction it left because that lease has not run out,
+when it becomes eligible: its lastModified plus the longer of its
+recorded lease and --min-lease, by the server's clock: "left for its
+lease: ID (pending, application payments-1): untouched for 3s of its
+lease 1m0s (recorded in it); eligible from 2026-11-26T10:01:00.000Z (in
+57s, by the server's clock)" (--json: waiting[], with leaseSeconds,
+minLeaseSeconds, eligibleAt and eligibleInSeconds). A transaction whose
 recorded lease is shorter, untouched for longer than that lease but not
-for --min-lease, is left by the pass for the floor alone; the pass says
-so, for each one: "left by --min-lease 10s: ID (pending, application
-payments-1): untouched for 4s, past its recorded lease (1s) but not
---min-lease" (--json: minLeaseSkipped[], with untouchedSeconds,
-leaseSeconds and minLeaseSeconds). A later pass takes it over.
+for --min-lease, is left for the floor alone, and said so: "left by
+--min-lease 10s: ID (pending, application payments-1): untouched for 4s,
+past its recorded lease (1s) but not --min-lease; a pass takes it over
+from ..." (--json: minLeaseSkipped[] as well, with untouchedSeconds,
+leaseSeconds and minLeaseSeconds). A later pass takes each over once
+eligible.
 
 With --watch it makes a pass every --interval until SIGINT or SIGTERM,
 printing each pass's report (with --json, one JSON document per line),
@@ -96,8 +102,14 @@ type recoverReport struct {
 	// because of the --min-lease floor alone: untouched for longer than
 	// the lease recorded in them, not for longer than --min-lease.
 	MinLeaseSkipped []floorSkip `json:"minLeaseSkipped"`
-	minLease        time.Duration
-	took            time.Duration
+	// Waiting are the unfinished transactions (initial, pending,
+	// canceling) the pass left because their lease, or --min-lease, had
+	// not run out, each with when it becomes eligible (those of
+	// MinLeaseSkipped among them), at most maxListed.
+	Waiting  []waitingTxn `json:"waiting"`
+	minLease time.Duration
+	took     time.Duration
+	end      time.Time // the pass's end, by the server's clock
 }
 
 // floorSkip is a transaction a pass left for the --min-lease floor.
@@ -110,6 +122,7 @@ type floorSkip struct {
 	MinLease    float64 `json:"minLeaseSeconds"`
 	untouched   time.Duration
 	lease       time.Duration
+	eligibleAt  time.Time
 }
 
 // recoveredTxn is one transaction a pass took over and what it did.
@@ -242,19 +255,19 @@ func runRecover(ctx context.Context, cl *cli, cmd *command, args []string) error
 		start := time.Now()
 		before, nowErr := cn.serverNow(ctx)
 		rep, err := r.RecoverOnce(ctx)
-		skips := []floorSkip{}
+		out := recoverReport{Started: start, RolledForward: rep.RolledForward, Settled: rep.Settled,
+			RolledBack: rep.RolledBack, Canceled: rep.Canceled, Expired: rep.Expired, Skipped: rep.Skipped, Failed: rep.Failed,
+			Removed: rep.Removed, Finished: rep.Finished()}
+		out.Transactions, out.NotListed = took.take()
+		out.MinLeaseSkipped, out.Waiting, out.minLease = []floorSkip{}, []waitingTxn{}, *minLease
 		if nowErr == nil {
-			skips, nowErr = floorSkips(ctx, cn, before, *minLease)
+			nowErr = out.leftForLease(ctx, cn, before)
 		}
 		if err == nil {
 			err = nowErr
 		}
 		p.end()
-		out := recoverReport{Started: start, RolledForward: rep.RolledForward, Settled: rep.Settled,
-			RolledBack: rep.RolledBack, Canceled: rep.Canceled, Expired: rep.Expired, Skipped: rep.Skipped, Failed: rep.Failed,
-			Removed: rep.Removed, Finished: rep.Finished(), took: time.Since(start)}
-		out.Transactions, out.NotListed = took.take()
-		out.MinLeaseSkipped, out.minLease = skips, *minLease
+		out.took = time.Since(start)
 		out.Duration = seconds(out.took)
 		if err != nil {
 			out.Error = err.Error()
@@ -311,51 +324,6 @@ func runRecover(ctx context.Context, cl *cli, cmd *command, args []string) error
 // writes after a takeover (half of it) on a slow server.
 const defaultMinLease = 10 * time.Second
 
-// floorSkips finds the transactions a pass that began at before (by the
-// server's clock) left because of the --min-lease floor alone: initial,
-// pending or canceling, written by the library (a transaction time),
-// with a lease recorded shorter than minLease, untouched at the pass's
-// start for longer than that lease, and, now that it has ended, for
-// less than minLease. The pass judged by its own clock reading, taken
-// between before and now: one untouched at before for longer than its
-// lease was stale by its lease for the pass, and one untouched now for
-// less than minLease was so for the pass too, and one the pass moved is
-// no longer untouched that long; so each listed was left for the floor,
-// and only one whose age crossed a bound during the pass can go unlisted.
-func floorSkips(ctx context.Context, cn *conn, before time.Time, minLease time.Duration) ([]floorSkip, error) {
-	after, err := cn.serverNow(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cur, err := cn.txns.Find(ctx, bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}},
-		{Key: schema.Created, Value: bson.D{{Key: "$exists", Value: true}}},
-		{Key: schema.State, Value: bson.D{{Key: "$in", Value: bson.A{"initial", "pending", "canceling"}}}},
-		{Key: schema.LastModified, Value: bson.D{{Key: "$gt", Value: after.Add(-minLease)}}},
-		{Key: schema.Lease, Value: bson.D{{Key: "$lt", Value: minLease.Milliseconds()}}},
-	}, options.Find().SetSort(bson.D{{Key: schema.LastModified, Value: 1}}).SetLimit(maxListed))
-	if err != nil {
-		return nil, fmt.Errorf("find the transactions left for --min-lease: %w", err)
-	}
-	defer cur.Close(ctx)
-	skips := []floorSkip{}
-	for cur.Next(ctx) {
-		t := parseTxn(cur.Current)
-		ms, ok := cur.Current.Lookup(schema.Lease).AsInt64OK()
-		lease := time.Duration(ms) * time.Millisecond
-		if !ok || ms <= 0 || !t.lastModified.Before(before.Add(-lease)) {
-			continue // not stale by its own lease when the pass began
-		}
-		untouched := before.Sub(t.lastModified)
-		skips = append(skips, floorSkip{ID: t.idString(), State: t.state, Application: t.application,
-			Untouched: seconds(untouched), Lease: seconds(lease), MinLease: seconds(minLease), untouched: untouched, lease: lease})
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("find the transactions left for --min-lease: %w", err)
-	}
-	return skips, nil
-}
-
 // humanListed bounds the transactions human output lists of a pass.
 const humanListed = 20
 
@@ -387,13 +355,28 @@ func (r recoverReport) print(w io.Writer) {
 	if len(r.Transactions) <= humanListed && r.NotListed > 0 {
 		fmt.Fprintf(w, "  and %d more\n", r.NotListed)
 	}
+	floor := map[string]bool{}
 	for i, t := range r.MinLeaseSkipped {
+		floor[t.ID] = true
 		if i == humanListed {
 			fmt.Fprintf(w, "  and %d more left by --min-lease (--json lists them)\n", len(r.MinLeaseSkipped)-humanListed)
 			break
 		}
 		fmt.Fprintf(w, "  left by --min-lease %v: %s (%s, application %s): untouched for %v, past its recorded lease (%v) but not --min-lease; "+
-			"a pass takes it over once untouched for %v, or give a lower --min-lease\n",
-			r.minLease, t.ID, t.State, appName(t.Application), t.untouched.Round(100*time.Millisecond), t.lease, r.minLease)
+			"a pass takes it over from %s (in %v, by the server's clock), or give a lower --min-lease\n",
+			r.minLease, t.ID, t.State, appName(t.Application), t.untouched.Round(100*time.Millisecond), t.lease,
+			timestamp(t.eligibleAt), until(r.end, t.eligibleAt))
+	}
+	listed := 0
+	for _, t := range r.Waiting {
+		if floor[t.ID] {
+			continue
+		}
+		if listed == humanListed {
+			fmt.Fprintf(w, "  and more left for their lease (--json lists them)\n")
+			break
+		}
+		listed++
+		fmt.Fprintf(w, "  left for its lease: %s (%s, application %s): %s\n", t.ID, t.State, appName(t.Application), t.lease.words(r.end))
 	}
 }

@@ -74,7 +74,9 @@ func runReverse(ctx context.Context, cl *cli, cmd *command, args []string) error
 		return cl.printJSON(outcomeReport{ID: id.Hex(), Before: t.state, State: t.state,
 			Transaction: jsonDoc{t}, Reversal: &jsonDoc{after}})
 	}
+	var u units
 	fmt.Fprintf(cl.stdout, "Transaction %s (%s) is reversed by %s, %s: %s\n",
-		id.Hex(), legSummary(t), rev.ID.Hex(), after.state, legSummary(after))
+		id.Hex(), legSummary(t, &u)+capturedWords(t, &u), rev.ID.Hex(), after.state, legSummary(after, &u))
+	u.note(cl.stdout)
 	return nil
 }

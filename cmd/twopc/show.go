@@ -30,6 +30,14 @@ time), or not applied. A leg's marker is the
 transaction's id with its last byte set to the leg's index. A leg on a
 ledger not given with --ledger is listed without its account.
 
+Amounts (the value, what a hold captured, each leg's amount, the
+accounts' balance, pendingCredit and pendingDebit) are shown with their
+asset's scale where its code has one (3.00 USD/2), else as whole
+numbers, minor units for no asset, which the output says once. A hold
+shows what it captured beside its value: "captured 1.20 USD/2 (of its
+value 3.00 USD/2; the rest returned to the source)", or "nothing yet"
+while it is held. --json prints the documents as stored: minor units.
+
 The argument is the transaction's _id (24 hexadecimal digits) or its
 idempotency key (twopc.WithKey; a reversal's is "reverse:ID"): an
 argument of 24 hexadecimal digits is read as an id first, and as a key
@@ -277,6 +285,7 @@ func (r *showReport) print(w io.Writer) {
 	}
 	elems, _ := t.raw.Elements()
 	tw := table(w)
+	var u units
 	for _, e := range elems {
 		v := human(e.Value())
 		switch e.Key() {
@@ -284,10 +293,28 @@ func (r *showReport) print(w io.Writer) {
 			continue
 		case "lastModified":
 			v += fmt.Sprintf(" (untouched for %v)", age(r.ServerTime, t.lastModified))
+		case "value", schema.Captured:
+			v = r.txnAmount(&u, e.Value())
+			if e.Key() == schema.Captured && t.captured != nil && *t.captured < t.value {
+				code, _ := t.asset()
+				v += fmt.Sprintf(" (of its value %s; the rest returned to the source)", u.of(t.value, code, false))
+			}
+		case schema.Legs:
+			if len(t.legs) > 0 {
+				v = plural(int64(len(t.legs)), "leg") + ", under Legs below"
+			}
 		}
 		fmt.Fprintf(tw, "  %s\t%s\n", e.Key(), v)
 	}
+	if t.hold() && t.captured == nil {
+		v := "nothing"
+		if t.state == "held" {
+			v += " yet: it is held, for its capture or void"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", schema.Captured, v)
+	}
 	_ = tw.Flush()
+	defer u.note(w)
 	if len(r.Legs) == 0 {
 		fmt.Fprintln(w, "\nNo legs.")
 		return
@@ -301,14 +328,15 @@ func (r *showReport) print(w io.Writer) {
 		case l.Collection != "":
 			where += fmt.Sprintf(" (collection %s)", l.Collection)
 		}
-		fmt.Fprintf(w, "  %d. account %s, %s, amount %s\n", l.Index, human(l.id), where, scaled(l.Amount, l.Asset, true))
+		fmt.Fprintf(w, "  %d. account %s, %s, amount %s\n", l.Index, human(l.id), where, u.of(l.Amount, l.Asset, true))
 		fmt.Fprintf(w, "     leg (marker %s): %s\n", l.Marker, legWords[l.Leg])
 		if l.acct == nil {
 			continue
 		}
 		a := l.acct
+		code, _ := a.Lookup(schema.Asset).StringValueOK()
 		fmt.Fprintf(w, "     balance %s, pendingCredit %s, pendingDebit %s\n",
-			human(a.Lookup(schema.Balance)), orZero(a.Lookup(schema.PendingCredit)), orZero(a.Lookup(schema.PendingDebit)))
+			fieldAmount(&u, a, schema.Balance, code), fieldAmount(&u, a, schema.PendingCredit, code), fieldAmount(&u, a, schema.PendingDebit, code))
 		pending := markers(a, "pendingTransactions")
 		fmt.Fprintf(w, "     pendingTransactions: %s\n", markerList(pending))
 		fmt.Fprintf(w, "     fencedLegs: %s; fence line (fencedBefore) %s", fenceSpan(markers(a, schema.FencedLegs)), human(a.Lookup(schema.FencedBefore)))
@@ -336,11 +364,18 @@ func markerList(ids []bson.ObjectID) string {
 	return strings.Join(parts, ", ")
 }
 
-// orZero is a sum the library keeps on an account, which it reads as 0
-// when absent.
-func orZero(v bson.RawValue) string {
-	if v.Type == 0 {
-		return "0"
+// txnAmount is an amount field of the transaction (its value, what it
+// captured) as output shows it: with the scale of its legs' one asset;
+// for legs of several assets, the integer stored, said to be a sum of
+// minor units; any other value as stored.
+func (r *showReport) txnAmount(u *units, v bson.RawValue) string {
+	n, ok := v.AsInt64OK()
+	if !ok || v.Type != bson.TypeInt64 && v.Type != bson.TypeInt32 {
+		return human(v)
 	}
-	return human(v)
+	code, one := r.txn.asset()
+	if !one {
+		return fmt.Sprintf("%d (minor units, summed over the legs' assets %s)", n, series(r.txn.assets(), "and"))
+	}
+	return u.of(n, code, false)
 }

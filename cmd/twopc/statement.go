@@ -35,6 +35,10 @@ that prints the next ones. --reverse lists newest first.
 unless it is the default). With --archive COLLECTION, the archive
 twopc.WithHistory moves final transactions to is read too.
 
+Amounts are shown with the asset's scale where its code has one (12.50
+USD/2), else as whole numbers, minor units for no asset, which the
+output says once; --json prints minor units, with the asset.
+
 ACCOUNT is a string, or a document id as Extended JSON ('{"region": "eu",
 "n": 7}'); if no account has it as a string, it is tried as a number
 (an integer) and as an ObjectID (24 hexadecimal digits).
@@ -54,7 +58,13 @@ var balanceCommand = &command{
 default: now), as its statement counts it (twopc's Coordinator.BalanceAt):
 its opening balance plus the entries committed at or before then. At a
 quiet moment the balance now is the account's balance plus what it holds.
-ACCOUNT, --ledger and --archive are as for statement.
+ACCOUNT, --ledger, --archive and the amounts are as for statement.
+
+A time before OpenAccount opened the account (the opening time it
+recorded in it), with no entry at or before it, is refused, exit status
+1, naming when it was opened (twopc.ErrBeforeOpening). An account the
+library did not open (inserted by hand) records no opening time: before
+its first entry, its balance is its opening balance, whatever the time.
 
 Examples:
   twopc balance alice --at 2026-11-30T23:59:59Z
@@ -206,11 +216,13 @@ func (r *statementReport) print(w io.Writer) {
 	}
 	tw := table(w)
 	fmt.Fprintln(tw, "AT\tTRANSACTION\tAMOUNT\tBALANCE\tKEY\tMETADATA")
+	var u units
 	for _, e := range r.Entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", timestamp(e.At), e.Txn, scaled(e.Amount, e.Asset, true), scaled(e.Balance, e.Asset, false),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", timestamp(e.At), e.Txn, u.of(e.Amount, e.Asset, true), u.of(e.Balance, e.Asset, false),
 			e.Key, metaString(e.Metadata))
 	}
 	_ = tw.Flush()
+	u.note(w)
 	if r.Next != "" {
 		fmt.Fprintf(w, "More follow: --after %s\n", r.Next)
 	}
@@ -280,6 +292,8 @@ func runBalance(ctx context.Context, cl *cli, cmd *command, args []string) error
 	if a.g.json {
 		return cl.printJSON(rep)
 	}
-	fmt.Fprintf(cl.stdout, "Account %s, ledger %s, at %s: %s\n", rep.Account, rep.Ledger, timestamp(rep.At), scaled(rep.Balance, rep.Asset, false))
+	var u units
+	fmt.Fprintf(cl.stdout, "Account %s, ledger %s, at %s: %s\n", rep.Account, rep.Ledger, timestamp(rep.At), u.of(rep.Balance, rep.Asset, false))
+	u.note(cl.stdout)
 	return nil
 }

@@ -66,9 +66,13 @@ func TestStatementAndBalance(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	r.decode(t, &bal)
 	assert.Equal(t, int64(60), bal.Balance)
-	r = f.run("balance", "bob", "--at", "2000-01-01T00:00:00Z")
+	r = f.run("balance", "bob")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	assert.Contains(t, r.stdout, ": 0\n")
+	assert.Contains(t, r.stdout, ": 60\n"+minorNote+"\n", "said once: no asset, minor units")
+	// Before OpenAccount opened it: refused, naming when it was opened.
+	r = f.run("balance", "bob", "--at", "2000-01-01T00:00:00Z")
+	require.Equal(t, exitFailed, r.code, r.stdout)
+	assert.Contains(t, r.stderr, "balance of account bob at 2000-01-01T00:00:00Z: before the account was opened at ")
 
 	for _, bad := range [][]string{
 		{"statement", "alice", "--since", "yesterday"},

@@ -21,6 +21,8 @@ type txnDoc struct {
 	placeholder  bool
 	twoLegged    bool // source and destination, not legs
 	legs         []legDoc
+	value        int64  // what it moves: a transfer's value, or what its legs credit
+	captured     *int64 // what a captured hold moved; nil if none is recorded
 }
 
 // legDoc is one leg: a transfer's source (its debit) and destination (its
@@ -41,6 +43,10 @@ func parseTxn(raw bson.Raw) txnDoc {
 	t.lastModified, _ = raw.Lookup(schema.LastModified).TimeOK()
 	t.created, _ = raw.Lookup(schema.Created).TimeOK()
 	t.placeholder, _ = raw.Lookup(schema.Placeholder).BooleanOK()
+	t.value, _ = raw.Lookup("value").AsInt64OK()
+	if n, ok := raw.Lookup(schema.Captured).AsInt64OK(); ok {
+		t.captured = &n
+	}
 	if arr, ok := raw.Lookup(schema.Legs).ArrayOK(); ok {
 		vals, _ := arr.Values()
 		for _, v := range vals {
@@ -59,10 +65,9 @@ func parseTxn(raw bson.Raw) txnDoc {
 	}
 	src, dst := raw.Lookup("source"), raw.Lookup("destination")
 	if src.Type != 0 || dst.Type != 0 {
-		value, _ := raw.Lookup("value").AsInt64OK()
 		t.twoLegged = true
 		asset, _ := raw.Lookup(schema.Asset).StringValueOK()
-		t.legs = []legDoc{{account: src, amount: -value, asset: asset}, {account: dst, amount: value, asset: asset}}
+		t.legs = []legDoc{{account: src, amount: -t.value, asset: asset}, {account: dst, amount: t.value, asset: asset}}
 	}
 	return t
 }
@@ -76,3 +81,35 @@ func (t *txnDoc) idString() string { return human(t.id) }
 
 // final reports whether the state is done or canceled.
 func final(state string) bool { return state == "done" || state == "canceled" }
+
+// hold reports whether t is a hold (Coordinator.Hold).
+func (t *txnDoc) hold() bool {
+	h, _ := t.raw.Lookup(schema.Hold).BooleanOK()
+	return h
+}
+
+// assets are the asset codes of t's legs, each once, in leg order ("" for
+// none).
+func (t *txnDoc) assets() []string {
+	var codes []string
+	for _, l := range t.legs {
+		if !contains(codes, l.asset) {
+			codes = append(codes, l.asset)
+		}
+	}
+	return codes
+}
+
+// asset is the one asset of t's legs, the unit of its value and of what
+// it captured; one is false when its legs are of several assets (then
+// its value is a sum of minor units of each).
+func (t *txnDoc) asset() (code string, one bool) {
+	codes := t.assets()
+	if len(codes) > 1 {
+		return "", false
+	}
+	if len(codes) == 1 {
+		code = codes[0]
+	}
+	return code, true
+}

@@ -72,6 +72,14 @@ func (l *lockedBuilder) String() string {
 // the process ended.
 func Interrupt(t *testing.T, ready *regexp.Regexp, args ...string) (string, *os.ProcessState) {
 	t.Helper()
+	return InterruptAfter(t, ready, nil, args...)
+}
+
+// InterruptAfter is Interrupt, calling use with the line that matched
+// ready (when use is not nil) before it sends SIGINT: use works with the
+// running command.
+func InterruptAfter(t *testing.T, ready *regexp.Regexp, use func(line string), args ...string) (string, *os.ProcessState) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
@@ -95,6 +103,9 @@ func Interrupt(t *testing.T, ready *regexp.Regexp, args ...string) (string, *os.
 		line, err := lines.ReadString('\n')
 		_, _ = out.Write([]byte(line))
 		if ready.MatchString(line) {
+			if use != nil {
+				use(line)
+			}
 			break
 		}
 		if err != nil {

@@ -449,7 +449,7 @@ func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
 		return c.outcome(prior) // canceled before it arrived
 	}
 	if prior.Key != asked.Key || prior.Hold != asked.Hold || prior.ExpiryMs != asked.ExpiryMs || !sameLegs(prior.legs(), asked.legs()) ||
-		!maps.Equal(prior.Metadata, asked.Metadata) {
+		!maps.Equal(prior.Metadata, asked.Metadata) || prior.RefundOf != asked.RefundOf {
 		return prior.txn(), errorf("%w: key %q is transaction %s (legs %v)",
 			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.AllLegs())
 	}

@@ -231,10 +231,13 @@ func (c *Coordinator) refund(ctx context.Context, r *record, t Txn, base int64, 
 	refundID := keyID(key)
 	prior, err := c.log.read(ctx, refundID)
 	switch {
-	case err == nil && prior.State != StateCanceled:
+	case err == nil && !prior.Placeholder && prior.RefundOf != r.ID:
+		return prior.txn(), errorf("%w: key %q is transaction %s, not a refund of %s", ErrKeyConflict, key, prior.ID.Hex(), r.ID.Hex())
+	case err == nil:
 		// A repeat: the refund made under the key, as it stands (the
-		// transfer below returns it, or ErrKeyConflict).
-	case err == nil || errors.Is(err, ErrTxnNotFound):
+		// transfer below returns it, or ErrKeyConflict). One canceled
+		// stays canceled: nothing is reserved for it again.
+	case errors.Is(err, ErrTxnNotFound):
 		if err := c.books.reserve(ctx, r.ID, base, refundEntry{ID: refundID, Amount: t.Value}); err != nil {
 			return nil, err
 		}
@@ -331,19 +334,39 @@ func (bk *refundBooks) readBook(ctx context.Context, id bson.ObjectID) (*refundB
 }
 
 // release gives back the reservation of refund refundID of amount in the
-// book of transfer id: once, whoever sends it and however often. A
-// failure leaves it to sweepBook.
+// book of transfer id: the entry of that id and that amount, by its place
+// in the array, read first (read again if entries before it moved), so a
+// give-back, whoever sends it and however often, removes at most that
+// entry and adds back its own amount. A failure leaves it to sweepBook.
 func (bk *refundBooks) release(ctx context.Context, id, refundID bson.ObjectID, amount int64) {
 	c := bk.c
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()
-	_, err := bk.coll.UpdateOne(ctx, bson.D{
-		{Key: "_id", Value: id},
-		{Key: "refunds.id", Value: refundID}, // one entry per refund, of its own amount (see reserve)
-	}, bson.D{
-		{Key: "$inc", Value: bson.D{{Key: "left", Value: amount}}},
-		{Key: "$pull", Value: bson.D{{Key: "refunds", Value: bson.D{{Key: "id", Value: refundID}}}}},
-	})
+	err := func() error {
+		for range MaxRefunds {
+			book, err := bk.readBook(ctx, id)
+			if err != nil || book == nil {
+				return err
+			}
+			i := slices.IndexFunc(book.Refunds, func(e refundEntry) bool { return e.ID == refundID && e.Amount == amount })
+			if i < 0 {
+				return nil // given back already, or never reserved
+			}
+			at := fmt.Sprintf("refunds.%d.", i)
+			res, err := bk.coll.UpdateOne(ctx, bson.D{
+				{Key: "_id", Value: id},
+				{Key: at + "id", Value: refundID},
+				{Key: at + "amount", Value: amount},
+			}, bson.D{
+				{Key: "$inc", Value: bson.D{{Key: "left", Value: amount}}},
+				{Key: "$pull", Value: bson.D{{Key: "refunds", Value: bson.D{{Key: "id", Value: refundID}, {Key: "amount", Value: amount}}}}},
+			})
+			if err != nil || res.ModifiedCount == 1 {
+				return err
+			}
+		}
+		return errors.New("the book kept changing")
+	}()
 	if err != nil {
 		c.logger.Info("twopc: a canceled refund's reservation was not given back yet; the next refund of the transfer that needs it does", "transaction", id.Hex(), "refund", refundID.Hex(), "error", err)
 	}
@@ -373,6 +396,9 @@ func (bk *refundBooks) sweepBook(ctx context.Context, book *refundBook) (int, er
 			return released, err
 		default:
 			state = r.State
+			if !r.Placeholder && r.RefundOf != book.ID {
+				state = StateCanceled // another transfer's refund took the key: this one was never made
+			}
 		}
 		if state == StateCanceled {
 			bk.release(ctx, book.ID, e.ID, e.Amount)

@@ -17,7 +17,9 @@ import (
 
 // ErrRefundExceeded reports a refund (Refund, or Reverse) of more than is
 // left to refund of a transfer: what it moved less its refunds made or in
-// flight, or a refund past MaxRefunds. Nothing is written.
+// flight, or a refund past MaxRefunds. No refund is written (the call may
+// first have given back the reservations of refunds that can no longer
+// move money: see Refund).
 var ErrRefundExceeded = errors.New("twopc: refund exceeds what is left of the transfer")
 
 // MaxRefunds bounds the refunds of one transfer made or in flight: the
@@ -57,7 +59,8 @@ type refundEntry struct {
 // the transfer credited (each leg rounded down, the units left given to
 // the legs with the largest remainders, so the legs still sum to zero; a
 // leg that rounds to nothing is left out). A transfer of several assets
-// is refunded whole only (Reverse). The refund has Transfer's errors
+// is refunded whole only (Reverse), and has no refund book: only
+// Reverse's derived keys keep it from being reversed twice. The refund has Transfer's errors
 // (ErrInsufficientFunds if the destination cannot cover it now, ...) and
 // its options: WithKey (a repeat returns the first refund made under the
 // key, and reserves nothing again), WithMetadata. Its Txn.RefundOf names

@@ -120,6 +120,7 @@ type account struct {
 	FloorRoom     bson.RawValue `bson:"floorRoom"`
 	CeilingRoom   bson.RawValue `bson:"ceilingRoom"`
 	LimitsSeq     bson.RawValue `bson:"limitsSeq"`
+	Metadata      bson.RawValue `bson:"metadata"` // AccountMetadata's; read by Account only
 }
 
 // accountProjection is what the protocol reads of an account.

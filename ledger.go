@@ -60,6 +60,12 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ..
 		}
 		set = append(set, bson.E{Key: fieldAsset, Value: cfg.asset})
 	}
+	if len(cfg.metadata) > 0 {
+		if err := checkMetadata(cfg.metadata); err != nil {
+			return errorf("twopc: open account %v: %w: %w", id, ErrInvalidAccount, err)
+		}
+		set = append(set, bson.E{Key: fieldMetadata, Value: metadataDoc(cfg.metadata)})
+	}
 	switch {
 	case cfg.limited():
 		lim, err := limitsOf(cfg, limits{})
@@ -164,6 +170,10 @@ type Account struct {
 	// it from the log by the account's markers; Ledger.Account, which
 	// never reads the log, leaves it zero.
 	CommittedCredit int64
+	// Metadata is what AccountMetadata gave the account when it was
+	// opened; nil if none (or if the document's "metadata" is not a
+	// document of strings, such as a field a user added by hand).
+	Metadata map[string]string
 }
 
 // Account reads account id: ErrAccountNotFound if there is none,
@@ -197,7 +207,7 @@ func (l *Ledger) account(ctx context.Context, id any) (*Account, []bson.ObjectID
 
 // publicAccountProjection is what an Account is made of (see
 // account.public).
-var publicAccountProjection = bson.D{{Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1},
+var publicAccountProjection = bson.D{{Key: fieldMetadata, Value: 1}, {Key: fieldBalance, Value: 1}, {Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1},
 	{Key: fieldPending, Value: 1}, {Key: fieldTombstone, Value: 1}, {Key: fieldAsset, Value: 1}, {Key: fieldFloor, Value: 1},
 	{Key: fieldCeiling, Value: 1}, {Key: fieldFloorRoom, Value: 1}}
 
@@ -216,6 +226,9 @@ func (a *account) public(id any) (*Account, error) {
 		}
 	}
 	out := &Account{ID: id, Balance: b, PendingCredit: a.credit(), Held: a.heldDebit(), PendingTransactions: txns}
+	if m, ok := decodeMetadata(a.Metadata); ok && len(m) > 0 {
+		out.Metadata = m
+	}
 	if asset, ok := a.assetOf(); ok {
 		out.Asset = asset
 	} else {

@@ -29,6 +29,9 @@ type accountConfig struct {
 	floorSet   bool
 	ceiling    int64
 	ceilingSet bool
+	// metadata is AccountMetadata's, for OpenAccount only.
+	metadata    map[string]string
+	metadataSet bool
 }
 
 // AccountAsset gives the account an asset: a code of upper-case letters,
@@ -198,6 +201,9 @@ func (l *Ledger) setLimits(ctx context.Context, id any, cfg accountConfig) error
 		if err := schema.ValidAsset(cfg.asset); err != nil {
 			return errorf("twopc: set limits of %v: %w: %w", id, ErrInvalidAccount, err)
 		}
+	}
+	if cfg.metadataSet {
+		return errorf("twopc: set limits of %v: %w: an account's metadata is written once, by OpenAccount", id, ErrInvalidAccount)
 	}
 	backoff := time.Millisecond
 	for attempt := 0; attempt < maxSetLimitsAttempts; attempt++ {

@@ -1,6 +1,7 @@
 package twopc
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -32,26 +33,49 @@ func WithMetadata(m map[string]string) TransferOption {
 	return func(t *transferConfig) { t.metadata = maps.Clone(m) }
 }
 
-// validateMetadata checks metadata against the limits of WithMetadata.
+// AccountMetadata attaches string metadata to an account OpenAccount opens
+// (its owner, its kind): written once with it, in its document's
+// "metadata", returned by Account and shown by the tool, never read or
+// changed by a leg write (but carried by each: every leg's statement
+// rewrites the account document, so keep it small). The limits are
+// WithMetadata's; anything else gets ErrInvalidAccount, and nothing is
+// written. SetLimits takes no metadata (ErrInvalidAccount).
+//
+// Fields a user adds to an account document by hand, besides the ones the
+// library writes (PROTOCOL.md, "Data model"), are allowed and left alone.
+func AccountMetadata(m map[string]string) AccountOption {
+	return func(c *accountConfig) { c.metadata, c.metadataSet = maps.Clone(m), true }
+}
+
+// validateMetadata checks a transfer's metadata against the limits of
+// WithMetadata: ErrInvalidTransfer.
 func validateMetadata(m map[string]string) error {
+	if err := checkMetadata(m); err != nil {
+		return errorf("%w: %w", ErrInvalidTransfer, err)
+	}
+	return nil
+}
+
+// checkMetadata says why metadata passes the limits of WithMetadata, or nil.
+func checkMetadata(m map[string]string) error {
 	if len(m) > MaxMetadataKeys {
-		return errorf("%w: metadata of %d keys, more than MaxMetadataKeys (%d)", ErrInvalidTransfer, len(m), MaxMetadataKeys)
+		return errorf("metadata of %d keys, more than MaxMetadataKeys (%d)", len(m), MaxMetadataKeys)
 	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		v := m[k]
 		switch {
 		case k == "":
-			return errorf("%w: an empty metadata key", ErrInvalidTransfer)
+			return errors.New("an empty metadata key")
 		case len(k) > MaxMetadataKeyLen:
-			return errorf("%w: metadata key %q of %d bytes, more than MaxMetadataKeyLen (%d)", ErrInvalidTransfer, k, len(k), MaxMetadataKeyLen)
+			return errorf("metadata key %q of %d bytes, more than MaxMetadataKeyLen (%d)", k, len(k), MaxMetadataKeyLen)
 		case !utf8.ValidString(k):
-			return errorf("%w: metadata key %q is not valid UTF-8", ErrInvalidTransfer, k)
+			return errorf("metadata key %q is not valid UTF-8", k)
 		case strings.HasPrefix(k, "$") || strings.ContainsAny(k, ".\x00"):
-			return errorf("%w: metadata key %q starts with $ or holds . or NUL", ErrInvalidTransfer, k)
+			return errorf("metadata key %q starts with $ or holds . or NUL", k)
 		case len(v) > MaxMetadataValueLen:
-			return errorf("%w: the value of metadata key %q has %d bytes, more than MaxMetadataValueLen (%d)", ErrInvalidTransfer, k, len(v), MaxMetadataValueLen)
+			return errorf("the value of metadata key %q has %d bytes, more than MaxMetadataValueLen (%d)", k, len(v), MaxMetadataValueLen)
 		case !utf8.ValidString(v):
-			return errorf("%w: the value of metadata key %q is not valid UTF-8", ErrInvalidTransfer, k)
+			return errorf("the value of metadata key %q is not valid UTF-8", k)
 		}
 	}
 	return nil

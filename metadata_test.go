@@ -147,3 +147,50 @@ func TestMetadataRefused(t *testing.T) {
 		assert.Equalf(t, m, txn.Metadata, "%s", name)
 	}
 }
+
+// TestAccountMetadata: metadata given to OpenAccount is returned by
+// Account (both Coordinator's and Ledger's); metadata past the limits is
+// ErrInvalidAccount with nothing written, and SetLimits takes none.
+// Fields a user adds to an account by hand are left alone by transfers,
+// and a hand-made "metadata" that is not a document of strings is no
+// metadata.
+func TestAccountMetadata(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	owner := map[string]string{"owner": "shop-17", "kind": "seller"}
+	require.NoError(t, b.c.OpenAccount(ctx, "seller", 0, twopc.AccountMetadata(owner)))
+	require.NoError(t, b.c.OpenAccount(ctx, "buyer", 100))
+	a, err := b.c.Account(ctx, "seller")
+	require.NoError(t, err)
+	assert.Equal(t, owner, a.Metadata)
+	l, err := b.c.Ledger("")
+	require.NoError(t, err)
+	la, err := l.Account(ctx, "seller")
+	require.NoError(t, err)
+	assert.Equal(t, owner, la.Metadata)
+
+	err = b.c.OpenAccount(ctx, "bad", 0, twopc.AccountMetadata(map[string]string{"$x": "y"}))
+	require.ErrorIs(t, err, twopc.ErrInvalidAccount)
+	n, err := b.db.Collection("accounts").CountDocuments(ctx, bson.D{{Key: "_id", Value: "bad"}})
+	require.NoError(t, err)
+	assert.Zero(t, n, "nothing written")
+	err = b.c.SetLimits(ctx, "", "seller", twopc.AccountFloor(0), twopc.AccountMetadata(owner))
+	require.ErrorIs(t, err, twopc.ErrInvalidAccount)
+
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "buyer"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "note", Value: "vip"}, {Key: "metadata", Value: int64(7)}}}})
+	require.NoError(t, err)
+	_, err = b.c.Transfer(ctx, "buyer", "seller", 40)
+	require.NoError(t, err)
+	buyer, err := b.c.Account(ctx, "buyer")
+	require.NoError(t, err)
+	assert.Nil(t, buyer.Metadata)
+	assert.Equal(t, int64(60), buyer.Balance)
+	var doc struct {
+		Note     string `bson:"note"`
+		Metadata int64  `bson:"metadata"`
+	}
+	require.NoError(t, b.db.Collection("accounts").FindOne(ctx, bson.D{{Key: "_id", Value: "buyer"}}).Decode(&doc))
+	assert.Equal(t, "vip", doc.Note, "a field added by hand is left alone")
+	assert.Equal(t, int64(7), doc.Metadata)
+}

@@ -115,7 +115,9 @@ type accountEntry struct {
 	// Asset is the account's asset code; Floor and Ceiling its limits, and
 	// FloorRoom and CeilingRoom the headroom its leg writes check, as
 	// stored (absent: an account without limits).
-	Asset       string          `json:"asset,omitempty"`
+	Asset string `json:"asset,omitempty"`
+	// Metadata is what twopc.AccountMetadata gave it, as stored.
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
 	Floor       json.RawMessage `json:"floor,omitempty"`
 	Ceiling     json.RawMessage `json:"ceiling,omitempty"`
 	FloorRoom   json.RawMessage `json:"floorRoom,omitempty"`
@@ -220,6 +222,9 @@ func account(ctx context.Context, cn *conn, ids []any, ledgers []string) (*accou
 				FencedBefore: plainValue(d.Lookup(schema.FencedBefore))}
 			e.ID, e.doc = plainValue(e.id), d
 			e.Asset, _ = d.Lookup(schema.Asset).StringValueOK()
+			if v := d.Lookup("metadata"); v.Type != 0 {
+				e.Metadata = plainValue(v)
+			}
 			for _, f := range []struct {
 				into *json.RawMessage
 				name string
@@ -320,6 +325,9 @@ func (r *accountReport) print(w io.Writer) {
 				a.amount(&u, schema.Balance), a.amount(&u, schema.PendingDebit), heldBy, a.amount(&u, schema.PendingCredit))
 			if a.Asset != "" {
 				fmt.Fprintf(w, "  asset %s\n", a.Asset)
+			}
+			if a.Metadata != nil {
+				fmt.Fprintf(w, "  metadata %s\n", a.Metadata)
 			}
 			if a.FloorRoom != nil {
 				ceiling := "none (MaxLimit)"

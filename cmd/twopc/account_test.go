@@ -156,3 +156,23 @@ func TestAccountLedgers(t *testing.T) {
 	require.Equal(t, exitUsage, r.code, r.stderr)
 	require.Contains(t, r.stderr, "missing ID")
 }
+
+// TestAccountShowsMetadata: twopc account shows what AccountMetadata gave
+// the account, in its text and in --json.
+func TestAccountShowsMetadata(t *testing.T) {
+	f := newFixture(t)
+	require.NoError(t, f.c.OpenAccount(f.ctx, "shop", 0, twopc.AccountMetadata(map[string]string{"owner": "shop-17"})))
+	r := f.run("account", "shop")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `metadata {"owner":"shop-17"}`)
+	var rep struct {
+		Accounts []struct {
+			Metadata map[string]string `json:"metadata"`
+		} `json:"accounts"`
+	}
+	r = f.run("account", "shop", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r.decode(t, &rep)
+	require.Len(t, rep.Accounts, 1)
+	require.Equal(t, map[string]string{"owner": "shop-17"}, rep.Accounts[0].Metadata)
+}

@@ -75,6 +75,8 @@ const MaxHolds = 500
 // recovery, as any unfinished transfer that nobody was told of, even if
 // its legs applied (a stale pending hold is never rolled forward).
 //
+// It is bounded as Transfer is (WithCallTimeout), and a call whose context
+// ends after the hold's commit was sent answers by what the log holds.
 // An error with a Txn whose State is StateHeld means the hold was made.
 // With WithKey, Hold can be repeated safely after any error: it returns
 // the first attempt's transaction in whatever state it reached.
@@ -160,10 +162,17 @@ func (r *record) expired(now time.Time) bool {
 // transaction that is not a hold gets ErrNotHold; a hold still being made
 // ErrInProgress; a hold refused when it was made the error it was refused
 // with (ErrInsufficientFunds, ...). None of those writes anything.
-func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int64) (*Txn, error) {
+//
+// Capture is bounded as Transfer is (WithCallTimeout), and a call whose
+// context ends after its capture was sent reads the hold back on a
+// context of its own and answers by what the log holds (captured: no
+// error).
+func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int64) (_ *Txn, err error) {
 	if c.settler.isClosed() {
 		return nil, ErrClosed
 	}
+	ctx, b := c.bound(ctx)
+	defer func() { err = b.explain(err); b.end() }()
 	for attempt := 0; attempt < 3; attempt++ {
 		r, err := c.heldOne(ctx, id, "capture")
 		if err != nil {
@@ -238,11 +247,14 @@ func (c *Coordinator) settleCaptured(ctx context.Context, r *record) (*Txn, erro
 // expired one ErrHoldExpired (a held hold past its expiry by the server's
 // clock is voided as expired by the Void itself). Void again returns the transaction,
 // finishing its rollback if it is not yet canceled. A transaction that is
-// not a hold gets ErrNotHold, a hold still being made ErrInProgress.
-func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (*Txn, error) {
+// not a hold gets ErrNotHold, a hold still being made ErrInProgress. Void
+// is bounded, and answers after its context's end, as Capture does.
+func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (_ *Txn, err error) {
 	if c.settler.isClosed() {
 		return nil, ErrClosed
 	}
+	ctx, b := c.bound(ctx)
+	defer func() { err = b.explain(err); b.end() }()
 	for attempt := 0; attempt < 3; attempt++ {
 		r, err := c.heldOne(ctx, id, "void")
 		if err != nil {

@@ -26,8 +26,11 @@ import (
 // Transfer's errors (ErrInsufficientFunds if the destination cannot cover
 // it now, ...). An id that names no transaction gives ErrTxnNotFound; a
 // transaction not applied or done gives an error saying so (cancel it
-// instead: see Canceler.Cancel), and nothing is written.
-func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (*Txn, error) {
+// instead: see Canceler.Cancel), and nothing is written. The whole call,
+// its reads and the reversal, is bounded as Transfer is (WithCallTimeout).
+func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (_ *Txn, err error) {
+	ctx, b := c.bound(ctx)
+	defer func() { err = b.explain(err); b.end() }()
 	tc, err := transferOptions(opts)
 	if err != nil {
 		return nil, err

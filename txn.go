@@ -204,7 +204,22 @@ func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
 // Concurrent calls of one Coordinator share their writes; nothing is
 // atomic across transfers, and a call whose ctx ends while a shared write
 // is in flight returns at once, its transfer's outcome then being what
-// its state says, as after a lost reply.
+// its state says, as after a lost reply (a shared commit write is waited
+// for, up to 2 s more, so as to answer by it).
+//
+// The call is bounded: it ends within the coordinator's call bound
+// (WithCallTimeout, default 10 s, DefaultCallTimeout) or ctx's deadline,
+// whichever comes first, every retry included. So when no server answers
+// it fails within that bound (not the driver's server selection timeout,
+// 30 s by default, once per retry), with an error that wraps the driver's
+// and context.DeadlineExceeded, and says so when the bound ended it. A
+// call whose ctx (or bound) ends after its commit was sent reads the
+// transaction back on a context of its own (at most 2 s more) and answers
+// by what the log holds: committed, the transaction and a nil error (under
+// WithSyncSettle, an error saying it committed and settles in the
+// background); still pending, the context's error; unread, an error saying
+// the commit's outcome is unknown. It never reports pending a transfer the
+// log holds committed.
 //
 // If a leg cannot apply, the transaction is rolled back and ends canceled,
 // nothing moved, and Transfer returns ErrInsufficientFunds,
@@ -268,9 +283,11 @@ func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (
 	if c.settler.isClosed() {
 		return nil, ErrClosed
 	}
+	ctx, b := c.bound(ctx)
+	defer b.end()
 	tr := c.newTransfer(t, tc.key)
 	newEngine(c).run(ctx, []*transfer{tr})
-	return tr.txn, tr.err
+	return tr.txn, b.explain(tr.err)
 }
 
 // validateTransfer checks Transfer's input before anything is written.

@@ -53,6 +53,11 @@ type TransferResult struct {
 // write, goes on alone, beside the others, with the commands it would take
 // alone.
 //
+// The whole batch is one call under one bound, as Transfer is (see
+// WithCallTimeout, default 10 s): when it passes, the transfers not yet
+// committed fail with its error; give a batch of many transfers against a
+// slow server a larger bound.
+//
 // A request that is not valid (as Transfer or TransferLegs would refuse it,
 // or with a key an earlier request of the batch has) gets ErrInvalidTransfer
 // and nothing of it is written. The call's own error, with no results, is
@@ -93,9 +98,11 @@ func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest)
 		ts = append(ts, c.newTransfer(t, q.Key))
 		at = append(at, i)
 	}
+	ctx, b := c.bound(ctx)
+	defer b.end()
 	newEngine(c).run(ctx, ts)
 	for j, t := range ts {
-		out[at[j]] = TransferResult{Txn: t.txn, Err: t.err}
+		out[at[j]] = TransferResult{Txn: t.txn, Err: b.explain(t.err)}
 	}
 	return out, nil
 }

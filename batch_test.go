@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -274,7 +275,10 @@ func TestTransferBatchOfMaxBatch(t *testing.T) {
 			b := newBank(t)
 			accounts, opening := openRing(b, 200, 1_000_000)
 			var cc commandCounter
-			c, err := twopc.NewCoordinator(b.countedDatabase(&cc), twopc.WithSyncSettle(), twopc.WithWriteBatch(tc.writeBatch))
+			// A batch of MaxBatch settled in the call takes about ten
+			// seconds on the dev server: more than the default bound.
+			c, err := twopc.NewCoordinator(b.countedDatabase(&cc), twopc.WithSyncSettle(), twopc.WithWriteBatch(tc.writeBatch),
+				twopc.WithCallTimeout(2*time.Minute))
 			require.NoError(t, err)
 			reqs := make([]twopc.TransferRequest, twopc.MaxBatch)
 			for i := range reqs {

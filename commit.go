@@ -109,8 +109,10 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 		return
 	}
 	// Fewer moved than asked, or the write failed (maybe after it
-	// happened), as a whole or for some statements: read which moved. A
-	// transaction moved if it is applied under its own claim.
+	// happened, its reply cut off by ctx's end), as a whole or for some
+	// statements: read which moved, on a context of its own if ctx has
+	// ended (see readAfter). A transaction moved if it is applied under
+	// its own claim.
 	var err error // the first statement's error, for a read that fails too
 	for i := range calls {
 		if err = failed[i]; err != nil {
@@ -118,17 +120,19 @@ func (g *txnLog) commitAll(ctx context.Context, calls []*commitCall) {
 		}
 	}
 	var now []record
-	rerr := g.retry(ctx, func(ctx context.Context) error {
-		cur, err := g.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
-		if err != nil {
-			return err
-		}
-		now = now[:0]
-		return cur.All(ctx, &now)
+	rerr := readAfter(ctx, func(ctx context.Context) error {
+		return g.retry(ctx, func(ctx context.Context) error {
+			cur, err := g.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+			if err != nil {
+				return err
+			}
+			now = now[:0]
+			return cur.All(ctx, &now)
+		})
 	})
 	if rerr != nil {
 		for _, q := range calls {
-			q.cur, q.err = q.rec, cmpErr(err, rerr)
+			q.cur, q.err = q.rec, commitUnknown(err, rerr)
 		}
 		return
 	}
@@ -183,4 +187,15 @@ func commitMove(r *record) move {
 		m.lastModified = r.LastModified
 	}
 	return m
+}
+
+// commitUnknown is the error of a commit whose write failed with err (nil:
+// it modified fewer documents than it named) and whose read back failed
+// with rerr: its outcome is unknown.
+func commitUnknown(err, rerr error) error {
+	const unknown = "the commit's outcome is unknown (Get tells; a Recoverer finishes the transfer either way): reading it back"
+	if err == nil {
+		return errorf("%s: %w", unknown, rerr)
+	}
+	return errorf("%w; %s: %v", err, unknown, rerr)
 }

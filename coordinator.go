@@ -123,7 +123,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		legs: func(q *existsCall) []leg { return q.t.rec.legs() }}
 	c.inserts = &stage[*insertCall]{write: c.insertAll}
 	c.applies = &applyStages{write: c.applyRound, legs: func(q *applyCall) []leg { return q.todo }}
-	c.commits = &stage[*commitCall]{write: c.log.commitAll}
+	c.commits = &stage[*commitCall]{write: c.log.commitAll, grace: readBackTimeout}
 	return c, nil
 }
 

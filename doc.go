@@ -107,6 +107,14 @@
 // StaleAfter. The transactions collection grows with every transfer
 // unless WithHistory bounds it, which needs a Recoverer.
 //
+// Every money call is bounded, its retries included: it ends within
+// [WithCallTimeout]'s bound ([DefaultCallTimeout], 10 s) or its context's
+// deadline, whichever is earlier, so a call with no server answering fails
+// within it. A call whose context ends after it sent its commit (or
+// another write of the transaction's state) reads the transaction back,
+// for at most 2 s more on a context of its own, and answers by what the
+// log holds: a committed transfer is never reported pending.
+//
 // PROTOCOL.md, in the repository, describes how: the documents, each
 // step's guarded write, what each guarantee rests on, batching, holds,
 // ledgers across deployments, clocks, limits and document sizes, and the

@@ -343,7 +343,12 @@ func (e *engine) commitEach(ctx context.Context, ts []*transfer, sync bool) {
 		of = append(of, t)
 	}
 	if err := c.commits.join(ctx, calls...); err != nil {
-		// Given up on: a write may still be filling calls in.
+		// Given up on: not sent (pending, as the call holds it), or in a
+		// write that did not end within the stage's grace, which may still
+		// be filling calls in (its outcome unknown).
+		if !errors.Is(err, errNotSent) {
+			err = commitUnknown(err, errors.New("the write it was in had not ended"))
+		}
 		for _, t := range of {
 			t.answer(t.o.rec.txn(), errorf("twopc: transfer %s: %w", t.o.rec.ID.Hex(), err))
 		}
@@ -381,11 +386,19 @@ func (e *engine) commitEach(ctx context.Context, ts []*transfer, sync bool) {
 // settleCommitted settles committed transactions recs: in the background
 // (in one batch at least) unless sync or the settler is closed, else now,
 // together. It returns each as it now stands, and the error that left it
-// unsettled, if any (recovery settles it then).
+// unsettled, if any (recovery settles it then). What a sync settle cannot
+// settle because ctx has ended (before it, when the commit was read back
+// after ctx's end: see readAfter, or while it settles) is left to the
+// background, and its error says so.
 func (c *Coordinator) settleCommitted(ctx context.Context, recs []*record, sync bool) ([]*record, []error) {
 	now := append([]*record(nil), recs...)
 	errs := make([]error, len(recs))
-	if !sync && c.settler.enqueue(recs...) {
+	if (!sync || ctx.Err() != nil) && c.settler.enqueue(recs...) {
+		if sync {
+			for i := range errs {
+				errs[i] = errorf("the call's context ended before it settled; settling in the background: %w", ctx.Err())
+			}
+		}
 		return now, errs
 	}
 	done, left, _ := c.settle(ctx, recs)
@@ -397,11 +410,26 @@ func (c *Coordinator) settleCommitted(ctx context.Context, recs []*record, sync 
 	for _, u := range left {
 		failed[u.rec.ID] = u.err
 	}
+	var later []int // cut off by ctx's end
 	for i, r := range recs {
 		if err := failed[r.ID]; err != nil {
 			errs[i] = err
+			if ctx.Err() != nil {
+				later = append(later, i)
+			}
 		} else if d := byID[r.ID]; d != nil {
 			now[i] = d
+		}
+	}
+	if len(later) > 0 {
+		rest := make([]*record, len(later))
+		for k, i := range later {
+			rest[k] = recs[i]
+		}
+		if c.settler.enqueue(rest...) {
+			for _, i := range later {
+				errs[i] = errorf("%w; settling in the background", errs[i])
+			}
 		}
 	}
 	return now, errs

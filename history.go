@@ -161,7 +161,7 @@ func (r *Recoverer) checkpointRemoval(ctx context.Context, recs []*record, now t
 	refused := map[*record]bool{}
 	for _, a := range accts {
 		if err := c.checkpointThrough(ctx, a.ledger, a.account, a.through); err != nil {
-			r.logger.Warn("twopc: history: no checkpoint for an account, its transactions are kept", "ledger", a.ledger, "account", a.account, "error", err)
+			r.logger.Warn("twopc: history: no checkpoint for an account; nothing is lost: its transactions are kept, and the next pass tries again", "ledger", a.ledger, "account", a.account, "error", err)
 			for _, t := range a.recs {
 				refused[t] = true
 			}

@@ -75,6 +75,8 @@ const MaxHolds = 500
 // recovery, as any unfinished transfer that nobody was told of, even if
 // its legs applied (a stale pending hold is never rolled forward).
 //
+// It is bounded as Transfer is (WithCallTimeout), and a call whose context
+// ends after the hold's commit was sent answers by what the log holds.
 // An error with a Txn whose State is StateHeld means the hold was made.
 // With WithKey, Hold can be repeated safely after any error: it returns
 // the first attempt's transaction in whatever state it reached.
@@ -160,10 +162,17 @@ func (r *record) expired(now time.Time) bool {
 // transaction that is not a hold gets ErrNotHold; a hold still being made
 // ErrInProgress; a hold refused when it was made the error it was refused
 // with (ErrInsufficientFunds, ...). None of those writes anything.
-func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int64) (*Txn, error) {
+//
+// Capture is bounded as Transfer is (WithCallTimeout), and a call whose
+// context ends after its capture was sent reads the hold back on a
+// context of its own and answers by what the log holds (captured: no
+// error).
+func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int64) (_ *Txn, err error) {
 	if c.settler.isClosed() {
 		return nil, ErrClosed
 	}
+	ctx, b := c.bound(ctx)
+	defer func() { err = b.explain(err); b.end() }()
 	for attempt := 0; attempt < 3; attempt++ {
 		r, err := c.heldOne(ctx, id, "capture")
 		if err != nil {
@@ -238,11 +247,14 @@ func (c *Coordinator) settleCaptured(ctx context.Context, r *record) (*Txn, erro
 // expired one ErrHoldExpired (a held hold past its expiry by the server's
 // clock is voided as expired by the Void itself). Void again returns the transaction,
 // finishing its rollback if it is not yet canceled. A transaction that is
-// not a hold gets ErrNotHold, a hold still being made ErrInProgress.
-func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (*Txn, error) {
+// not a hold gets ErrNotHold, a hold still being made ErrInProgress. Void
+// is bounded, and answers after its context's end, as Capture does.
+func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (_ *Txn, err error) {
 	if c.settler.isClosed() {
 		return nil, ErrClosed
 	}
+	ctx, b := c.bound(ctx)
+	defer func() { err = b.explain(err); b.end() }()
 	for attempt := 0; attempt < 3; attempt++ {
 		r, err := c.heldOne(ctx, id, "void")
 		if err != nil {
@@ -363,123 +375,4 @@ func (c *Coordinator) expireIfDue(ctx context.Context, r *record, op string) (bo
 		return true, cur, errorf("twopc: %s %s: expiring: %w", op, r.ID.Hex(), err)
 	}
 	return true, cur, nil
-}
-
-// expireHolds is a recovery pass's part for holds: it voids every held
-// hold past its expiry at server time now (see expire).
-func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *RecoveryReport, fail func(error)) error {
-	c := r.c
-	held := bson.D{{Key: fieldState, Value: StateHeld}, {Key: fieldExpiryMs, Value: bson.D{{Key: "$gt", Value: 0}}}}
-	return r.each(ctx, held, fail, func(recs []*record) {
-		for _, t := range recs {
-			if !t.expired(now) {
-				continue
-			}
-			if err := c.ledgers.knows(t.legs()); err != nil {
-				fail(errorf("transaction %s: %w: left to a recoverer that has it", t.ID.Hex(), err))
-				continue
-			}
-			start := time.Now()
-			_, moved, err := c.expire(ctx, t)
-			outcome := OutcomeMoved
-			switch {
-			case err != nil:
-				outcome = OutcomeError
-				fail(errorf("transaction %s: expiring: %w", t.ID.Hex(), err))
-			case !moved:
-				outcome = OutcomeNotMoved // captured or voided first
-				rep.Skipped++
-			default:
-				rep.Expired++
-			}
-			r.report(ctx, t.ID, StateHeld, RecoveryExpire, start, outcome, StepVoid, err)
-		}
-	})
-}
-
-// confirmHolds is a recovery pass's check of the held holds it has not
-// looked at before: are their legs on their accounts? A hold becomes held
-// only once every leg applied, and its markers leave its accounts only
-// after it leaves held, so a hold read held, whose accounts are read next,
-// and which a write guarded by its state and heldAt then finds still held,
-// had every marker on its accounts when they were read.
-//
-// A held hold none of whose legs is on its accounts, each of which is
-// closed to it (the leg's fence there, or the fence line at or past the
-// hold's time), is therefore a copy: the transaction was final and removed
-// from the log (WithHistory), and its insert and its commit to held,
-// delivered again by the network, brought it back with no leg applied
-// (the fence lines refuse them). Both are required, not the markers'
-// absence alone, so that a read of an account that lags (another
-// deployment just failed over, a write concern below majority) cannot
-// void a genuine hold. Nobody would capture, void or expire it, so it would stay held
-// for good; it is voided to canceled (reason "late_copy"), which moves no
-// money, and WithHistory then removes it in turn. A hold whose legs are
-// all on their accounts is marked (onAccounts) so that later passes do not
-// read its accounts again; one with some legs on and some not is reported
-// (only a hand edit makes one) and left.
-func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail func(error)) error {
-	c := r.c
-	unseen := bson.D{{Key: fieldState, Value: StateHeld}, {Key: fieldOnAccounts, Value: bson.D{{Key: "$exists", Value: false}}}}
-	return r.each(ctx, unseen, fail, func(recs []*record) {
-		for _, t := range recs {
-			legs := t.legs()
-			if err := c.ledgers.knows(legs); err != nil {
-				fail(errorf("transaction %s: %w: left to a recoverer that has it", t.ID.Hex(), err))
-				continue
-			}
-			accts, err := c.inspect(ctx, t, legs)
-			if err != nil {
-				fail(errorf("transaction %s: %w", t.ID.Hex(), err))
-				continue
-			}
-			on, closed := 0, 0
-			for i, l := range legs {
-				switch v, why := judge(accts[i], t, l); {
-				case v == legApplied:
-					on++
-				case closedVerdict(v, why):
-					closed++
-				}
-			}
-			switch {
-			case on == len(legs):
-				err := c.retry(ctx, func(ctx context.Context) error {
-					_, err := c.log.txns.UpdateOne(ctx,
-						bson.D{{Key: "_id", Value: t.ID}, {Key: fieldState, Value: StateHeld}, {Key: fieldHeldAt, Value: t.HeldAt}},
-						bson.D{{Key: "$set", Value: bson.D{{Key: fieldOnAccounts, Value: true}}}})
-					return err
-				})
-				if err != nil {
-					fail(errorf("transaction %s: %w", t.ID.Hex(), err))
-				}
-			case closed == len(legs):
-				start := time.Now()
-				m := voidMove(c, t, reasonLateCopy)
-				m.heldAt = t.HeldAt
-				cur, moved, err := c.log.advance(ctx, t, m)
-				if err == nil && moved {
-					_, err = c.rollback(ctx, cur)
-				}
-				outcome := outcomeOf(moved, err)
-				switch {
-				case err != nil:
-					fail(errorf("transaction %s: voiding a held copy: %w", t.ID.Hex(), err))
-				case !moved:
-					rep.Skipped++ // captured or voided first: not a copy after all, or decided
-				default:
-					rep.RolledBack++
-				}
-				r.report(ctx, t.ID, StateHeld, RecoveryRollBack, start, outcome, StepVoid, err)
-			default:
-				// Captured or voided since it was read (its markers leave
-				// after it leaves held), or a read that lags: look again.
-				now, err := c.log.read(ctx, t.ID)
-				if err == nil && (now.State != StateHeld || !now.HeldAt.Equal(t.HeldAt)) {
-					continue
-				}
-				fail(errorf("transaction %s: held, but %d of its %d legs are on their accounts and %d closed to it; left as it is", t.ID.Hex(), on, len(legs), closed))
-			}
-		}
-	})
 }

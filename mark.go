@@ -65,6 +65,7 @@ type lowWater struct {
 	closed   bool               // the coordinator is closed: no more readings
 	cancel   context.CancelFunc // cancels the reading under way
 	failing  bool               // the last reading failed (warned once)
+	failedAt time.Time          // when the readings started failing
 	warnedAt time.Time          // when a held-back mark was last warned about
 
 	margin time.Duration                                 // markMargin; tests shorten it
@@ -159,16 +160,18 @@ func (m *lowWater) readClock(ctx context.Context) (time.Time, error) {
 //
 // A gap wider than the margin means that a transaction reached the log
 // later than the mark allows for (a slow insert, retries across a
-// failover, a host clock that jumped): it is logged, since a leg of such a
-// transaction may be refused by a line already past its time (ErrTooLate:
-// rolled back, nothing moved).
+// failover or until the server came back, a host clock that jumped): it
+// is logged at info level, since nothing is at risk: a leg of such a
+// transaction applies, or is refused by a line already past its time
+// (ErrTooLate, which its caller is told: rolled back, nothing moved).
 func (m *lowWater) written(created, lastModified time.Time) {
 	gap := lastModified.Sub(created)
 	if gap <= m.margin/2 && gap >= -m.margin/2 {
 		return
 	}
 	if gap > m.margin {
-		m.logger.Warn("twopc: a transaction reached the log later than the low-water mark's margin after its time; its legs may be refused as too late",
+		m.logger.Info("twopc: a transaction reached the log later after its time than the low-water mark's margin (a slow or retried insert); "+
+			"nothing is lost: its legs apply, or are refused as too late (ErrTooLate) and it is rolled back with nothing moved",
 			"created", created, "lastModified", lastModified, "margin", m.margin)
 	}
 	m.mu.Lock()
@@ -208,6 +211,8 @@ func (m *lowWater) close() {
 // A reading that fails counts as one for when the next starts (markEvery
 // later), and is logged at warn level the first time after one that
 // succeeded, at debug level after that; the mark read last stays in use.
+// The first reading that succeeds after failed ones is logged at info
+// level: nothing was lost, fences were only kept longer.
 func (m *lowWater) read(ctx context.Context) {
 	mark, err := m.readOnce(ctx)
 	m.mu.Lock()
@@ -217,11 +222,15 @@ func (m *lowWater) read(ctx context.Context) {
 	switch {
 	case err != nil && m.closed:
 	case err != nil && !m.failing:
-		m.failing = true
-		m.logger.Warn("twopc: reading the low-water mark failed; accounts keep their fences until a reading succeeds", "error", err)
+		m.failing, m.failedAt = true, time.Now()
+		m.logger.Warn("twopc: reading the low-water mark failed; nothing is lost: accounts keep their fences until a reading succeeds (tried again every "+markEvery.String()+")", "error", err)
 	case err != nil:
 		m.logger.Debug("twopc: reading the low-water mark failed again", "error", err)
 	default:
+		if m.failing {
+			m.logger.Info("twopc: the low-water mark is read again; nothing was lost: accounts drop their fences as before",
+				"failing_for", time.Since(m.failedAt).Round(time.Millisecond))
+		}
 		m.failing = false
 		m.mark = mark
 	}
@@ -274,7 +283,7 @@ func (m *lowWater) heldBack(server, oldest time.Time, id any) {
 	}
 	m.mu.Unlock()
 	if warn {
-		m.logger.Warn("twopc: an unfinished transaction holds the low-water mark back; accounts keep their fences until it is finished (run a Recoverer, or twopc recover)",
+		m.logger.Warn("twopc: an unfinished transaction holds the low-water mark back; nothing is lost: accounts keep their fences until it is finished (run a Recoverer, or twopc recover)",
 			"txn", id, "created", oldest, "age", age.Round(time.Millisecond))
 	}
 }

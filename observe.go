@@ -23,15 +23,17 @@ import (
 //	step         the step the line is about (see Step), when it is about one
 //	application  the application of the process that logs it (WithApplication)
 //
-// A line about a whole recovery pass ("twopc: recovery pass") is about no
-// one transaction: it carries application and the pass's report, and each
+// A line about a whole recovery pass ("twopc: recovery pass", and one
+// that failed or succeeded after failed ones) is about no one
+// transaction: it carries application and the pass's report, and each
 // transaction the pass took on and failed has a line of its own
-// ("twopc: recovery left the transaction for the next pass") with txn,
-// step when known, action (a RecoveryAction) and err. Other keys: state
-// (a State), err (an error), report (a RecoveryReport), taken_from (the
-// application a takeover took a transaction from), batch (how many
-// transactions a settle batch carried), panic and stack (an Observer's
-// panic).
+// ("twopc: recovery could not finish the transaction in this pass; ...")
+// with txn, step when known, action (a RecoveryAction) and err. Other
+// keys: state (a State), err (an error), report (a RecoveryReport),
+// taken_from (the application a takeover took a transaction from), batch
+// (how many transactions a settle batch carried), failed (how many passes
+// failed before one that succeeded), failing_for (how long the low-water
+// mark's readings failed), panic and stack (an Observer's panic).
 
 // The keys of the attributes the library logs (see above).
 const (

@@ -359,8 +359,10 @@ func TestLogLinesCarryTxnStepApplication(t *testing.T) {
 		s := func(k string) string { v, _ := l[k].(string); return v }
 		got = append(got, line{s("msg"), s("txn"), s("step"), s("application"), s("action")})
 	}
-	assert.Contains(t, got, line{"twopc: settling left the transaction applied for recovery", settled.ID.Hex(), "done", "payments", ""})
-	assert.Contains(t, got, line{"twopc: recovery left the transaction for the next pass", settled.ID.Hex(), "done", "failing", "settle"})
+	assert.Contains(t, got, line{"twopc: settling a committed transaction failed; nothing is lost: its money moved, and it stays applied until a Recoverer pass settles it",
+		settled.ID.Hex(), "done", "payments", ""})
+	assert.Contains(t, got, line{"twopc: recovery could not finish the transaction in this pass; nothing is lost: it stays where the pass stopped, and the next pass takes it on again",
+		settled.ID.Hex(), "done", "failing", "settle"})
 	assert.Contains(t, got, line{"twopc: took over", stopped.ID.Hex(), "takeover", "recoverer", ""})
 }
 

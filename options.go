@@ -22,6 +22,7 @@ const (
 	DefaultInterval      = 30 * time.Second
 	DefaultRecoveryBatch = 100
 	DefaultWriteBatch    = 1000
+	DefaultCallTimeout   = 10 * time.Second // WithCallTimeout's: a money call ends within it
 )
 
 // Option configures a Coordinator.
@@ -37,6 +38,7 @@ type config struct {
 	allowNegative  bool
 	syncSettle     bool
 	retries        int
+	callTimeout    time.Duration
 	writeBatch     int
 	logger         *slog.Logger
 	observers      []Observer
@@ -88,6 +90,7 @@ func defaultConfig() config {
 		accounts:          DefaultAccounts,
 		transactions:      DefaultTransactions,
 		retries:           DefaultRetries,
+		callTimeout:       DefaultCallTimeout,
 		writeConcern:      writeconcern.Majority(),
 		writeBatch:        DefaultWriteBatch,
 		logger:            slog.New(slog.DiscardHandler),
@@ -356,12 +359,48 @@ func WithSyncSettle() Option {
 // WithRetries sets how many times a step is tried when the database
 // answers with a network error or does not answer (default 3). Every step is
 // safe to repeat: after an ambiguous failure it re-reads what happened.
+// Each attempt may wait the driver's server selection timeout (30 s by
+// default) when no server answers; a money call's retries all count
+// against its bound (WithCallTimeout).
 func WithRetries(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
 			return errorf("WithRetries: %d < 1", n)
 		}
 		c.retries = n
+		return nil
+	}
+}
+
+// WithCallTimeout bounds every money call of the coordinator (Transfer,
+// TransferLegs, TransferBatch, Reverse, Hold, HoldLegs, Capture, Void, and
+// its Cancelers' Cancel) to d, from the moment it is called, its retries
+// and waits included: a call whose context has no earlier deadline gets
+// one d away (default 10 s, DefaultCallTimeout). A caller's earlier
+// deadline ends the call first; a later one does not lift the bound.
+//
+// What it guarantees: when no server answers, a money call fails within d
+// (with the driver at its defaults, a call would otherwise wait its server
+// selection timeout, 30 s, once for each of WithRetries' attempts: 90 s),
+// with an error that wraps what happened (the driver's error,
+// context.DeadlineExceeded) and names the bound. What the call wrote by
+// then is as for any context that ends (see Transfer): nothing, an
+// outcome unknown with the transaction's id, or a transaction left where
+// it stood for a Recoverer. So that it answers truly, a call whose bound
+// (or context) ends after it sent a write of the transaction's state (a
+// commit, a capture, a void, a cancel) reads the transaction back on a
+// context of its own, for at most 2 s more, and answers by what the log
+// holds (committed: no error). Background settling is not bounded by it.
+//
+// Give a larger d to a call that needs it: a TransferBatch of many
+// transfers against a slow server, or a call that waits on purpose (a
+// step hook that stalls). d must be positive.
+func WithCallTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return errorf("WithCallTimeout: %v is not positive", d)
+		}
+		c.callTimeout = d
 		return nil
 	}
 }
@@ -386,7 +425,11 @@ func WithWriteBatch(n int) Option {
 // (default: discard), and for an Observer's panics. Every line about a
 // transaction carries the attributes txn (its _id in hex), step (when the
 // line is about one) and application; a recovery pass's line carries
-// application and the pass's report (see Recoverer.Run).
+// application and the pass's report (see Recoverer.Run). Each line at warn
+// level or above says what happened and whether anything is lost, and a
+// failure that a later attempt got past is followed by a line at info
+// level that says so (the low-water mark read again, a recovery pass that
+// succeeded after failed ones).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {

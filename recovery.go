@@ -356,7 +356,7 @@ func (r *Recoverer) report(ctx context.Context, id bson.ObjectID, found State, a
 	if step == 0 {
 		step = stepOf(err)
 	}
-	r.logger.WarnContext(ctx, "twopc: recovery left the transaction for the next pass",
+	r.logger.WarnContext(ctx, "twopc: recovery could not finish the transaction in this pass; nothing is lost: it stays where the pass stopped, and the next pass takes it on again",
 		append(r.c.logAttrs(id, step), "action", a, "state", found, "err", err)...)
 }
 
@@ -406,15 +406,30 @@ func isLegReason(err error) bool {
 // pass that did something, and each error, to the recoverer's logger (a
 // pass's line carries the application and the pass's report, and each
 // transaction it took on and failed has a line of its own); an error does
-// not stop it.
+// not stop it. A pass that failed is logged at warn level when its error
+// is transient (the server did not answer), else at error level, and the
+// first pass that succeeds after failed ones at info level, with how many
+// failed: nothing a failed pass left is lost, the next pass goes on from
+// where it stopped.
 func (r *Recoverer) Run(ctx context.Context) error {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
+	failed := 0
 	for {
 		rep, err := r.RecoverOnce(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			r.logger.ErrorContext(ctx, "twopc: recovery pass", logApplication, r.c.application, "err", err, "report", rep)
+			failed++
+			level := slog.LevelError
+			if transient(context.Background(), err) {
+				level = slog.LevelWarn
+			}
+			r.logger.Log(ctx, level, "twopc: recovery pass failed; nothing is lost: what it did not finish waits for the next pass",
+				logApplication, r.c.application, "err", err, "report", rep)
+		case err == nil && failed > 0:
+			r.logger.InfoContext(ctx, "twopc: recovery pass succeeded after failed passes; nothing was lost",
+				logApplication, r.c.application, "failed", failed, "report", rep)
+			failed = 0
 		case rep != (RecoveryReport{}):
 			r.logger.InfoContext(ctx, "twopc: recovery pass", logApplication, r.c.application, "report", rep)
 		}

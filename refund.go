@@ -84,8 +84,11 @@ type refundEntry struct {
 //
 // An id that names no transaction gives ErrTxnNotFound; one not applied or
 // done gives an error saying so; an amount not positive,
-// ErrInvalidTransfer. Nothing is written then.
-func (c *Coordinator) Refund(ctx context.Context, id bson.ObjectID, amount int64, opts ...TransferOption) (*Txn, error) {
+// ErrInvalidTransfer. Nothing is written then. The whole call is bounded
+// as Transfer is (WithCallTimeout).
+func (c *Coordinator) Refund(ctx context.Context, id bson.ObjectID, amount int64, opts ...TransferOption) (_ *Txn, err error) {
+	ctx, b := c.bound(ctx)
+	defer func() { err = b.explain(err); b.end() }()
 	if amount <= 0 {
 		return nil, errorf("%w: refund amount %d is not positive", ErrInvalidTransfer, amount)
 	}

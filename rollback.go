@@ -56,11 +56,17 @@ func NewCanceler(c *Coordinator) *Canceler { return &Canceler{c: c} }
 // id writes a placeholder and answers canceled whatever it did. After an
 // ambiguous error, Cancel well within keep, or use WithKey (keyed
 // transactions are never removed) or an archive.
-func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (*Txn, error) {
+//
+// Cancel is bounded as Transfer is (WithCallTimeout: its coordinator's),
+// and a call whose context ends after its move to canceling was sent reads
+// the transaction back and answers by what the log holds.
+func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (_ *Txn, err error) {
 	if k == nil || k.c == nil {
 		return nil, errors.New("twopc: cancel: Canceler has no Coordinator (use NewCanceler)")
 	}
 	c := k.c
+	ctx, b := c.bound(ctx)
+	defer func() { err = b.explain(err); b.end() }()
 	if id.IsZero() {
 		return nil, errorf("twopc: cancel: %w: the zero id", ErrTxnNotFound)
 	}

@@ -2,6 +2,7 @@ package twopc_test
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,8 @@ import (
 // TestServerGoesAway stops the server in the middle of a load and starts
 // it again on the same data: transfers fail with clear errors while it is
 // gone, nothing is lost, and recovery finishes everything once it is back.
+// Every line the coordinator and the recoverer log at warn level or above
+// says so: that nothing is lost.
 func TestServerGoesAway(t *testing.T) {
 	ctx := testCtx(t)
 	dir := t.TempDir()
@@ -31,7 +34,9 @@ func TestServerGoesAway(t *testing.T) {
 	b.open(opening)
 	db := mongotest.ConnectURI(t, server.URI, options.Client().SetRetryWrites(false).
 		SetServerSelectionTimeout(time.Second).SetHeartbeatInterval(500*time.Millisecond)).Database(b.db.Name())
-	c, err := twopc.NewCoordinator(db, twopc.WithApplication("load"), twopc.WithStaleAfter(time.Second))
+	logs := &kept{}
+	logger := slog.New(logs)
+	c, err := twopc.NewCoordinator(db, twopc.WithApplication("load"), twopc.WithStaleAfter(time.Second), twopc.WithLogger(logger))
 	require.NoError(t, err)
 
 	results := make(chan error, 100_000)
@@ -96,6 +101,14 @@ func TestServerGoesAway(t *testing.T) {
 	// The bank's own client pooled connections to the server that went
 	// away; read through a new one.
 	b.db = mongotest.ConnectURI(t, server.URI).Database(b.db.Name())
-	b.recoverAll()
+	b.recoverAll(twopc.WithLogger(logger))
 	b.checkSettled(opening)
+	warned := 0
+	for _, rec := range logs.all() {
+		if rec.Level >= slog.LevelWarn {
+			warned++
+			assert.Contains(t, rec.Message, "nothing is lost", "%s: %s", rec.Level, rec.Message)
+		}
+	}
+	t.Logf("%d of %d log lines at warn level or above", warned, len(logs.all()))
 }

@@ -100,7 +100,7 @@ func (s *settler) drain() {
 		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 		_, left, _ := s.c.settle(ctx, batch)
 		for _, u := range left {
-			s.c.logger.WarnContext(ctx, "twopc: settling left the transaction applied for recovery",
+			s.c.logger.WarnContext(ctx, "twopc: settling a committed transaction failed; nothing is lost: its money moved, and it stays applied until a Recoverer pass settles it",
 				append(s.c.logAttrs(u.rec.ID, u.step), "batch", len(batch), "err", u.err)...)
 		}
 		cancel()

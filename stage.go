@@ -35,12 +35,16 @@ const groupTimeout = time.Minute
 // item's outcome in it. The stage only decides when, and with whom.
 //
 // Contexts: a caller whose context ends while it waits returns at once
-// with the context's error. If its items were not yet taken into a write,
-// they are not written, and the error wraps errNotSent; if they were, their
-// outcome is as unknown as a lost reply's, and the transaction's state
-// tells.
+// with the context's error if its items were not yet taken into a write:
+// they are not written, and the error wraps errNotSent. If they were, it
+// waits for that write's outcome up to the stage's grace (the commit
+// stage's: readBackTimeout), and returns with it as if its context had
+// not ended, so that a commit made answers committed; past the grace (or
+// with none), it returns the context's error, and its items' outcome is
+// as unknown as a lost reply's: the transaction's state tells.
 type stage[I any] struct {
 	write func(ctx context.Context, items []I) // writes items and leaves each one's outcome in it
+	grace time.Duration                        // see Contexts above
 
 	mu    sync.Mutex
 	busy  bool          // a write is in flight
@@ -93,9 +97,7 @@ func (s *stage[I]) join(ctx context.Context, items ...I) error {
 			return errorf("%w: %w", errNotSent, ctx.Err())
 		}
 		s.mu.Unlock()
-		select {
-		case <-w.done: // the outcome came as the context ended
-		default:
+		if !s.ended(w) {
 			return ctx.Err() // in a write under way: its outcome is unknown to us
 		}
 	}
@@ -104,6 +106,27 @@ func (s *stage[I]) join(ctx context.Context, items ...I) error {
 		return errorf("%w: %w", errNotSent, ctx.Err())
 	}
 	return nil
+}
+
+// ended waits, up to the stage's grace, for the write that took w to
+// end, and reports whether it did.
+func (s *stage[I]) ended(w *waiting[I]) bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+	}
+	if s.grace <= 0 {
+		return false
+	}
+	t := time.NewTimer(s.grace)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // next ends a write: the calls waiting now go in the next one, or the

@@ -255,8 +255,12 @@ func (m move) update() bson.D {
 // as it now stands and whether this call (or an earlier attempt of it whose
 // reply was lost) made the move. After an ambiguous failure it re-reads the
 // document rather than assume: the move happened if the document is in To
-// under the claim the move leaves. The observers are told of every move it
-// tries (see Observer).
+// under the claim the move leaves. A write whose reply ctx's end cut off
+// (ctx ended after the move began, and the write may have been sent) is
+// read back on a context of its own (see readAfter): a move the log holds
+// made is reported made, with no error, and a document another process
+// moved is reported as it stands; one still where r was gets the write's
+// error. The observers are told of every move it tries (see Observer).
 func (g *txnLog) advance(ctx context.Context, r *record, m move) (*record, bool, error) {
 	return g.advanceHooked(ctx, r, m, false)
 }
@@ -273,6 +277,7 @@ func (g *txnLog) advanceHooked(ctx context.Context, r *record, m move, hooked bo
 	}
 	var now record
 	start := time.Now()
+	endedBefore := ctx.Err() != nil // then nothing is sent
 	err := g.retry(ctx, func(ctx context.Context) error {
 		if !hooked {
 			if err := g.at(ctx, m.step, r); err != nil {
@@ -287,14 +292,18 @@ func (g *txnLog) advanceHooked(ctx context.Context, r *record, m move, hooked bo
 		}
 		return err
 	})
-	if err != nil {
+	var stepErr *StepError // a step hook's stop: as if the process died there
+	cutOff := err != nil && !endedBefore && ctx.Err() != nil && !unsent(err) && !errors.As(err, &stepErr)
+	if err != nil && !cutOff {
 		g.transition(ctx, r.ID, m, start, 1, false, err)
 		return r, false, err
 	}
-	if now.ID.IsZero() {
-		// Not moved by this attempt: re-read to learn what happened.
-		cur, err := g.read(ctx, r.ID)
-		if err != nil {
+	if cutOff || now.ID.IsZero() {
+		// Not moved by this attempt, or its reply cut off by ctx's end:
+		// re-read to learn what happened.
+		cur, rerr := g.readBack(ctx, r.ID)
+		if rerr != nil {
+			err = cmpErr(err, rerr)
 			g.transition(ctx, r.ID, m, start, 1, false, err)
 			return r, false, err
 		}
@@ -303,6 +312,11 @@ func (g *txnLog) advanceHooked(ctx context.Context, r *record, m move, hooked bo
 		// state (a capture for another amount, an expiry racing a void)
 		// is not this one's.
 		moved := cur.State == m.to && ((m.anyClaim && m.newClaim.IsZero()) || cur.Claim == holder)
+		if cutOff && !moved && cur.State == m.from {
+			// Still where it was: the write did not apply (yet).
+			g.transition(ctx, r.ID, m, start, 1, false, err)
+			return cur, false, err
+		}
 		g.transition(ctx, r.ID, m, start, 1, moved, nil)
 		return cur, moved, nil
 	}

@@ -1,15 +1,13 @@
 package twopc
 
 // The transaction (Txn, its legs) and the calls that make and read one:
-// Transfer, Reverse and Get (TransferLegs is in multileg.go, TransferBatch
-// in batch.go, holds in hold.go). Each transfer call builds transfers and
+// Transfer and Get (TransferLegs is in multileg.go, TransferBatch in
+// batch.go, Reverse in reverse.go, holds in hold.go). Each transfer call builds transfers and
 // hands them to the engine (engine.go).
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -209,7 +207,22 @@ func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
 // Concurrent calls of one Coordinator share their writes; nothing is
 // atomic across transfers, and a call whose ctx ends while a shared write
 // is in flight returns at once, its transfer's outcome then being what
-// its state says, as after a lost reply.
+// its state says, as after a lost reply (a shared commit write is waited
+// for, up to 2 s more, so as to answer by it).
+//
+// The call is bounded: it ends within the coordinator's call bound
+// (WithCallTimeout, default 10 s, DefaultCallTimeout) or ctx's deadline,
+// whichever comes first, every retry included. So when no server answers
+// it fails within that bound (not the driver's server selection timeout,
+// 30 s by default, once per retry), with an error that wraps the driver's
+// and context.DeadlineExceeded, and says so when the bound ended it. A
+// call whose ctx (or bound) ends after its commit was sent reads the
+// transaction back on a context of its own (at most 2 s more) and answers
+// by what the log holds: committed, the transaction and a nil error (under
+// WithSyncSettle, an error saying it committed and settles in the
+// background); still pending, the context's error; unread, an error saying
+// the commit's outcome is unknown. It never reports pending a transfer the
+// log holds committed.
 //
 // If a leg cannot apply, the transaction is rolled back and ends canceled,
 // nothing moved, and Transfer returns ErrInsufficientFunds,
@@ -273,9 +286,11 @@ func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (
 	if c.settler.isClosed() {
 		return nil, ErrClosed
 	}
+	ctx, b := c.bound(ctx)
+	defer b.end()
 	tr := c.newTransfer(t, tc.key)
 	newEngine(c).run(ctx, []*transfer{tr})
-	return tr.txn, tr.err
+	return tr.txn, b.explain(tr.err)
 }
 
 // validateTransfer checks Transfer's input before anything is written.
@@ -295,108 +310,6 @@ func validateTransfer(source, destination any, value int64) error {
 	return nil
 }
 
-// Reverse undoes a committed transfer the way the tutorial says to: a new
-// transfer that moves back what it moved (see Txn.SettledLegs): for a
-// Transfer, the same value from its destination back to its source; for
-// TransferLegs, every leg with its sign turned; for a hold captured in
-// part, the captured amount. Its idempotency key is derived from id
-// ("reverse:<id>", then "reverse:<id>:2", ...), so reversing twice moves
-// the money back once: a reversal that committed or is in progress is
-// returned, and one that was canceled (say the destination lacked the
-// funds then) is followed by a new attempt under the next key; a repeat
-// with other metadata (WithMetadata) than the reversal's is, like any
-// keyed repeat, ErrKeyConflict, with that reversal as the Txn. A key given
-// in opts is used as it is. The reversal is a transfer of its own, with
-// Transfer's errors (ErrInsufficientFunds if the destination cannot cover
-// it now, ...). An id that names no transaction gives ErrTxnNotFound; a
-// transaction not applied or done gives an error saying so (cancel it
-// instead: see Canceler.Cancel), and nothing is written.
-func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (*Txn, error) {
-	tc, err := transferOptions(opts)
-	if err != nil {
-		return nil, err
-	}
-	r, _, err := c.log.lookup(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if r.Placeholder || !r.State.Committed() {
-		return r.txn(), errorf("twopc: reverse %s: it is %s, not applied or done; cancel it instead", id.Hex(), r.State)
-	}
-	if tc.assetSet {
-		for _, l := range r.AllLegs() {
-			if l.Asset != tc.asset {
-				return r.txn(), errorf("%w: reverse %s: it moved %s, not WithAsset's %s", ErrInvalidTransfer, id.Hex(), assetLabel(l.Asset), tc.asset)
-			}
-		}
-	}
-	t, err := c.reverseTxn(r)
-	if err != nil {
-		return nil, err
-	}
-	// What it moved is reserved in its refund book (see Refund): a
-	// transfer refunded in part cannot be reversed whole. One of several
-	// assets, which Refund refuses, has no book.
-	base, err := refundBase(r)
-	if err != nil {
-		base = -1
-	}
-	if tc.keyed {
-		return c.reverse(ctx, r, t, base, tc.key, opts)
-	}
-	for n := 1; n <= maxReverseAttempts; n++ {
-		key := "reverse:" + id.Hex()
-		if n > 1 {
-			key = fmt.Sprintf("%s:%d", key, n)
-		}
-		prior, err := c.log.read(ctx, keyID(key))
-		switch {
-		case errors.Is(err, ErrTxnNotFound):
-		case err != nil:
-			return nil, errorf("twopc: reverse %s: %w", id.Hex(), err)
-		case prior.State == StateCanceled:
-			continue // that attempt failed: the next key is a new attempt
-		}
-		return c.reverse(ctx, r, t, base, key, opts)
-	}
-	return nil, errorf("twopc: reverse %s: %d attempts were canceled", id.Hex(), maxReverseAttempts)
-}
-
-// reverseTxn is the transfer that undoes committed transfer r: what it
-// moved, which for a hold captured in part is the captured amount.
-func (c *Coordinator) reverseTxn(r *record) (Txn, error) {
-	legs := r.txn().SettledLegs()
-	if len(r.Legs) == 0 {
-		return Txn{Source: r.Destination, Destination: r.Source, Value: legs[1].Amount, Asset: r.Asset, RefundOf: r.ID}, nil
-	}
-	for i := range legs {
-		legs[i].Amount = -legs[i].Amount
-	}
-	t, err := c.legsTxn(legs)
-	t.RefundOf = r.ID
-	return t, err
-}
-
-// reverse makes t, the reversal of r, under key: with what it moves
-// reserved in r's refund book (base, what r moved; -1: no book).
-func (c *Coordinator) reverse(ctx context.Context, r *record, t Txn, base int64, key string, opts []TransferOption) (*Txn, error) {
-	if base < 0 {
-		return c.startKeyed(ctx, t, key, opts)
-	}
-	return c.refund(ctx, r, t, base, key, true, opts)
-}
-
-// startKeyed makes t, a transfer the library built (its asset, if any,
-// given as WithAsset), under key, with the caller's opts.
-func (c *Coordinator) startKeyed(ctx context.Context, t Txn, key string, opts []TransferOption) (*Txn, error) {
-	opts = append(slices.Clone(opts), WithKey(key))
-	if t.Asset != "" {
-		opts = append([]TransferOption{WithAsset(t.Asset)}, opts...)
-		t.Asset = ""
-	}
-	return c.start(ctx, t, opts)
-}
-
 // sameLegs reports whether two transfers have the same legs, in order.
 func sameLegs(a, b []leg) bool {
 	if len(a) != len(b) {
@@ -409,10 +322,6 @@ func sameLegs(a, b []leg) bool {
 	}
 	return true
 }
-
-// maxReverseAttempts bounds the reversals of one transfer that Reverse
-// tries after earlier ones were canceled.
-const maxReverseAttempts = 100
 
 // WithAsset sets the asset a Transfer, Hold or TransferBatch request
 // moves (see AccountAsset): both its legs apply only to accounts of that

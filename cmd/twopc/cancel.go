@@ -173,14 +173,7 @@ func runCancel(ctx context.Context, cl *cli, cmd *command, args []string) error 
 // becomes eligible (see lease).
 type cancelWait struct {
 	jsonError
-	ID           string    `json:"id"`
-	State        string    `json:"state"`
-	Application  string    `json:"application"`
-	LastModified time.Time `json:"lastModified"`
-	Lease        float64   `json:"leaseSeconds"` // recorded in it; 0 if none is
-	MinLease     float64   `json:"minLeaseSeconds"`
-	EligibleAt   time.Time `json:"eligibleAt"`
-	EligibleIn   float64   `json:"eligibleInSeconds"`
+	waitingTxn
 }
 
 // notYet is cancel's refusal of transaction t, which another application
@@ -201,8 +194,7 @@ func (cl *cli) notYet(ctx context.Context, cn *conn, cerr error, t *txnDoc, minL
 	err = refused(fmt.Errorf("%w: %s%s", cerr, l.words(now), owner))
 	if asJSON {
 		if jerr := cl.printJSON(cancelWait{jsonError: jsonError{Error: cl.message(err), ExitStatus: exitFailed},
-			ID: t.idString(), State: t.state, Application: t.application, LastModified: t.lastModified,
-			Lease: seconds(l.recorded), MinLease: seconds(minLease), EligibleAt: l.from, EligibleIn: seconds(l.from.Sub(now))}); jerr != nil {
+			waitingTxn: t.waiting(l, minLease, now)}); jerr != nil {
 			return jerr
 		}
 	}

@@ -61,6 +61,14 @@ func until(now, t time.Time) time.Duration {
 	return (d + time.Second - 1).Truncate(time.Second)
 }
 
+// waiting is t, left because its lease l (with the floor minLease) had not
+// run out, as of now.
+func (t *txnDoc) waiting(l lease, minLease time.Duration, now time.Time) waitingTxn {
+	return waitingTxn{ID: t.idString(), State: t.state, Application: t.application,
+		LastModified: t.lastModified, Lease: seconds(l.recorded), MinLease: seconds(minLease),
+		EligibleAt: l.from, EligibleIn: seconds(l.from.Sub(now)), lease: l}
+}
+
 // waitingTxn is an unfinished transaction a recovery pass left because its
 // lease had not run out, and when it becomes eligible.
 type waitingTxn struct {
@@ -116,9 +124,7 @@ func (r *recoverReport) leftForLease(ctx context.Context, cn *conn, before time.
 		if claimed[t.idString()] || !l.from.After(end) {
 			continue // taken by the pass, or eligible: not left for its lease
 		}
-		r.Waiting = append(r.Waiting, waitingTxn{ID: t.idString(), State: t.state, Application: t.application,
-			LastModified: t.lastModified, Lease: seconds(l.recorded), MinLease: seconds(r.minLease),
-			EligibleAt: l.from, EligibleIn: seconds(l.from.Sub(end)), lease: l})
+		r.Waiting = append(r.Waiting, t.waiting(l, r.minLease, end))
 		if l.recorded > 0 && l.recorded < r.minLease && t.lastModified.Before(before.Add(-l.recorded)) {
 			untouched := before.Sub(t.lastModified)
 			r.MinLeaseSkipped = append(r.MinLeaseSkipped, floorSkip{ID: t.idString(), State: t.state, Application: t.application,

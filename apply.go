@@ -3,7 +3,7 @@ package twopc
 // The apply step, the coordinator's side: it applies the legs of an owned
 // pending transaction under its claim, in the apply stage's shared writes,
 // and judges by reading the accounts what each outcome means. The writes
-// themselves are the ledger's (ledger.go, leg.go).
+// themselves are the ledger's (ledgerapply.go, ledgerwrite.go, leg.go).
 
 import (
 	"context"

@@ -129,15 +129,7 @@ func (s *statement) gone(ctx context.Context) (gone, error) {
 	if cp != nil {
 		g.removed = cp.At
 	}
-	var ms []moved
-	err = s.c.retry(ctx, func(ctx context.Context) error {
-		cur, err := s.c.checkpoints.Find(ctx, bson.D{{Key: "key", Value: movedKey}})
-		if err != nil {
-			return err
-		}
-		ms = ms[:0]
-		return cur.All(ctx, &ms)
-	})
+	ms, err := findAll[moved](ctx, &s.c.config, s.c.checkpoints, bson.D{{Key: "key", Value: movedKey}})
 	if err != nil {
 		return g, errorf("twopc: read checkpoints: %w", err)
 	}
@@ -260,16 +252,8 @@ func (s *statement) sum(ctx context.Context, hi, now time.Time, before bool, in 
 // latestCheckpoint returns the account's latest checkpoint that also
 // matches cond (a condition on at, or the removal flag); nil if none.
 func (s *statement) latestCheckpoint(ctx context.Context, cond bson.E) (*checkpoint, error) {
-	var cps []checkpoint
-	err := s.c.retry(ctx, func(ctx context.Context) error {
-		cur, err := s.c.checkpoints.Find(ctx, bson.D{{Key: "key", Value: s.key}, cond},
-			options.Find().SetSort(bson.D{{Key: "at", Value: -1}}).SetLimit(1))
-		if err != nil {
-			return err
-		}
-		cps = cps[:0]
-		return cur.All(ctx, &cps)
-	})
+	cps, err := findAll[checkpoint](ctx, &s.c.config, s.c.checkpoints, bson.D{{Key: "key", Value: s.key}, cond},
+		options.Find().SetSort(bson.D{{Key: "at", Value: -1}}).SetLimit(1))
 	if err != nil {
 		return nil, errorf("twopc: read checkpoints: %w", err)
 	}

@@ -16,17 +16,8 @@ import (
 // findIDs reads the accounts of ids (by _id, with projection), as T,
 // retried as every read of the ledger is.
 func findIDs[T any](ctx context.Context, l *Ledger, ids bson.A, projection bson.D) ([]T, error) {
-	var found []T
-	err := l.retry(ctx, func(ctx context.Context) error {
-		cur, err := l.accounts.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-			options.Find().SetProjection(projection))
-		if err != nil {
-			return err
-		}
-		found = found[:0]
-		return cur.All(ctx, &found)
-	})
-	return found, err
+	return findAll[T](ctx, l.config, l.accounts, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(projection))
 }
 
 // inspect reads the accounts of legs, in order; nil for a missing one.

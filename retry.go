@@ -5,7 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 )
@@ -129,6 +131,21 @@ func (c *config) retry(ctx context.Context, op func(context.Context) error) erro
 		}
 		backoff *= 2
 	}
+}
+
+// findAll reads every document of coll that filter matches, as T, retried
+// as every read is (see retry).
+func findAll[T any](ctx context.Context, c *config, coll *mongo.Collection, filter bson.D, opts ...options.Lister[options.FindOptions]) ([]T, error) {
+	var found []T
+	err := c.retry(ctx, func(ctx context.Context) error {
+		cur, err := coll.Find(ctx, filter, opts...)
+		if err != nil {
+			return err
+		}
+		found = found[:0]
+		return cur.All(ctx, &found)
+	})
+	return found, err
 }
 
 // errNotSent marks the error of a call none of whose writes was sent: it

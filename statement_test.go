@@ -396,19 +396,7 @@ func TestStatementPagesListALateCommitOnce(t *testing.T) {
 
 	// The late one: a committed transfer stamped a millisecond before the
 	// entry shown, made visible now.
-	var doc bson.D
-	require.NoError(t, b.db.Collection("transactions").FindOne(ctx, bson.D{{Key: "_id", Value: ids[1]}}).Decode(&doc))
-	late := bson.NewObjectID()
-	for i := range doc {
-		switch doc[i].Key {
-		case "_id":
-			doc[i].Value = late
-		case "committedAt":
-			doc[i].Value = first.At.Add(-time.Millisecond)
-		}
-	}
-	_, err = b.db.Collection("transactions").InsertOne(ctx, doc)
-	require.NoError(t, err)
+	late := insertLateCommit(t, b, ids[1], first.At.Add(-time.Millisecond))
 
 	listed := []bson.ObjectID{first.Txn}
 	q := twopc.StatementQuery{Limit: 1, After: p.Next}

@@ -110,15 +110,7 @@ func (r *txnReader) before(a, b *record) bool {
 func (r *txnReader) held(ctx context.Context, ids bson.A) ([]*record, error) {
 	var out []*record
 	for chunk := range slices.Chunk(ids, 1000) {
-		var found []*record
-		err := r.c.retry(ctx, func(ctx context.Context) error {
-			cur, err := r.archive.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}})
-			if err != nil {
-				return err
-			}
-			found = found[:0]
-			return cur.All(ctx, &found)
-		})
+		found, err := findAll[*record](ctx, &r.c.config, r.archive, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}})
 		if err != nil {
 			return nil, err
 		}

@@ -686,3 +686,84 @@ func BenchmarkServerDocumentSize(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkServerTransactionUpdate measures what a transaction's state
+// move costs on the server the benchmarks run on, by the document's shape
+// and the log's indexes: a guarded update by _id ($set state,
+// $currentDate lastModified) of a document shaped as the tutorial's
+// (six fields) or as the library's (its fields, two entry keys), on a log
+// with no index but _id's, with the one by state, the two by account, or
+// all three. An op is one
+// statement; on the dev server srv-ms/op is the server's own time for it.
+func BenchmarkServerTransactionUpdate(b *testing.B) {
+	const docs = 64
+	for _, shape := range []string{"tutorial", "library"} {
+		for _, indexed := range []string{"none", "state", "accounts", "all"} {
+			b.Run(fmt.Sprintf("doc=%s/indexes=%s", shape, indexed), func(b *testing.B) {
+				ctx := benchCtx(b)
+				var bc benchCounter
+				bc.faults = mongotest.Shared(b).Faults
+				coll := mongotest.NewDatabase(b).Collection("transactions")
+				if ixs := logIndexKeysForBench(indexed); len(ixs) > 0 {
+					for _, ix := range ixs {
+						if _, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: ix}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				ids := make([]bson.ObjectID, docs)
+				for i := range ids {
+					ids[i] = bson.NewObjectID()
+					doc := bson.D{{Key: "_id", Value: ids[i]}, {Key: "source", Value: accountID(i)}, {Key: "destination", Value: accountID(i + 1)},
+						{Key: "value", Value: int64(100)}, {Key: "state", Value: "pending"}, {Key: "lastModified", Value: time.Now()}}
+					if shape == "library" {
+						doc = append(doc, bson.E{Key: "application", Value: "bench-p0-w01"}, bson.E{Key: "claim", Value: bson.NewObjectID()},
+							bson.E{Key: "created", Value: time.Now()}, bson.E{Key: "leaseMs", Value: int64(30000)},
+							bson.E{Key: "accounts", Value: bson.A{entryKeyForBench(b, accountID(i)), entryKeyForBench(b, accountID(i+1))}})
+					}
+					if _, err := coll.InsertOne(ctx, doc); err != nil {
+						b.Fatal(err)
+					}
+				}
+				bc.reset(b)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					state := [2]string{"applied", "pending"}[(i/docs)%2]
+					from := [2]string{"pending", "applied"}[(i/docs)%2]
+					res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: ids[i%docs]}, {Key: "state", Value: from}},
+						bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: state}}}, {Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if res.ModifiedCount != 1 {
+						b.Fatalf("modified %d, want 1", res.ModifiedCount)
+					}
+				}
+				b.StopTimer()
+				bc.reportServer(b, b.N)
+			})
+		}
+	}
+}
+
+// entryKeyForBench is the entry key of account id of the coordinator's
+// own ledger.
+func entryKeyForBench(b *testing.B, id string) string {
+	k, err := twopc.EntryKey("", id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return k
+}
+
+// logIndexKeysForBench are the keys of the indexes the library makes on
+// its log: none, those by state, those by account (multikey), or all.
+func logIndexKeysForBench(which string) []bson.D {
+	var out []bson.D
+	for _, k := range twopc.LogIndexKeys() {
+		if which == "all" || k[0].Key == which {
+			out = append(out, k)
+		}
+	}
+	return out
+}

@@ -196,3 +196,14 @@ func OpeningAt(ctx context.Context, c *Coordinator, ledger string, id any) (time
 	at, ok := raw.Lookup(fieldOpening, "at").TimeOK()
 	return at, ok, nil
 }
+
+// LogIndexKeys are the keys of the indexes the library makes on its log.
+func LogIndexKeys() []bson.D {
+	var keys []bson.D
+	for _, ix := range libraryIndexes() {
+		if ix.coll == onLog {
+			keys = append(keys, ix.keys)
+		}
+	}
+	return keys
+}

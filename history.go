@@ -32,7 +32,13 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 		// Scan only what this coordinator's own keep has passed for: a
 		// transaction recorded with a shorter keep waits for it (later,
 		// never sooner), and the pass does not read every kept one.
-		filter = append(filter, bson.E{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: now.Add(-c.history.keep)}}})
+		// The created bound, which lastModified's implies up to the clocks'
+		// difference (a transaction is stamped before its last write),
+		// bounds the read by the {state, created} index to what is old
+		// enough; one stamped ahead of the server waits that much longer.
+		cutoff := now.Add(-c.history.keep)
+		filter = append(filter, bson.E{Key: fieldCreated, Value: bson.D{{Key: "$exists", Value: true}, {Key: "$lt", Value: cutoff}}},
+			bson.E{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: cutoff}}})
 	}
 	total := 0
 	var firstErr error

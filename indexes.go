@@ -49,13 +49,16 @@ var (
 )
 
 // libraryIndexes are the indexes the library reads by: on the log,
-// {state, lastModified} for recovery's scans, {state, created} for the
-// low-water mark, {accounts, committedAt} for statements and {accounts,
-// created, _id} for an account's transactions, the last two on the archive
-// too; and {key, at} for the statements' checkpoints.
+// {state, created} for the low-water mark and recovery's scans,
+// {accounts, committedAt} for statements and {accounts, created, _id} for
+// an account's transactions, the last two on the archive too; and {key,
+// at} for the statements' checkpoints. Every index on the log is
+// maintained by the writes that move a transaction's state (a MongoDB
+// server updates an index whose keys a write changes; the development
+// server's every index at every write), so the log has no index a read
+// could do without: recovery's scans read by the mark's index.
 func libraryIndexes() []libraryIndex {
 	return []libraryIndex{
-		{coll: onLog, name: "state_1_lastModified_1", keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldLastModified, Value: 1}}},
 		{coll: onLog, name: "state_1_created_1", keys: bson.D{{Key: fieldState, Value: 1}, {Key: fieldCreated, Value: 1}}},
 		{coll: onLog, name: "accounts_1_committedAt_1", keys: entriesIndexKeys},
 		{coll: onLog, name: "accounts_1_created_1__id_1", keys: transactionsIndexKeys},
@@ -66,8 +69,8 @@ func libraryIndexes() []libraryIndex {
 }
 
 // EnsureIndexes creates the indexes the protocol's scans use, idempotently:
-// {state, lastModified} for recovery, {state, created} for the low-water
-// mark (the oldest unfinished transaction), {accounts, committedAt} for
+// {state, created} for the low-water mark (the oldest unfinished
+// transaction) and recovery's scans, {accounts, committedAt} for
 // statements and {accounts, created, _id} for an account's transactions
 // (Transactions), with {key, at} on the statements' checkpoints (the
 // transactions collection's name with "_checkpoints"), and, with

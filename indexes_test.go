@@ -164,7 +164,7 @@ func TestIndexesManagedElsewhere(t *testing.T) {
 
 	_, err = twopc.NewRecoverer(c).RecoverOnce(ctx)
 	require.ErrorIs(t, err, twopc.ErrMissingIndex)
-	for _, name := range []string{"state_1_lastModified_1", "state_1_created_1", "accounts_1_committedAt_1", "accounts_1_created_1__id_1", "key_1_at_-1"} {
+	for _, name := range []string{"state_1_created_1", "accounts_1_committedAt_1", "accounts_1_created_1__id_1", "key_1_at_-1"} {
 		assert.Contains(t, err.Error(), name)
 	}
 	_, err = c.Statement(ctx, "", "A", twopc.StatementQuery{})
@@ -214,7 +214,7 @@ func TestEnsureIndexesIdempotent(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t) // calls EnsureIndexes
 	require.NoError(t, b.c.EnsureIndexes(ctx), "a second time")
-	assert.ElementsMatch(t, []string{"_id_", "state_1_lastModified_1", "state_1_created_1", "accounts_1_committedAt_1", "accounts_1_created_1__id_1"},
+	assert.ElementsMatch(t, []string{"_id_", "state_1_created_1", "accounts_1_committedAt_1", "accounts_1_created_1__id_1"},
 		indexNames(t, b.db.Collection("transactions")))
 	assert.ElementsMatch(t, []string{"_id_", "key_1_at_-1"}, indexNames(t, b.db.Collection("transactions_checkpoints")))
 }

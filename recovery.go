@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -191,7 +192,8 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 	return rep, nil
 }
 
-// each finds the transactions matching filter, oldest first, and hands
+// each finds the transactions matching filter, oldest first (by created,
+// read by the {state, created} index: filter names a state), and hands
 // them to fn in batches. A document that does not decode, or is not a
 // transaction the protocol could have written, goes to bad instead.
 func (r *Recoverer) each(ctx context.Context, filter bson.D, bad func(error), fn func([]*record)) error {
@@ -199,15 +201,16 @@ func (r *Recoverer) each(ctx context.Context, filter bson.D, bad func(error), fn
 	// protocol or of another program has no transaction time, and its
 	// legs are not shaped as ours (a tutorial credit is already in the
 	// balance): settling or rolling it back would move money.
-	filter = append(bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}},
-		{Key: fieldCreated, Value: bson.D{{Key: "$exists", Value: true}}},
-	}, filter...)
+	only := bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}}
+	if !slices.ContainsFunc(filter, func(e bson.E) bool { return e.Key == fieldCreated }) {
+		only = append(only, bson.E{Key: fieldCreated, Value: bson.D{{Key: "$exists", Value: true}}})
+	}
+	filter = append(only, filter...)
 	var cur *mongo.Cursor
 	err := r.c.try(ctx, StepScan, nil, func(ctx context.Context) error {
 		var err error
 		cur, err = r.c.log.txns.Find(ctx, filter,
-			options.Find().SetSort(bson.D{{Key: fieldLastModified, Value: 1}}).SetBatchSize(int32(r.batch)))
+			options.Find().SetSort(bson.D{{Key: fieldCreated, Value: 1}}).SetBatchSize(int32(r.batch)))
 		return err
 	})
 	if err != nil {

@@ -6,12 +6,14 @@ package twopc
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"iter"
 	"slices"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -244,14 +246,29 @@ func (c *Coordinator) statement(ctx context.Context, ledger string, account any)
 }
 
 // entryKey is what a transaction lists in its accounts field for a leg on
-// account id of ledger: the ledger's name and the id encoded so that ids
-// the server takes for one document have one key (schema.CanonicalID).
+// account id of ledger: the ledger's name, length first, then the id
+// encoded so that ids the server takes for one document have one key, and
+// no two others share one. A string is written as it is ("s"), an
+// integral number (of any BSON type) in decimal ("i"), an ObjectID in hex
+// ("o"), any other id as the hex of its canonical form ("x",
+// schema.CanonicalID): so a transaction between two accounts named by
+// short strings lists two keys of about twenty bytes.
 func entryKey(ledger string, id any) (string, error) {
 	raw, err := schema.MarshalID(id)
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d:%s:%s", len(ledger), ledger, hex.EncodeToString([]byte(schema.CanonicalID(raw)))), nil
+	prefix := strconv.Itoa(len(ledger)) + ":" + ledger + ":"
+	canon := schema.CanonicalID(raw)
+	switch {
+	case raw.Type == bson.TypeString && utf8.ValidString(raw.StringValue()):
+		return prefix + "s" + raw.StringValue(), nil
+	case raw.Type == bson.TypeObjectID:
+		return prefix + "o" + raw.ObjectID().Hex(), nil
+	case schema.CanonicalInt(canon):
+		return prefix + "i" + strconv.FormatInt(int64(binary.BigEndian.Uint64([]byte(canon[1:]))), 10), nil
+	}
+	return prefix + "x" + hex.EncodeToString([]byte(canon)), nil
 }
 
 // entryKeys are the keys of r's legs, each once.

@@ -607,3 +607,37 @@ func TestUnitMarkFailedReadings(t *testing.T) {
 	m.mu.Unlock()
 	assert.False(t, reading, "no reading once closed")
 }
+
+// TestUnitEntryKey: an account's entry key is one for ids the server takes
+// for one document (numbers by value, whatever their type), differs for
+// every other pair of ids or ledgers, and is short for the ids accounts
+// usually have (a string is written as it is).
+func TestUnitEntryKey(t *testing.T) {
+	key := func(ledger string, id any) string {
+		t.Helper()
+		k, err := entryKey(ledger, id)
+		require.NoError(t, err)
+		return k
+	}
+	oid := bson.NewObjectID()
+	assert.Equal(t, "0::salice", key("", "alice"))
+	assert.Equal(t, "5:bank2:salice", key("bank2", "alice"))
+	assert.Equal(t, "0::o"+oid.Hex(), key("", oid))
+	for _, one := range []any{int32(7), int64(7), 7.0} {
+		assert.Equal(t, "0::i7", key("", one), "%T", one)
+	}
+	assert.Equal(t, key("", int64(0)), key("", math.Copysign(0, -1)), "-0.0 is 0")
+	assert.Equal(t, key("", bson.D{{Key: "n", Value: int32(1)}}), key("", bson.D{{Key: "n", Value: 1.0}}))
+	distinct := []string{
+		key("", "i7"), key("", int64(7)), key("", "7"), key("", 7.5), key("", int64(-7)),
+		key("", oid.Hex()), key("", oid), key("a:", "b"), key("a", ":b"), key("", "a:b"),
+		key("", bson.D{{Key: "n", Value: int32(1)}}), key("", bson.A{int32(1)}), key("", "x"), key("", ""),
+	}
+	seen := map[string]int{}
+	for i, k := range distinct {
+		if j, dup := seen[k]; dup {
+			t.Errorf("ids %d and %d share key %q", j, i, k)
+		}
+		seen[k] = i
+	}
+}

@@ -165,8 +165,9 @@ func oldest(ctx context.Context, cn *conn, now time.Time, state any, since strin
 }
 
 // activity counts, per application, the transactions it last wrote since
-// now-window, and when it last wrote one. The filter names the states so
-// that the {state, lastModified} index serves it.
+// now-window, and when it last wrote one. It reads every transaction, as
+// the counts by state do: no index of the log is kept by lastModified
+// (each would cost every state write).
 func activity(ctx context.Context, txns *mongo.Collection, now time.Time, window time.Duration) ([]appActivity, error) {
 	match := bson.D{
 		{Key: schema.State, Value: bson.D{{Key: "$in", Value: states}}},

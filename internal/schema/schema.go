@@ -183,6 +183,10 @@ const (
 	canonDouble = 'd'
 )
 
+// CanonicalInt reports whether canon, a CanonicalID, is a number of
+// integral value: canonInt, then the int64's eight bytes, big-endian.
+func CanonicalInt(canon string) bool { return len(canon) == 9 && canon[0] == canonInt }
+
 func writeCanonical(b *strings.Builder, v bson.RawValue) {
 	var num [8]byte
 	switch v.Type {

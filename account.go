@@ -331,6 +331,19 @@ func judge(a *account, r *record, l leg) (legVerdict, error) {
 	if asset, ok := a.assetOf(); !ok || asset != l.asset {
 		return legBlocked, errorf("%w: account %v holds %s, the leg moves %s", ErrAssetMismatch, l.account, assetName(a.Asset), assetLabel(l.asset))
 	}
+	if l.capture() {
+		held, what := a.credit(), "pendingCredit"
+		if l.debit() {
+			held, what = a.heldDebit(), "pendingDebit"
+		}
+		switch {
+		case !has(a.pending(), l.holdMarker):
+			return legBlocked, errorf("%w: account %v does not carry the hold's leg %s the capture takes from", ErrInvalidAccount, l.account, l.holdMarker.Hex())
+		case held < max(l.delta, -l.delta):
+			return legBlocked, errorf("%w: account %v holds %d in %s, the capture takes %d", ErrInvalidAccount, l.account, held, what, max(l.delta, -l.delta))
+		}
+		return legRetry, nil
+	}
 	b, ok := a.balance()
 	if a.limited() {
 		floor, ceiling, rok := a.rooms()

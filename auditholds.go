@@ -16,8 +16,9 @@ import (
 
 // holds checks every hold in StateHeld against its accounts, in batches:
 // each leg's marker is on its account, and each account holds at least
-// the held debits in pendingDebit and the held credits in pendingCredit
-// (more when transfers are in flight there too). A hold found wanting is
+// the held debits in pendingDebit and the held credits in pendingCredit,
+// less what the hold's captures reserved (more when transfers or captures
+// are in flight there too). A hold found wanting is
 // read again: one captured or voided since is not a violation.
 func (au *audit) holds(ctx context.Context) error {
 	c, cfg, rep := au.c, &au.cfg, au.rep
@@ -160,10 +161,14 @@ func holdWants(recs []*record) holdWantsByLedger {
 				w = &holdWant{}
 				byLedger[l.ledger][key] = w
 			}
+			// What its captures reserved may have left the account
+			// already (a capture closed there): what no capture took is
+			// there for sure (see PROTOCOL.md, Holds).
+			rest := max(l.delta, -l.delta) - l.taken
 			if l.debit() {
-				w.debit -= l.delta
+				w.debit += rest
 			} else {
-				w.credit += l.delta
+				w.credit += rest
 			}
 			w.legs = append(w.legs, l)
 			w.holds = append(w.holds, r)

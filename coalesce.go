@@ -27,15 +27,15 @@ type applyStmt []int
 // kind and one asset, in one statement when applyAllModel can merge them,
 // each other leg alone. Statements keep the order of their first leg. A
 // leg whose marker another leg of the round already carries (one leg
-// named twice) goes alone, and so does a leg whose account id has no
-// canonical form.
+// named twice) goes alone, and so do a leg whose account id has no
+// canonical form and a capture's leg (its guard is its hold's).
 func coalesce(recs []*record, legs []leg) []applyStmt {
 	var out []applyStmt
 	at := map[string]int{} // group key → index in out
 	seen := map[bson.ObjectID]bool{}
 	for i, l := range legs {
 		id, err := schema.IDKey(l.account)
-		if err != nil || seen[l.marker] {
+		if err != nil || seen[l.marker] || l.capture() {
 			out = append(out, applyStmt{i})
 			continue
 		}

@@ -216,8 +216,14 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.Placeholder, ok = v.BooleanOK()
 	case fieldRefundOf:
 		r.RefundOf, ok = v.ObjectIDOK()
-	case fieldLegs:
-		return false
+	case fieldCaptureOf:
+		r.CaptureOf, ok = v.ObjectIDOK()
+	case fieldFinalCapture:
+		r.FinalCapture, ok = v.ObjectIDOK()
+	case fieldCapturesSeq:
+		r.CapturesSeq, ok = v.Int64OK()
+	case fieldLegs, fieldCapturedLegs, fieldCaptures, fieldHoldLegs:
+		return false // arrays: left to the driver
 	default:
 		// The driver matches a key that is not a field's name exactly by
 		// its lower case too ("State" sets state): such a key is left to it.

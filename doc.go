@@ -43,8 +43,10 @@
 // safe, and [Coordinator.Get] and [Coordinator.GetByKey] read a
 // transaction again. A hold reserves
 // money now and moves it later: [Coordinator.Hold] and
-// [Coordinator.HoldLegs] leave it held until [Coordinator.Capture] (all or
-// part), [Coordinator.Void] or its expiry ([WithExpiry]). [WithMetadata]
+// [Coordinator.HoldLegs] leave it held until its captures
+// ([Coordinator.Capture], [Coordinator.CaptureLegs]: each a transaction of
+// its own, in part, per leg, several times), [Coordinator.Void] or its
+// expiry ([WithExpiry]). [WithMetadata]
 // attaches string metadata to a transfer. [Coordinator.Statement] and
 // [Coordinator.Entries] list an account's entries (the legs of committed
 // transfers on it) in commit order with a running balance, and

@@ -367,19 +367,73 @@ func ExampleCoordinator_Hold() {
 	b, _ := c.Account(ctx, "B")
 	fmt.Println(hold.State, "A:", a.Balance, "held", a.Held, "B:", b.Balance, "pending", b.PendingCredit)
 
-	txn, err := c.Capture(ctx, hold.ID, 240)
+	// The capture is a transaction of its own; by default the hold's
+	// last, so the rest (60) returns to A.
+	capture, err := c.Capture(ctx, hold.ID, 240, twopc.WithKey("order-7/capture"))
 	if err != nil {
 		log.Fatal(err)
 	}
+	hold, _ = c.Get(ctx, hold.ID)
 	a, _ = c.Account(ctx, "A")
 	b, _ = c.Account(ctx, "B")
-	fmt.Println(txn.State, "captured", txn.Captured, "A:", a.Balance, "B:", b.Balance)
+	fmt.Println("capture", capture.State, capture.Value, "hold", hold.State, "captured", hold.Captured, "A:", a.Balance, "B:", b.Balance)
 
 	_, err = c.Void(ctx, hold.ID) // too late: it was captured
 	fmt.Println(errors.Is(err, twopc.ErrHoldCaptured))
 	// Output:
 	// held A: 700 held 300 B: 0 pending 300
-	// done captured 240 A: 760 B: 240
+	// capture done 240 hold done captured 240 A: 760 B: 240
+	// true
+}
+
+// A split hold (a buyer pays a seller and the marketplace's fee) captured
+// in two parts, one per shipment: each capture takes a part of every leg,
+// is a transaction of its own with its own key and entries, and the last
+// ends the hold.
+func ExampleCoordinator_CaptureLegs() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_capture_legs")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db, twopc.WithSyncSettle())
+	defer c.Close(ctx)
+	for id, balance := range map[string]int64{"buyer": 10_000, "seller": 0, "fees": 0} {
+		_ = c.OpenAccount(ctx, id, balance)
+	}
+	hold, err := c.HoldLegs(ctx, []twopc.Leg{{Account: "buyer", Amount: -10_000}, {Account: "seller", Amount: 9_000}, {Account: "fees", Amount: 1_000}},
+		twopc.WithKey("order-17"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	show := func(what string) {
+		buyer, _ := c.Account(ctx, "buyer")
+		seller, _ := c.Account(ctx, "seller")
+		fees, _ := c.Account(ctx, "fees")
+		fmt.Printf("%s: buyer %d (held %d), seller %d, fees %d\n", what, buyer.Balance, buyer.Held, seller.Balance, fees.Balance)
+	}
+	show("held")
+
+	first, err := c.CaptureLegs(ctx, hold.ID, []int64{-6_000, 5_400, 600}, twopc.WithFinalCapture(false), twopc.WithKey("order-17/shipment-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	show("shipment 1")
+	// The second shipment costs 3,000 of the 4,000 left: the last capture,
+	// so the rest (1,000) returns to the buyer.
+	second, err := c.CaptureLegs(ctx, hold.ID, []int64{-3_000, 2_700, 300}, twopc.WithKey("order-17/shipment-2"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	show("shipment 2")
+	h, _ := c.Get(ctx, hold.ID)
+	fmt.Println("captures:", first.State, second.State, "hold:", h.State, "captured", h.Captured)
+
+	_, err = c.CaptureLegs(ctx, hold.ID, []int64{-1_000, 900, 100})
+	fmt.Println(errors.Is(err, twopc.ErrHoldCaptured))
+	// Output:
+	// held: buyer 0 (held 10000), seller 0, fees 0
+	// shipment 1: buyer 0 (held 4000), seller 5400, fees 600
+	// shipment 2: buyer 1000 (held 0), seller 8100, fees 900
+	// captures: done done hold: done captured 9000
 	// true
 }
 

@@ -164,7 +164,8 @@ func TestContextEndsAfterTheCommit(t *testing.T) {
 		"hold": {twopc.StepCommit, "findAndModify", twopc.StatePending, twopc.StateHeld, func(ctx context.Context, c *twopc.Coordinator, _ *twopc.Txn) (*twopc.Txn, error) {
 			return c.Hold(ctx, "A", "B", 30)
 		}, false},
-		"capture": {twopc.StepCapture, "findAndModify", twopc.StateHeld, twopc.StateApplied, func(ctx context.Context, c *twopc.Coordinator, hold *twopc.Txn) (*twopc.Txn, error) {
+		// A capture is a transfer of its own: its commit is.
+		"capture": {twopc.StepCommit, "update", twopc.StatePending, twopc.StateApplied, func(ctx context.Context, c *twopc.Coordinator, hold *twopc.Txn) (*twopc.Txn, error) {
 			return c.Capture(ctx, hold.ID, 20)
 		}, false},
 	}

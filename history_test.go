@@ -357,17 +357,21 @@ func TestHistoryLookupFollowsAMoveToTheArchive(t *testing.T) {
 			maker := b.coordinator(twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle())
 			var txn *twopc.Txn
 			var err error
+			kept := 0
 			if op == "capture" || op == "void" {
 				txn, err = maker.Hold(ctx, "A", "B", 30)
 				require.NoError(t, err)
-				txn, err = maker.Capture(ctx, txn.ID, 30)
+				_, err = maker.Capture(ctx, txn.ID, 30, twopc.WithKey("captured"))
+				require.NoError(t, err)
+				txn, err = maker.Get(ctx, txn.ID) // the hold, ended by its capture
+				kept = 1                          // the capture: keyed, kept for good
 			} else {
 				txn, err = maker.Transfer(ctx, "A", "B", 30)
 			}
 			require.NoError(t, err)
 			require.Equal(t, twopc.StateDone, txn.State)
 			b.unfenceAll() // a recoverer with no archive: unfenced, still in the log
-			require.Len(t, b.txns(), 1)
+			require.Len(t, b.txns(), 1+kept)
 
 			archiver := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("archiver"), twopc.WithHistory(time.Millisecond, archive)))
 			reads := 0
@@ -398,10 +402,11 @@ func TestHistoryLookupFollowsAMoveToTheArchive(t *testing.T) {
 				_, err := c.Reverse(ctx, txn.ID)
 				require.NoError(t, err)
 				assert.Equal(t, int64(100), b.balance("A"), "reversed")
-			case "capture": // again, for the amount captured: the transaction
-				got, err := c.Capture(ctx, txn.ID, 30)
+			case "capture": // again, by its key: the capture it made
+				got, err := c.Capture(ctx, txn.ID, 30, twopc.WithKey("captured"))
 				require.NoError(t, err)
 				assert.Equal(t, twopc.StateDone, got.State)
+				assert.Equal(t, txn.ID, got.CaptureOf)
 			case "void":
 				_, err := c.Void(ctx, txn.ID)
 				require.ErrorIs(t, err, twopc.ErrHoldCaptured)
@@ -504,10 +509,10 @@ func TestHistoryHeldCopyEndsCanceled(t *testing.T) {
 				}
 			}
 			passes()
-			require.Empty(t, b.txns(), "captured, settled and moved out of the log")
+			require.Len(t, b.txns(), 1, "captured, settled and moved out of the log, but for its capture (keyed: kept for good)")
 
 			resendAll(t, b.db, made)
-			require.Len(t, b.txns(), 1)
+			require.Len(t, b.txns(), 2)
 			// Its move to held, delivered again, finds the copy's
 			// lastModified (the late insert's), not the one it was sent
 			// with: refused, the copy stays pending.
@@ -526,7 +531,7 @@ func TestHistoryHeldCopyEndsCanceled(t *testing.T) {
 			assert.Equal(t, twopc.StateCanceled, copied.State)
 			assert.Equal(t, "late_copy", copied.Reason)
 			passes()
-			assert.Empty(t, b.txns(), "the copy removed in turn")
+			assert.Len(t, b.txns(), 1, "the copy removed in turn; the capture kept")
 			if withArchive {
 				got, err := c.Get(ctx, hold.ID)
 				require.NoError(t, err)

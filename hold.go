@@ -143,104 +143,6 @@ func (r *record) expired(now time.Time) bool {
 	return r.State == StateHeld && r.ExpiryMs > 0 && !r.HeldAt.IsZero() && !now.Before(r.HeldAt.Add(r.expiry()))
 }
 
-// Capture settles a held transfer: for a hold of two legs any amount in
-// (0, Value], the rest returning to the source; for a hold of more legs
-// its whole Value. The transaction ends done with Captured set (it returns
-// it applied, settling in the background, unless WithSyncSettle).
-//
-// Capture, Void and expiry race through one guarded write on the
-// transaction ({_id, state: held} → applied, or → canceling): whichever
-// lands first decides, and the others are refused. Capture of a hold that
-// expired returns ErrHoldExpired, of one voided ErrHoldVoided, of one
-// captured for another amount ErrHoldCaptured; Capture again for the same
-// amount returns the transaction (after a lost reply, say), settling it if
-// it is not yet done. A held hold past its expiry by the server's clock is
-// voided by Capture itself, which then returns ErrHoldExpired.
-//
-// An amount of zero or less, more than the hold's Value, or less than the
-// Value of a hold of more than two legs gets ErrInvalidTransfer; a
-// transaction that is not a hold gets ErrNotHold; a hold still being made
-// ErrInProgress; a hold refused when it was made the error it was refused
-// with (ErrInsufficientFunds, ...). None of those writes anything.
-//
-// Capture is bounded as Transfer is (WithCallTimeout), and a call whose
-// context ends after its capture was sent reads the hold back on a
-// context of its own and answers by what the log holds (captured: no
-// error).
-func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int64) (_ *Txn, err error) {
-	if c.settler.isClosed() {
-		return nil, ErrClosed
-	}
-	ctx, b := c.bound(ctx)
-	defer func() { err = b.explain(err); b.end() }()
-	for attempt := 0; attempt < 3; attempt++ {
-		r, err := c.heldOne(ctx, id, "capture")
-		if err != nil {
-			return r.txn(), err
-		}
-		if err := captureAmount(r, amount); err != nil {
-			return r.txn(), err
-		}
-		switch r.State {
-		case StateApplied, StateDone:
-			if r.Captured != amount {
-				return r.txn(), errorf("twopc: capture %s of %d: %w for %d", id.Hex(), amount, ErrHoldCaptured, r.Captured)
-			}
-			return c.settleCaptured(ctx, r)
-		case StateHeld:
-		default:
-			return r.txn(), c.resolved(r, "capture")
-		}
-		if expired, cur, err := c.expireIfDue(ctx, r, "capture"); err != nil {
-			return cur.txn(), err
-		} else if expired {
-			continue // answered from what the transaction now says
-		}
-		cur, moved, err := c.log.advance(ctx, r, move{
-			// heldAt as read: a capture delivered again late finds a
-			// copy a late insert brought back held under another heldAt
-			// (see commitMove), and is refused.
-			step: StepCapture, from: StateHeld, to: StateApplied, anyClaim: true, heldAt: r.HeldAt,
-			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
-			set: bson.D{{Key: fieldCaptured, Value: amount}},
-		})
-		if err != nil {
-			return cur.txn(), errorf("twopc: capture %s: %w", id.Hex(), err)
-		}
-		if !moved {
-			continue // decided by another call: answer from what it decided
-		}
-		return c.settleCaptured(ctx, cur)
-	}
-	return nil, errorf("twopc: capture %s: %w: it kept moving", id.Hex(), ErrInProgress)
-}
-
-// captureAmount checks a Capture's amount against hold r.
-func captureAmount(r *record, amount int64) error {
-	switch {
-	case amount <= 0:
-		return errorf("%w: capture %s of %d: not positive", ErrInvalidTransfer, r.ID.Hex(), amount)
-	case amount > r.Value:
-		return errorf("%w: capture %s of %d: more than the %d held", ErrInvalidTransfer, r.ID.Hex(), amount, r.Value)
-	case amount < r.Value && len(r.AllLegs()) > 2:
-		return errorf("%w: capture %s of %d: a hold of %d legs is captured whole (%d)", ErrInvalidTransfer, r.ID.Hex(), amount, len(r.AllLegs()), r.Value)
-	}
-	return nil
-}
-
-// settleCaptured settles captured hold r, applied or done: in the
-// background unless WithSyncSettle, as a Transfer's settling.
-func (c *Coordinator) settleCaptured(ctx context.Context, r *record) (*Txn, error) {
-	if r.State == StateDone {
-		return r.txn(), nil
-	}
-	now, errs := c.settleCommitted(ctx, []*record{r}, c.syncSettle)
-	if errs[0] != nil {
-		return now[0].txn(), errorf("twopc: hold %s captured; settling: %w", r.ID.Hex(), errs[0])
-	}
-	return now[0].txn(), nil
-}
-
 // Void releases a held transfer: nothing moves; it ends canceled (reason
 // "voided"). It is the same guarded write as a capture's, and so races it
 // (see Capture): Void of a captured hold returns ErrHoldCaptured, of an
@@ -278,6 +180,15 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (_ *Txn, err e
 			return cur.txn(), err
 		} else if expired {
 			continue
+		}
+		// Every capture reserved in its book committed first: what is
+		// left of each leg is then what the void releases. A hold whose
+		// book is complete is ended by its captures, not voided.
+		if r, err = (captureBook{c}).settled(ctx, r, "void"); err != nil {
+			return r.txn(), err
+		}
+		if complete(r) {
+			return r.txn(), errorf("twopc: void %s: %w: its captures took it whole, or its final capture was made", id.Hex(), ErrHoldCaptured)
 		}
 		cur, moved, err := c.log.advance(ctx, r, voidMove(c, r, reasonVoided))
 		if err != nil {
@@ -329,7 +240,7 @@ func (c *Coordinator) resolved(r *record, op string) error {
 // state alone, the same as a capture's, so exactly one of them lands.
 func voidMove(c *Coordinator, r *record, reason string) move {
 	return move{
-		step: StepVoid, from: StateHeld, to: StateCanceling, anyClaim: true,
+		step: StepVoid, from: StateHeld, to: StateCanceling, anyClaim: true, book: true, seq: r.CapturesSeq,
 		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
 		set: bson.D{{Key: fieldReason, Value: reason}},
 	}
@@ -341,6 +252,14 @@ func voidMove(c *Coordinator, r *record, reason string) move {
 // It returns the transaction as it now stands and whether this call made
 // the move (else another call decided first).
 func (c *Coordinator) expire(ctx context.Context, r *record) (*record, bool, error) {
+	r, err := (captureBook{c}).settled(ctx, r, "expire")
+	if err != nil {
+		return r, false, err
+	}
+	if complete(r) {
+		// Its captures, reserved before it expired, end it.
+		return r, false, (captureBook{c}).end(ctx, r.ID)
+	}
 	m := voidMove(c, r, reasonExpired)
 	m.heldAt = r.HeldAt
 	cur, moved, err := c.log.advance(ctx, r, m)

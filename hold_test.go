@@ -42,19 +42,27 @@ func TestHoldCapturedInPart(t *testing.T) {
 	assert.EqualValues(t, 0, acct.Balance, "the destination sees nothing until Capture")
 	assert.EqualValues(t, 300, acct.PendingCredit)
 
-	got, err := b.c.Capture(ctx, txn.ID, 200)
+	got, err := b.c.Capture(ctx, txn.ID, 200, twopc.WithKey("capture-1"))
 	require.NoError(t, err)
-	assert.Equal(t, twopc.StateDone, got.State)
-	assert.EqualValues(t, 200, got.Captured)
+	assert.Equal(t, twopc.StateDone, got.State, "the capture, a transaction of its own")
+	assert.Equal(t, txn.ID, got.CaptureOf)
+	assert.EqualValues(t, 200, got.Value)
+	assert.NotEqual(t, txn.ID, got.ID)
+	hold, err := b.c.Get(ctx, txn.ID)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateDone, hold.State, "a final capture ends the hold")
+	assert.EqualValues(t, 200, hold.Captured)
+	assert.Equal(t, []int64{200, 200}, hold.CapturedLegs)
 	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
 	assert.EqualValues(t, 800, b.balance("A"))
 	assert.EqualValues(t, 200, b.balance("B"))
 
-	again, err := b.c.Capture(ctx, txn.ID, 200)
-	require.NoError(t, err, "the same capture again")
+	again, err := b.c.Capture(ctx, txn.ID, 200, twopc.WithKey("capture-1"))
+	require.NoError(t, err, "the same capture again, by its key")
+	assert.Equal(t, got.ID, again.ID)
 	assert.Equal(t, twopc.StateDone, again.State)
-	_, err = b.c.Capture(ctx, txn.ID, 250)
-	require.ErrorIs(t, err, twopc.ErrHoldCaptured)
+	_, err = b.c.Capture(ctx, txn.ID, 50)
+	require.ErrorIs(t, err, twopc.ErrHoldCaptured, "the hold ended")
 	_, err = b.c.Void(ctx, txn.ID)
 	require.ErrorIs(t, err, twopc.ErrHoldCaptured)
 	assert.EqualValues(t, 800, b.balance("A"))
@@ -480,7 +488,8 @@ func TestHoldCrashAtEveryStep(t *testing.T) {
 			require.NoError(t, err)
 			crashing := b.coordinator(twopc.WithApplication("crashing"), twopc.WithSyncSettle(), twopc.WithStepHook(crashAt(step)))
 			if op == "capture" {
-				_, err = crashing.Capture(ctx, hold.ID, 100)
+				// A caller that may have to repeat a capture keys it.
+				_, err = crashing.Capture(ctx, hold.ID, 100, twopc.WithKey("capture"))
 			} else {
 				_, err = crashing.Void(ctx, hold.ID)
 			}
@@ -494,7 +503,14 @@ func TestHoldCrashAtEveryStep(t *testing.T) {
 				// The crash came before the decision: the hold stands, and
 				// the call again decides it.
 				if op == "capture" {
-					_, err = b.c.Capture(ctx, hold.ID, 100)
+					// The same key returns the capture it made; one its
+					// recovery canceled stays canceled, and a new key
+					// captures.
+					var c *twopc.Txn
+					c, err = b.c.Capture(ctx, hold.ID, 100, twopc.WithKey("capture"))
+					if c != nil && c.State == twopc.StateCanceled {
+						_, err = b.c.Capture(ctx, hold.ID, 100, twopc.WithKey("capture again"))
+					}
 				} else {
 					_, err = b.c.Void(ctx, hold.ID)
 				}
@@ -521,9 +537,10 @@ func TestHoldCrashAtEveryStep(t *testing.T) {
 }
 
 // TestHoldLosersAreToldTheyLost (review): a Capture that read the hold held
-// and lost the write to another Capture for another amount gets
-// ErrHoldCaptured, not success with the other's amount; a Void that lost
-// to the expiry gets ErrHoldExpired; of two expiries, one counts.
+// and lost the hold to another final Capture for another amount gets
+// ErrHoldCaptured, with the hold as it ended, not success with the
+// other's amount; a Void that lost to the expiry gets ErrHoldExpired; of
+// two expiries, one counts.
 func TestHoldLosersAreToldTheyLost(t *testing.T) {
 	b := newBank(t)
 	ctx := testCtx(t)
@@ -564,17 +581,20 @@ func TestHoldLosersAreToldTheyLost(t *testing.T) {
 	assert.EqualValues(t, 50, b.balance("B"))
 }
 
-// TestReverseOfACapturedHold (review): reversing a hold captured in part
-// moves back what moved, not the value held.
+// TestReverseOfACapturedHold (review): reversing a capture of part of a
+// hold moves back what moved, not the value held; the hold itself, which
+// moves nothing, is not reversed.
 func TestReverseOfACapturedHold(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	ctx := testCtx(t)
 	b.open(map[string]int64{"A": 1000, "B": 500})
 	hold, err := b.c.Hold(ctx, "A", "B", 100)
 	require.NoError(t, err)
-	_, err = b.c.Capture(ctx, hold.ID, 30)
+	capture, err := b.c.Capture(ctx, hold.ID, 30)
 	require.NoError(t, err)
-	rev, err := b.c.Reverse(ctx, hold.ID)
+	_, err = b.c.Reverse(ctx, hold.ID)
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer, "a hold moves nothing itself: its captures are reversed")
+	rev, err := b.c.Reverse(ctx, capture.ID)
 	require.NoError(t, err)
 	assert.EqualValues(t, 30, rev.Value)
 	b.checkSettled(map[string]int64{"A": 1000, "B": 500})

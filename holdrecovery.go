@@ -6,6 +6,7 @@ package twopc
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -29,6 +30,12 @@ func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *Recover
 			_, moved, err := c.expire(ctx, t)
 			outcome := OutcomeMoved
 			switch {
+			case errors.Is(err, ErrInProgress):
+				// A capture reserved in time is in flight: once it
+				// commits, or is given back, the next pass expires the
+				// rest.
+				outcome = OutcomeNotMoved
+				rep.Skipped++
 			case err != nil:
 				outcome = OutcomeError
 				fail(errorf("transaction %s: expiring: %w", t.ID.Hex(), err))
@@ -39,6 +46,37 @@ func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *Recover
 				rep.Expired++
 			}
 			r.report(ctx, t.ID, StateHeld, RecoveryExpire, start, outcome, StepVoid, err)
+		}
+	})
+}
+
+// endHolds is a recovery pass's part for holds captured in parts: every
+// held hold whose book is complete (a final capture reserved, or every leg
+// reserved whole) is ended by its captures, once each of them committed
+// (see endCaptured): the capture that completed it ends it after its
+// commit, and this pass ends one whose capture's caller died first.
+func (r *Recoverer) endHolds(ctx context.Context, rep *RecoveryReport, fail func(error)) error {
+	c := r.c
+	held := bson.D{{Key: fieldState, Value: StateHeld}, {Key: fieldCaptures + ".0", Value: bson.D{{Key: "$exists", Value: true}}}}
+	return r.each(ctx, held, fail, func(recs []*record) {
+		for _, t := range recs {
+			if !complete(t) {
+				continue
+			}
+			start := time.Now()
+			err := (captureBook{c}).end(ctx, t.ID)
+			outcome := OutcomeMoved
+			switch {
+			case errors.Is(err, ErrInProgress):
+				outcome = OutcomeNotMoved
+				rep.Skipped++
+			case err != nil:
+				outcome = OutcomeError
+				fail(errorf("transaction %s: ending its captures: %w", t.ID.Hex(), err))
+			default:
+				rep.Settled++
+			}
+			r.report(ctx, t.ID, StateHeld, RecoverySettle, start, outcome, StepCapture, err)
 		}
 	})
 }

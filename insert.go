@@ -299,6 +299,12 @@ func insertWrite(r *record) (filter, update bson.D) {
 		if r.ExpiryMs > 0 {
 			doc = append(doc, bson.E{Key: fieldExpiryMs, Value: r.ExpiryMs})
 		}
+		// The book's counts, one per leg, that its captures reserve
+		// against (see capture.go).
+		doc = append(doc, bson.E{Key: fieldCapturedLegs, Value: make([]int64, len(r.AllLegs()))})
+	}
+	if !r.CaptureOf.IsZero() {
+		doc = append(doc, bson.E{Key: fieldCaptureOf, Value: r.CaptureOf}, bson.E{Key: fieldHoldLegs, Value: r.HoldLegs})
 	}
 	if r.KeepMs > 0 {
 		doc = append(doc, bson.E{Key: fieldKeep, Value: r.KeepMs})

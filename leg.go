@@ -26,10 +26,15 @@ type leg struct {
 	// fenceID is the leg's fence: the value its account's fencedLegs
 	// holds once the leg is closed there (see schema.Fence).
 	fenceID bson.ObjectID
-	// part is, for a leg of a hold captured for less than it applied, the
-	// amount captured (positive); 0: the leg settles whole (see
-	// record.legs).
-	part int64
+	// taken is, for a leg of a hold, what its captures took of it
+	// (positive; the hold's capturedLegs as its end read them): its settle
+	// and its undo release the rest (see releaseInc).
+	taken int64
+	// hold says l is a leg of a hold.
+	hold bool
+	// holdMarker is, for a leg of a capture, the marker of the hold's leg
+	// it takes from (see captureApplyModel); zero for any other leg.
+	holdMarker bson.ObjectID
 	// asset is the leg's asset code; "": none.
 	asset string
 	// limited says which kind of account the writes that move l's money
@@ -103,9 +108,17 @@ func (l leg) addFence() bson.D {
 	return bson.D{{Key: fieldFencedLegs, Value: l.fenceID}}
 }
 
+// capture says l is a leg of a capture: it takes its part from a hold's
+// leg on the same account.
+func (l leg) capture() bool { return !l.holdMarker.IsZero() }
+
 // applyInc is what applying l adds: a debit comes off the balance at once
-// (the funds are held), a credit waits in pendingCredit.
+// (the funds are held), a credit waits in pendingCredit. A capture's leg
+// adds nothing: its part is held already.
 func (l leg) applyInc() bson.D {
+	if l.capture() {
+		return nil
+	}
 	if l.debit() {
 		return bson.D{{Key: fieldBalance, Value: l.delta}, {Key: fieldPendingDebit, Value: -l.delta}}
 	}
@@ -113,30 +126,49 @@ func (l leg) applyInc() bson.D {
 }
 
 // settleInc is what settling l adds: a credit moves from pendingCredit to
-// the balance; a debit is already there. A leg of a hold captured in part
-// settles for less than it applied (settled): the debit's hold is released
-// whole and the part not captured returns to the balance; the credit
-// releases its whole pendingCredit and only the captured part reaches the
-// balance.
+// the balance; a debit is already there. A capture's leg moves its part
+// out of what its account holds for the hold: a debit's from pendingDebit
+// (it left the balance when the hold applied), a credit's from
+// pendingCredit to the balance. A hold's leg moves nothing to anyone: its
+// captures did; it releases what they left (releaseInc).
 func (l leg) settleInc() bson.D {
 	switch {
-	case l.debit() && l.part > 0:
-		return bson.D{{Key: fieldBalance, Value: -l.delta - l.part}, {Key: fieldPendingDebit, Value: l.delta}}
+	case l.hold:
+		return l.releaseInc()
 	case l.debit():
 		return bson.D{{Key: fieldPendingDebit, Value: l.delta}}
-	case l.part > 0:
-		return bson.D{{Key: fieldBalance, Value: l.part}, {Key: fieldPendingCredit, Value: -l.delta}}
 	}
 	return bson.D{{Key: fieldBalance, Value: l.delta}, {Key: fieldPendingCredit, Value: -l.delta}}
 }
 
 // undoInc is what undoing an applied l adds: the held debit back to the
-// balance, the credit out of pendingCredit.
+// balance, the credit out of pendingCredit; for a hold's leg, what its
+// captures did not take (releaseInc); for a capture's leg, nothing (its
+// apply moved nothing).
 func (l leg) undoInc() bson.D {
-	if l.debit() {
+	switch {
+	case l.capture():
+		return nil
+	case l.hold:
+		return l.releaseInc()
+	case l.debit():
 		return bson.D{{Key: fieldBalance, Value: -l.delta}, {Key: fieldPendingDebit, Value: l.delta}}
 	}
 	return bson.D{{Key: fieldPendingCredit, Value: -l.delta}}
+}
+
+// releaseInc is what the end of a hold releases of its leg l: the rest no
+// capture took, a debit's back from pendingDebit to the balance, a
+// credit's out of pendingCredit. Nil if nothing is left.
+func (l leg) releaseInc() bson.D {
+	rest := max(l.delta, -l.delta) - l.taken
+	switch {
+	case rest <= 0:
+		return nil
+	case l.debit():
+		return bson.D{{Key: fieldBalance, Value: rest}, {Key: fieldPendingDebit, Value: -rest}}
+	}
+	return bson.D{{Key: fieldPendingCredit, Value: -rest}}
 }
 
 // fenceable is the condition that an account can take a fence:
@@ -223,6 +255,9 @@ func updateByID(filter, update bson.D) *mongo.UpdateOneModel {
 // below the ceiling once everything in flight settles or is undone),
 // whatever r's policy; the rooms move with the money (withRooms).
 func applyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
+	if l.capture() {
+		return captureApplyModel(r, l, mark)
+	}
 	filter := make(bson.D, 0, 9)
 	filter = append(filter,
 		bson.E{Key: "_id", Value: l.account},
@@ -263,19 +298,49 @@ func applyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
 	return updateByID(filter, append(update, moveLine(lineFor(mark, r))...))
 }
 
-// legs returns r's legs, each with its marker, and, for a hold of two legs
-// captured for less than its value, the part captured (see settleInc).
+// captureApplyModel is applyModel for a capture's leg l (of capture r):
+// it pushes l's marker and moves no money (its part is held already). It
+// matches only while the hold's leg is on the account (its marker
+// pending) and the account holds the part for holds (pendingDebit at
+// least a debit's part, pendingCredit a credit's), besides what every leg
+// write requires of the account: l's own marker and fence absent, the
+// line before r's own time (never the hold's: a hold older than the line
+// is captured as a new one), the asset and the kind. It moves the line as
+// an apply does.
+func captureApplyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
+	held := bson.E{Key: fieldPendingCredit, Value: bson.D{{Key: "$gte", Value: l.delta}, integer}}
+	if l.debit() {
+		held = bson.E{Key: fieldPendingDebit, Value: bson.D{{Key: "$gte", Value: -l.delta}, integer}}
+	}
+	filter := bson.D{
+		{Key: "_id", Value: l.account},
+		{Key: fieldPending, Value: bson.D{{Key: "$ne", Value: l.marker}, {Key: "$all", Value: bson.A{l.holdMarker}}}},
+		{Key: fieldFencedLegs, Value: bson.D{{Key: "$type", Value: "array"}, {Key: "$ne", Value: l.fenceID}}},
+		lineBefore(r.Created),
+		l.assetCond(),
+		l.kind(),
+		held,
+	}
+	update := bson.D{{Key: "$push", Value: bson.D{{Key: fieldPending, Value: l.marker}}}}
+	return updateByID(filter, append(update, moveLine(lineFor(mark, r))...))
+}
+
+// legs returns r's legs, each with its marker; for a hold's, what its
+// captures took of each (see releaseInc); for a capture's, the marker of
+// the hold's leg each takes from.
 func (r *record) legs() []leg {
 	all := r.AllLegs()
 	out := make([]leg, len(all))
-	var part int64
-	if r.Hold && r.Captured > 0 && r.Captured < r.Value && len(all) == 2 {
-		part = r.Captured
-	}
 	for i, l := range all {
 		m := schema.Marker(r.ID, i)
-		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: m, fenceID: schema.Fence(r.Created, m), part: part,
-			asset: l.Asset}
+		out[i] = leg{ledger: l.Ledger, account: l.Account, delta: l.Amount, marker: m, fenceID: schema.Fence(r.Created, m),
+			asset: l.Asset, hold: r.Hold}
+		if r.Hold && i < len(r.CapturedLegs) {
+			out[i].taken = r.CapturedLegs[i]
+		}
+		if !r.CaptureOf.IsZero() && i < len(r.HoldLegs) {
+			out[i].holdMarker = schema.Marker(r.CaptureOf, r.HoldLegs[i])
+		}
 	}
 	return out
 }
@@ -410,8 +475,9 @@ var lineOrTombstone = bson.E{Key: "$or", Value: bson.A{
 // only an account of l's kind (see leg.limited): a rollback sends it for
 // both kinds.
 func undoModel(l leg) mongo.WriteModel {
-	return updateByID(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}, l.kind()}, bson.D{
-		{Key: "$inc", Value: l.withRooms(l.undoInc())},
-		{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}},
-	})
+	update := bson.D{{Key: "$pull", Value: bson.D{{Key: fieldPending, Value: l.marker}}}}
+	if inc := l.undoInc(); inc != nil {
+		update = append(update, bson.E{Key: "$inc", Value: l.withRooms(inc)})
+	}
+	return updateByID(bson.D{{Key: "_id", Value: l.account}, {Key: fieldPending, Value: l.marker}, l.kind()}, update)
 }

@@ -146,7 +146,7 @@ func TestSettleFallbackFailureReportsEveryOwner(t *testing.T) {
 func TestUnitCloseAllModelOverflow(t *testing.T) {
 	id := schema.Marker(bson.NewObjectID(), 0)
 	credit := leg{account: "A", delta: math.MaxInt64, marker: schema.Marker(id, 0)}
-	refund := leg{account: "A", delta: -math.MaxInt64, marker: schema.Marker(id, 1), part: 1}
+	refund := leg{account: "A", delta: -math.MaxInt64, marker: schema.Marker(id, 1), hold: true}
 	_, ok := closeAllModel([]leg{credit, refund})
 	assert.False(t, ok, "the balance sum overflows")
 	_, ok = closeAllModel([]leg{{account: "A", delta: 5, marker: schema.Marker(id, 2)}, {account: "A", delta: -5, marker: schema.Marker(id, 3)}})

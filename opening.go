@@ -13,6 +13,7 @@ import (
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // opening is the account's opening balance: the one OpenAccount recorded,
@@ -188,9 +189,33 @@ func (s *statement) inFlight(ctx context.Context, a bson.Raw) (map[bson.ObjectID
 		return nil, 0, err
 	}
 	byID := map[bson.ObjectID]*record{}
+	var captures bson.A
 	for _, r := range recs {
 		byID[r.ID] = r
 		states[r.ID] = r.State
+		for _, e := range r.Captures {
+			captures = append(captures, e.ID)
+		}
+	}
+	if len(captures) > 0 {
+		// A hold's captures: what the committed ones took of it is in
+		// their entries, and out of the balance since the hold applied.
+		var capRecs []*record
+		err := s.c.retry(ctx, func(ctx context.Context) error {
+			cur, err := s.c.log.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: captures}}}},
+				options.Find().SetProjection(bson.D{{Key: fieldState, Value: 1}}))
+			if err != nil {
+				return err
+			}
+			capRecs = capRecs[:0]
+			return cur.All(ctx, &capRecs)
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, r := range capRecs {
+			states[r.ID] = r.State
+		}
 	}
 	var diff int64
 	for _, m := range markers {
@@ -205,7 +230,22 @@ func (s *statement) inFlight(ctx context.Context, a bson.Raw) (map[bson.ObjectID
 		if i >= len(all) || all[i].Ledger != s.ledger.name || !schema.SameID(all[i].Account, s.account) {
 			continue
 		}
-		if all[i].Amount < 0 {
+		switch {
+		case r.Hold && all[i].Amount < 0:
+			// Out of the balance since the hold applied, less what its
+			// committed captures' entries count.
+			diff -= all[i].Amount
+			for _, e := range r.Captures {
+				if i < len(e.Amounts) && states[e.ID].Committed() {
+					diff += e.Amounts[i]
+				}
+			}
+			continue
+		case r.Hold:
+			continue // a credit waits in pendingCredit: no entry, not in the balance
+		case !r.CaptureOf.IsZero() && all[i].Amount < 0:
+			continue // counted by its hold's marker, or by the hold's end
+		case all[i].Amount < 0:
 			diff -= all[i].Amount // a debit is out of the balance since it applied
 		}
 		if r.State.Committed() {

@@ -174,6 +174,12 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 		firstErr = cmpErr(firstErr, err)
 	}
 
+	// Held holds captured in parts whose captures are all reserved: end
+	// them.
+	if err := r.endHolds(ctx, &rep, fail); err != nil {
+		firstErr = cmpErr(firstErr, err)
+	}
+
 	// Held holds not looked at before: confirm their legs are on their
 	// accounts, or void the copy a late insert and commit rebuilt.
 	if err := r.confirmHolds(ctx, &rep, fail); err != nil {

@@ -145,6 +145,10 @@ func (c *Coordinator) refundable(ctx context.Context, id bson.ObjectID, op strin
 	if r.Placeholder || !r.State.Committed() {
 		return r, errorf("twopc: %s %s: it is %s, not applied or done; cancel it instead", op, id.Hex(), r.State)
 	}
+	if r.Hold {
+		return r, errorf("%w: %s %s: a hold moves nothing itself: its captures do; %s them (each capture's CaptureOf names the hold)",
+			ErrInvalidTransfer, op, id.Hex(), op)
+	}
 	return r, nil
 }
 

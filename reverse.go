@@ -15,8 +15,9 @@ import (
 // Reverse undoes a committed transfer the way the tutorial says to: a new
 // transfer that moves back what it moved (see Txn.SettledLegs): for a
 // Transfer, the same value from its destination back to its source; for
-// TransferLegs, every leg with its sign turned; for a hold captured in
-// part, the captured amount. Its idempotency key is derived from id
+// TransferLegs, every leg with its sign turned; a capture of a hold is a
+// transfer of its parts, reversed so (a hold itself moves nothing, and is
+// not reversed: ErrInvalidTransfer). Its idempotency key is derived from id
 // ("reverse:<id>", then "reverse:<id>:2", ...), so reversing twice moves
 // the money back once: a reversal that committed or is in progress is
 // returned, and one that was canceled (say the destination lacked the
@@ -45,6 +46,10 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 	}
 	if r.Placeholder || !r.State.Committed() {
 		return r.txn(), errorf("twopc: reverse %s: it is %s, not applied or done; cancel it instead", id.Hex(), r.State)
+	}
+	if r.Hold {
+		return r.txn(), errorf("%w: reverse %s: a hold moves nothing itself: its captures do; reverse them (each capture's CaptureOf names the hold)",
+			ErrInvalidTransfer, id.Hex())
 	}
 	if tc.assetSet {
 		for _, l := range r.AllLegs() {

@@ -218,6 +218,9 @@ func (c *Coordinator) rollback(ctx context.Context, r *record) (*record, error) 
 		return cur, err
 	}
 	c.books.releaseRefund(ctx, cur)
+	if !cur.CaptureOf.IsZero() && cur.State == StateCanceled {
+		(captureBook{c}).release(ctx, cur.CaptureOf, cur.ID)
+	}
 	return cur, nil
 }
 

@@ -94,7 +94,9 @@ func (s *statement) scan(ctx context.Context, lo, hi time.Time, desc bool, need 
 			continue
 		}
 		for i, l := range r.SettledLegs() {
-			if l.Ledger != s.ledger.name || !schema.SameID(l.Account, s.account) {
+			if l.Amount == 0 || l.Ledger != s.ledger.name || !schema.SameID(l.Account, s.account) {
+				// A hold's legs move nothing themselves: its captures'
+				// entries are theirs.
 				continue
 			}
 			if !edge.IsZero() && ((!desc && r.CommittedAt.After(edge)) || (desc && r.CommittedAt.Before(edge))) {

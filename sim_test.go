@@ -887,6 +887,9 @@ func finishHolds(t *testing.T, log *mongo.Database, c *twopc.Coordinator, accoun
 			}
 		} else {
 			_, err = c.Void(ctx, h.ID)
+			if h.ExpiryMs > 0 && errors.Is(err, twopc.ErrHoldExpired) {
+				err = nil // expired since it was read: the same end
+			}
 		}
 		require.NoError(t, err, "resolving hold %s at the end", h.ID.Hex())
 	}

@@ -106,6 +106,12 @@ const (
 	fieldHold          = schema.Hold
 	fieldExpiryMs      = schema.ExpiryMs
 	fieldCaptured      = schema.Captured
+	fieldCapturedLegs  = "capturedLegs"
+	fieldCaptures      = "captures"
+	fieldCapturesSeq   = "capturesSeq"
+	fieldFinalCapture  = "finalCapture"
+	fieldCaptureOf     = "captureOf"
+	fieldHoldLegs      = "holdLegs"
 	fieldHeldAt        = schema.HeldAt
 	fieldOnAccounts    = schema.OnAccounts
 	fieldRefundOf      = schema.RefundOf
@@ -143,6 +149,15 @@ type record struct {
 	// no transaction had, so that an insert of that id arriving later
 	// cannot become a transfer.
 	Placeholder bool `bson:"placeholder,omitempty"`
+	// Captures is a hold's book: the captures reserved on it, made or in
+	// flight (see capture.go); CapturesSeq counts every change of it, and
+	// FinalCapture names the capture that ends it, once one is reserved.
+	Captures     []captureEntry `bson:"captures,omitempty"`
+	CapturesSeq  int64          `bson:"capturesSeq,omitempty"`
+	FinalCapture bson.ObjectID  `bson:"finalCapture,omitempty"`
+	// HoldLegs is, for a capture, the leg of the hold each of its legs
+	// takes from.
+	HoldLegs []int `bson:"holdLegs,omitempty"`
 }
 
 // lease is the longer of own and the lease recorded in the transaction.
@@ -177,9 +192,12 @@ func (r *record) check() error {
 	} else if err := validateTransfer(r.Source, r.Destination, r.Value); err != nil {
 		return errorf("%w: transaction %s: %v", ErrMalformedTxn, r.ID.Hex(), err)
 	}
-	if r.Captured != 0 && (!r.Hold || r.Captured < 0 || r.Captured > r.Value || (r.Captured < r.Value && len(r.AllLegs()) > 2)) {
-		return errorf("%w: transaction %s: captured %d of a %s of %d legs and value %d",
-			ErrMalformedTxn, r.ID.Hex(), r.Captured, map[bool]string{true: "hold", false: "transfer"}[r.Hold], len(r.AllLegs()), r.Value)
+	if r.Captured != 0 && (!r.Hold || r.Captured < 0 || r.Captured > r.Value) {
+		return errorf("%w: transaction %s: captured %d of a %s of value %d",
+			ErrMalformedTxn, r.ID.Hex(), r.Captured, map[bool]string{true: "hold", false: "transfer"}[r.Hold], r.Value)
+	}
+	if !r.CaptureOf.IsZero() && len(r.HoldLegs) != len(r.AllLegs()) {
+		return errorf("%w: transaction %s: a capture of %d legs names %d of the hold's", ErrMalformedTxn, r.ID.Hex(), len(r.AllLegs()), len(r.HoldLegs))
 	}
 	if !r.foreign() && schema.Marker(r.ID, 0) != r.ID {
 		return errorf("%w: transaction %s: not an id this library makes (its last byte is not zero)", ErrMalformedTxn, r.ID.Hex())
@@ -205,6 +223,8 @@ type move struct {
 	newClaim     bson.ObjectID // a claim to take; zero: keep the current one
 	application  string        // the application taking the claim, with newClaim
 	lease        time.Duration // recorded in the transaction if longer than its lease
+	book         bool          // guarded by the hold's capturesSeq as read: seq
+	seq          int64
 }
 
 // filter is the guard of m for transaction id.
@@ -222,6 +242,9 @@ func (m move) filter(id bson.ObjectID) bson.D {
 	}
 	if !m.heldAt.IsZero() {
 		f = append(f, bson.E{Key: fieldHeldAt, Value: m.heldAt})
+	}
+	if m.book {
+		f = append(f, seqCond(m.seq))
 	}
 	return f
 }

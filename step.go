@@ -44,7 +44,9 @@ const (
 	StepTakeover
 	// StepClock: read the server's clock, to judge staleness (Txn is nil).
 	StepClock
-	// StepCapture: held to applied, a hold's capture (see Coordinator.Capture).
+	// StepCapture: a capture's reservation in its hold's book, and a
+	// hold's end by its captures, held to applied (see
+	// Coordinator.CaptureLegs).
 	StepCapture
 	// StepVoid: held to canceling, a hold's void or expiry (see Coordinator.Void).
 	StepVoid

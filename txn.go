@@ -55,9 +55,17 @@ type Txn struct {
 	// HeldAt is when the hold became held, by the server's clock
 	// ($currentDate, in the write that made it held); zero before.
 	HeldAt time.Time `bson:"heldAt,omitempty"`
-	// Captured is the amount a captured hold moved: Value, or less for a
-	// hold of two legs captured in part (the rest returned to the source).
+	// Captured is, for a hold its captures ended (StateApplied, then
+	// StateDone), what they credited in all: Value if captured whole; the
+	// rest went back to the debited accounts.
 	Captured int64 `bson:"captured,omitempty"`
+	// CapturedLegs is, for a hold, what its captures made or in flight
+	// took of each of its legs (AllLegs' order), as absolute amounts:
+	// zeros until its first capture (see Coordinator.Capture).
+	CapturedLegs []int64 `bson:"capturedLegs,omitempty"`
+	// CaptureOf is, for a capture (Capture, CaptureLegs), the hold it
+	// captures from; zero otherwise.
+	CaptureOf bson.ObjectID `bson:"captureOf,omitempty"`
 	// Asset is the asset of a transfer made with Transfer or Hold
 	// (WithAsset): both its legs move it. "" for none, and for a transfer
 	// made with TransferLegs, whose legs say theirs.
@@ -101,19 +109,15 @@ func (t *Txn) AllLegs() []Leg {
 	return []Leg{{Account: t.Source, Amount: -t.Value, Asset: t.Asset}, {Account: t.Destination, Amount: t.Value, Asset: t.Asset}}
 }
 
-// SettledLegs returns what each leg of a done transaction moved: AllLegs,
-// except that the legs of a hold of two legs captured for less than its
-// Value moved the captured amount (the debit with a minus sign; the rest
-// of the hold returned to the source).
+// SettledLegs returns what each leg of a committed transaction moves to
+// or from its account's balance for good: AllLegs, except that a hold
+// moves nothing itself (its captures do, each a transaction of its own
+// with its own legs): every leg of a hold is 0.
 func (t *Txn) SettledLegs() []Leg {
 	legs := t.AllLegs()
-	if t.Hold && t.Captured > 0 && t.Captured < t.Value && len(legs) == 2 {
+	if t.Hold {
 		for i := range legs {
-			if legs[i].Amount < 0 {
-				legs[i].Amount = -t.Captured
-			} else {
-				legs[i].Amount = t.Captured
-			}
+			legs[i].Amount = 0
 		}
 	}
 	return legs
@@ -373,6 +377,7 @@ type transferConfig struct {
 	keyed     bool // WithKey was given, maybe with ""
 	expiry    time.Duration
 	expirySet bool // WithExpiry was given
+	notFinal  bool // WithFinalCapture(false)
 }
 
 // WithKey sets an idempotency key: a Transfer (or TransferLegs, Hold,

@@ -236,10 +236,32 @@ func TestUnitLegWrites(t *testing.T) {
 	assert.Equal(t, bson.M{fieldBalance: int64(10), fieldPendingDebit: int64(-10), fieldFloorRoom: int64(10)}, u["$inc"])
 	_, u, _ = updateOf(t, undoModel(credit))
 	assert.Equal(t, bson.M{fieldPendingCredit: int64(-10), fieldCeilingRoom: int64(10)}, u["$inc"])
-	part := lim
-	part.part = 4 // a hold of 10 captured for 4: 6 returns, 4 leaves for good
-	_, u, _ = updateOf(t, closeModel(part))
-	assert.Equal(t, bson.M{fieldBalance: int64(6), fieldPendingDebit: int64(-10), fieldFloorRoom: int64(6), fieldCeilingRoom: int64(4)}, u["$inc"])
+	held := lim
+	held.hold, held.taken = true, 4 // a hold of 10 whose captures took 4: its end releases 6
+	_, u, _ = updateOf(t, closeModel(held))
+	assert.Equal(t, bson.M{fieldBalance: int64(6), fieldPendingDebit: int64(-6), fieldFloorRoom: int64(6)}, u["$inc"])
+	_, u, _ = updateOf(t, undoModel(held))
+	assert.Equal(t, bson.M{fieldBalance: int64(6), fieldPendingDebit: int64(-6), fieldFloorRoom: int64(6)}, u["$inc"], "a void releases the same")
+	heldCredit := credit
+	heldCredit.hold, heldCredit.taken = true, 10 // captured whole: nothing to release
+	_, u, _ = updateOf(t, closeModel(heldCredit))
+	assert.NotContains(t, u, "$inc")
+	// A capture's leg: its apply moves nothing and needs the hold's leg
+	// there; its close moves its part; its undo only pulls its marker.
+	take := lim
+	take.delta, take.holdMarker = -4, schema.Marker(bson.NewObjectID(), 0)
+	f, u, _ = updateOf(t, applyModel(r, take, time.Time{}))
+	assert.NotContains(t, u, "$inc")
+	assert.Equal(t, bson.M{"$ne": take.marker, "$all": bson.A{take.holdMarker}}, f[fieldPending])
+	assert.Equal(t, bson.M{"$gte": int64(4), "$type": bson.A{"int", "long"}}, f[fieldPendingDebit])
+	_, u, _ = updateOf(t, closeModel(take))
+	assert.Equal(t, bson.M{fieldPendingDebit: int64(-4), fieldCeilingRoom: int64(4)}, u["$inc"])
+	_, u, _ = updateOf(t, undoModel(take))
+	assert.NotContains(t, u, "$inc")
+	takeCredit := credit
+	takeCredit.delta, takeCredit.holdMarker = 4, schema.Marker(bson.NewObjectID(), 1)
+	_, u, _ = updateOf(t, closeModel(takeCredit))
+	assert.Equal(t, bson.M{fieldBalance: int64(4), fieldPendingCredit: int64(-4), fieldFloorRoom: int64(4)}, u["$inc"])
 	f, u, _ = updateOf(t, applyModel(r, l, time.Time{}))
 
 	// With a mark, the apply moves the line up to it and drops the fences

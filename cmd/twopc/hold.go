@@ -124,7 +124,9 @@ func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error
 		amount = n
 		return nil
 	}, func(c *twopc.Coordinator) error {
-		_, err := c.Capture(ctx, id, amount)
+		// Keyed by the hold and the amount: the same capture again (after
+		// a lost reply) returns the capture it made.
+		_, err := c.Capture(ctx, id, amount, twopc.WithKey(fmt.Sprintf("twopc capture %s %d", id.Hex(), amount)))
 		return err
 	}, func(before, after *txnDoc, u *units) string {
 		code, _ := after.asset()

@@ -139,8 +139,11 @@ func (f *fixture) fence(id bson.ObjectID, i int) string {
 // died that long ago.
 func (f *fixture) backdate(id bson.ObjectID, d time.Duration) {
 	f.t.Helper()
+	// Its time too, which is never later than its last write: the
+	// history prune reads by it.
 	res, err := f.db.Collection(twopc.DefaultTransactions).UpdateOne(f.ctx, bson.D{{Key: "_id", Value: id}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: time.Now().Add(-d)}}}})
+		bson.D{{Key: "$set", Value: bson.D{{Key: "lastModified", Value: time.Now().Add(-d)}}},
+			{Key: "$min", Value: bson.D{{Key: "created", Value: time.Now().Add(-d)}}}})
 	require.NoError(f.t, err)
 	require.EqualValues(f.t, 1, res.MatchedCount)
 }

@@ -104,6 +104,18 @@ func filterDocumentPair(doc *types.Document, filterKey string, filterValue any) 
 			docs = append(docs, types.MakeDocument(0))
 		}
 
+		// twopc's dev server: a negation ($ne, $nin, $not) of a path that
+		// reaches several values (through an array of documents) matches
+		// only if every value passes it, that is, if no value matches its
+		// positive form, as MongoDB documents for $ne and $nin on arrays;
+		// each other operator still matches if some value passes it.
+		// Stock v1.24 matched the whole expression if any one value
+		// passed, so {"refunds.id": {$ne: x}} matched a document whose
+		// refunds held x beside another id.
+		if len(docs) > 1 && negates(filterValue) {
+			return filterEveryValue(docs, filterKey, filterSuffix, filterValue)
+		}
+
 		for _, doc := range docs {
 			// {field: {expr}} or {field: {document}}
 			ok, err := filterFieldExpr(doc, filterKey, filterSuffix, filterValue)
@@ -1507,4 +1519,60 @@ func filterFieldExprElemMatch(doc *types.Document, filterKey, filterSuffix strin
 	}
 
 	return filterFieldExpr(doc, filterKey, filterSuffix, expr)
+}
+
+// negates reports whether expression expr holds a negation: $ne, $nin or
+// $not (twopc's dev server; see filterDocumentPair).
+func negates(expr *types.Document) bool {
+	for _, k := range expr.Keys() {
+		switch k {
+		case "$ne", "$nin", "$not":
+			return true
+		}
+	}
+
+	return false
+}
+
+// filterEveryValue matches the operators of expr, each apart, against
+// docs, the values a path reached (each as {filterSuffix: value}): a
+// negation ($ne, $nin, $not) must pass for every value, any other
+// operator for some value (twopc's dev server; see filterDocumentPair).
+func filterEveryValue(docs []*types.Document, filterKey, filterSuffix string, expr *types.Document) (bool, error) {
+	for _, k := range expr.Keys() {
+		if k == "$options" {
+			continue // handled with $regex
+		}
+
+		one := must.NotFail(types.NewDocument(k, must.NotFail(expr.Get(k))))
+		if k == "$regex" && expr.Has("$options") {
+			one.Set("$options", must.NotFail(expr.Get("$options")))
+		}
+
+		every := k == "$ne" || k == "$nin" || k == "$not"
+		matched := every
+
+		for _, doc := range docs {
+			ok, err := filterFieldExpr(doc, filterKey, filterSuffix, one)
+			if err != nil {
+				return false, err
+			}
+
+			if every && !ok {
+				matched = false
+				break
+			}
+
+			if !every && ok {
+				matched = true
+				break
+			}
+		}
+
+		if !matched {
+			return false, nil
+		}
+	}
+
+	return true, nil
 }

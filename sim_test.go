@@ -778,6 +778,15 @@ func simCancel(ctx context.Context, db *mongo.Database, k *twopc.Canceler, app s
 	}
 }
 
+// simHoldDoc is a hold as stored, with its book's captures.
+type simHoldDoc struct {
+	twopc.Txn `bson:",inline"`
+	Captures  []struct {
+		ID      bson.ObjectID `bson:"id"`
+		Amounts []int64       `bson:"amounts"`
+	} `bson:"captures"`
+}
+
 // simHeld is a hold a worker made, for the resolvers.
 type simHeld struct {
 	id    bson.ObjectID
@@ -793,6 +802,20 @@ func simResolve(ctx context.Context, c *twopc.Coordinator, rng *simRand, holds <
 	for h := range holds {
 		var err error
 		switch r := rng.int64N(10); {
+		case r < 2 && h.legs == 2 && h.value > 1:
+			// In parts: a first capture that keeps the rest held, then the
+			// rest's capture (in part), or a void of it.
+			first := 1 + rng.int64N(h.value-1)
+			if _, err = c.Capture(ctx, h.id, first, twopc.WithFinalCapture(false)); err == nil {
+				stats.captures.Add(1)
+				if rng.int64N(2) == 0 {
+					if _, err = c.Capture(ctx, h.id, 1+rng.int64N(h.value-first)); err == nil {
+						stats.captures.Add(1)
+					}
+				} else if _, err = c.Void(ctx, h.id); err == nil {
+					stats.voids.Add(1)
+				}
+			}
 		case r < 4:
 			amount := h.value
 			if h.legs == 2 {
@@ -810,7 +833,8 @@ func simResolve(ctx context.Context, c *twopc.Coordinator, rng *simRand, holds <
 		}
 		switch {
 		case err == nil:
-		case errors.Is(err, twopc.ErrHoldCaptured), errors.Is(err, twopc.ErrHoldVoided), errors.Is(err, twopc.ErrHoldExpired):
+		case errors.Is(err, twopc.ErrHoldCaptured), errors.Is(err, twopc.ErrHoldVoided), errors.Is(err, twopc.ErrHoldExpired),
+			errors.Is(err, twopc.ErrCaptureExceeded):
 			stats.resolveRefused.Add(1)
 		case errors.Is(err, errCrash):
 			stats.crashed.Add(1)
@@ -836,8 +860,33 @@ func finishHolds(t *testing.T, log *mongo.Database, c *twopc.Coordinator, accoun
 	ctx := testCtx(t)
 	cur, err := log.Collection("transactions").Find(ctx, bson.D{{Key: "state", Value: twopc.StateHeld}})
 	require.NoError(t, err)
-	var held []twopc.Txn
+	var held []simHoldDoc
 	require.NoError(t, cur.All(ctx, &held))
+	// What each hold's committed captures took of each leg: out of the
+	// accounts' pending fields once they closed, which recovery did. A
+	// capture whose process died between its reservation and its insert
+	// is given back once its lease has run out: time passes for them as
+	// for the transactions recovery finished (backdated).
+	taken := map[bson.ObjectID][]int64{}
+	for _, h := range held {
+		for i := range h.Captures {
+			_, err := log.Collection("transactions").UpdateOne(ctx, bson.D{{Key: "_id", Value: h.ID}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: fmt.Sprintf("captures.%d.at", i), Value: time.Now().Add(-time.Hour)}}}})
+			require.NoError(t, err)
+		}
+		taken[h.ID] = make([]int64, len(h.AllLegs()))
+		for _, e := range h.Captures {
+			var capture twopc.Txn
+			err := log.Collection("transactions").FindOne(ctx, bson.D{{Key: "_id", Value: e.ID}}).Decode(&capture)
+			if err != nil || !capture.State.Committed() {
+				continue // never made, or canceled: nothing moved
+			}
+			require.Equal(t, twopc.StateDone, capture.State, "capture %s of hold %s, after recovery", e.ID.Hex(), h.ID.Hex())
+			for i, a := range e.Amounts {
+				taken[h.ID][i] += max(a, -a)
+			}
+		}
+	}
 	type sums struct {
 		debit, credit int64
 		markers       map[bson.ObjectID]bool
@@ -853,10 +902,11 @@ func finishHolds(t *testing.T, log *mongo.Database, c *twopc.Coordinator, accoun
 	for _, h := range held {
 		for i, l := range h.AllLegs() {
 			s := at(l.Ledger, l.Account)
+			rest := max(l.Amount, -l.Amount) - taken[h.ID][i]
 			if l.Amount < 0 {
-				s.debit -= l.Amount
+				s.debit += rest
 			} else {
-				s.credit += l.Amount
+				s.credit += rest
 			}
 			s.markers[twopc.LegMarker(h.ID, i)] = true
 		}
@@ -879,7 +929,26 @@ func finishHolds(t *testing.T, log *mongo.Database, c *twopc.Coordinator, accoun
 	stats.heldAtEnd = len(held)
 	for i, h := range held {
 		if i%2 == 0 {
-			_, err = c.Capture(ctx, h.ID, h.Value)
+			// What is left of it, whole: a part of a hold of two legs
+			// may have been captured.
+			rest := h.Value
+			if len(h.Legs) == 0 {
+				rest -= taken[h.ID][1]
+			}
+			parts := make([]int64, len(h.AllLegs()))
+			for j, l := range h.AllLegs() {
+				parts[j] = l.Amount
+				if l.Amount < 0 {
+					parts[j] = -(max(-l.Amount, 0) - taken[h.ID][j])
+				} else {
+					parts[j] = l.Amount - taken[h.ID][j]
+				}
+			}
+			if len(h.Legs) == 0 {
+				_, err = c.Capture(ctx, h.ID, rest)
+			} else {
+				_, err = c.CaptureLegs(ctx, h.ID, parts)
+			}
 			if h.ExpiryMs > 0 && errors.Is(err, twopc.ErrHoldExpired) {
 				// Its expiry passed since it was read: it is voided
 				// instead, and the recovery after this finishes it.

@@ -51,7 +51,7 @@ var refusals = []error{
 	twopc.ErrMalformedTxn, twopc.ErrUnknownState, twopc.ErrUnknownLedger, twopc.ErrKeyConflict,
 	twopc.ErrInsufficientFunds, twopc.ErrAccountNotFound, twopc.ErrBalanceOverflow,
 	twopc.ErrInvalidAccount, twopc.ErrTooLate, twopc.ErrInvalidTransfer, twopc.ErrAuditFailed,
-	twopc.ErrHoldExpired, twopc.ErrHoldVoided, twopc.ErrHoldCaptured, twopc.ErrNotHold, twopc.ErrTooManyHolds,
+	twopc.ErrHoldExpired, twopc.ErrHoldVoided, twopc.ErrHoldCaptured, twopc.ErrNotHold, twopc.ErrTooManyHolds, twopc.ErrCaptureExceeded,
 	twopc.ErrBeforeOpening,
 }
 

@@ -15,12 +15,15 @@ import (
 var captureCommand = &command{
 	name:    "capture",
 	args:    "[--] ID AMOUNT | ID --minor N",
-	summary: "capture a held transfer (a hold): all of it, or part of a two-leg one",
+	summary: "capture a held transfer (a hold): all of it, or part of a two-leg one, now and more later (--more)",
 	help: `Capture captures hold ID for AMOUNT (twopc's Coordinator.Capture): the
-hold moves from held to applied with the amount recorded, and the tool
-settles it before it exits: the destination receives AMOUNT, and for a
-hold of two legs captured in part the rest returns to the source. A hold
-of more than two legs is captured whole.
+capture is a transfer of its own (its captureOf names the hold), which
+the tool settles before it exits: the destination receives AMOUNT. By
+default it is the hold's last: the hold then ends (done) and the rest
+returns to the source. With --more the rest stays held for more captures
+(the hold ends when captured whole, voided or expired). A hold of more
+than two legs is captured whole (the library's CaptureLegs takes a part
+of each leg).
 
 AMOUNT is written as the tool prints the hold's amounts: for an asset
 whose code has a scale, with that many decimal places (22.00 for a hold
@@ -32,12 +35,12 @@ asset). A whole number for an asset with decimal places is a usage error
 (--minor 2200). A hold whose legs are of several assets takes --minor
 only.
 
-Capture, void and expiry race through one guarded write on the
-transaction; whichever lands first decides. Capture refuses (exit status
-1) a hold that was voided, expired (a hold past its expiry by the
-server's clock is voided by the capture itself), or captured for another
-amount; an AMOUNT of zero or more than the hold's value; and a
-transaction that is not a hold. (A negative AMOUNT reads as a flag: it
+A capture is reserved in the hold's book before it is made, so captures
+at once never take more than the hold holds. Capture refuses (exit
+status 1) a hold that was voided, expired (a hold past its expiry by the
+server's clock is voided by the capture itself), or ended by its
+captures; an AMOUNT of zero, more than the hold's value, or more than is
+left of it; and a transaction that is not a hold. (A negative AMOUNT reads as a flag: it
 is a usage error, exit status 2, unless it follows "--".) Capture again for the same amount
 succeeds and prints the transaction: safe to repeat after a lost reply.
 The library's messages count minor units; on a refusal the tool says
@@ -52,6 +55,7 @@ finishedBy).
 Examples:
   twopc capture 6740c1a2e4b0a1b2c3d4e500 25.00
   twopc capture 6740c1a2e4b0a1b2c3d4e500 --minor 2500
+  twopc capture 6740c1a2e4b0a1b2c3d4e500 10.00 --more
   twopc capture --ledger beijing=mongodb://127.0.0.1:27018/bank.accounts 6740c1a2e4b0a1b2c3d4e500 25.00 --json`,
 	run: runCapture,
 }
@@ -83,6 +87,7 @@ func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error
 	g.register(fs, withApplication|withLedgers|withArchive)
 	var minor optionalString
 	fs.Var(&minor, "minor", "capture `N` minor units, whatever the hold's asset, instead of an AMOUNT")
+	more := fs.Bool("more", false, "keep the rest held for more captures (the capture is not the hold's last)")
 	pos, err := cl.parse(cmd, fs, args, 1, 2)
 	if err != nil {
 		return err
@@ -126,7 +131,8 @@ func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error
 	}, func(c *twopc.Coordinator) error {
 		// Keyed by the hold and the amount: the same capture again (after
 		// a lost reply) returns the capture it made.
-		_, err := c.Capture(ctx, id, amount, twopc.WithKey(fmt.Sprintf("twopc capture %s %d", id.Hex(), amount)))
+		_, err := c.Capture(ctx, id, amount, twopc.WithKey(fmt.Sprintf("twopc capture %s %d %t", id.Hex(), amount, *more)),
+			twopc.WithFinalCapture(!*more))
 		return err
 	}, func(before, after *txnDoc, u *units) string {
 		code, _ := after.asset()

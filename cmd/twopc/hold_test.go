@@ -99,3 +99,38 @@ func TestHolds(t *testing.T) {
 	require.Equal(t, exitFailed, r.code, r.stderr)
 	require.Contains(t, r.stderr, strings.TrimPrefix(twopc.ErrNotHold.Error(), "twopc: "))
 }
+
+// TestCaptureMore: capture --more keeps the rest held for another capture;
+// the next capture without it is the hold's last, and the rest returns.
+func TestCaptureMore(t *testing.T) {
+	f := newFixture(t)
+	f.open(map[string]int64{"alice": 1000, "bob": 0})
+	c := f.coordinator(twopc.WithSyncSettle())
+	hold, err := c.Hold(f.ctx, "alice", "bob", 300)
+	require.NoError(t, err)
+	id := hold.ID.Hex()
+
+	r := f.run("capture", id, "100", "--more")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "is captured for 100; it is held")
+	r = f.run("capture", id, "100", "--more")
+	require.Equal(t, exitOK, r.code, "the same capture again: %s", r.stderr)
+	require.EqualValues(t, 100, f.balance("bob"), "once")
+	r = f.run("void", id)
+	require.Equal(t, exitOK, r.code, "void the rest: %s", r.stderr)
+	require.EqualValues(t, 900, f.balance("alice"), "200 back, 100 captured")
+	require.Equal(t, "canceled", f.state(hold.ID))
+
+	hold, err = c.Hold(f.ctx, "alice", "bob", 300)
+	require.NoError(t, err)
+	id = hold.ID.Hex()
+	require.Equal(t, exitOK, f.run("capture", id, "100", "--more").code)
+	r = f.run("capture", id, "250")
+	require.Equal(t, exitFailed, r.code, "more than is left: %s", r.stdout)
+	require.Contains(t, r.stderr, "exceeds what is left")
+	r = f.run("capture", id, "50")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "it is done")
+	require.EqualValues(t, 750, f.balance("alice"), "150 captured, 150 back")
+	require.EqualValues(t, 250, f.balance("bob"))
+}

@@ -108,8 +108,9 @@ func TestCaptureBadPartsWriteNothing(t *testing.T) {
 	assert.Len(t, b.txns(), 1, "no capture written")
 }
 
-// TestCaptureSeveralThenVoid: two captures of part of a hold, then a Void:
-// the captures moved their parts, the void releases the rest.
+// TestCaptureSeveralThenVoid: two captures of part of a hold, then a Void
+// with metadata: the captures moved their parts, the void releases the
+// rest and records its metadata once.
 func TestCaptureSeveralThenVoid(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	ctx := testCtx(t)
@@ -121,11 +122,17 @@ func TestCaptureSeveralThenVoid(t *testing.T) {
 		require.NoError(t, err)
 	}
 	auditOK(t, b, "two parts captured")
-	_, err = b.c.Void(ctx, hold.ID)
+	_, err = b.c.Void(ctx, hold.ID, twopc.WithKey("void"))
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer, "a void takes metadata only")
+	_, err = b.c.Void(ctx, hold.ID, twopc.WithMetadata(map[string]string{"why": "out of stock"}))
 	require.NoError(t, err)
 	h := b.txn(hold.ID)
 	assert.Equal(t, twopc.StateCanceled, h.State)
 	assert.Equal(t, "voided", h.Reason)
+	assert.Equal(t, map[string]string{"why": "out of stock"}, h.VoidMetadata)
+	again, err := b.c.Void(ctx, hold.ID, twopc.WithMetadata(map[string]string{"why": "again"}))
+	require.NoError(t, err, "void again")
+	assert.Equal(t, map[string]string{"why": "out of stock"}, again.VoidMetadata, "the first void's")
 	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
 	assert.EqualValues(t, 950, b.balance("A"))
 	assert.EqualValues(t, 50, b.balance("B"))

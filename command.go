@@ -188,6 +188,8 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.Reason, ok = stringOK(v)
 	case fieldMetadata:
 		r.Metadata, ok = decodeMetadata(v)
+	case fieldVoidMetadata:
+		r.VoidMetadata, ok = decodeMetadata(v)
 	case fieldAsset:
 		r.Asset, ok = stringOK(v)
 	case fieldCommittedAt:

@@ -143,17 +143,31 @@ func (r *record) expired(now time.Time) bool {
 	return r.State == StateHeld && r.ExpiryMs > 0 && !r.HeldAt.IsZero() && !now.Before(r.HeldAt.Add(r.expiry()))
 }
 
-// Void releases a held transfer: nothing moves; it ends canceled (reason
-// "voided"). It is the same guarded write as a capture's, and so races it
-// (see Capture): Void of a captured hold returns ErrHoldCaptured, of an
-// expired one ErrHoldExpired (a held hold past its expiry by the server's
-// clock is voided as expired by the Void itself). Void again returns the transaction,
-// finishing its rollback if it is not yet canceled. A transaction that is
-// not a hold gets ErrNotHold, a hold still being made ErrInProgress. Void
-// is bounded, and answers after its context's end, as Capture does.
-func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (_ *Txn, err error) {
+// Void releases a held transfer: what no capture of it took returns to
+// the debited accounts, and it ends canceled (reason "voided"). It waits
+// for the captures in flight (ErrInProgress while one is), and is one
+// guarded write on the hold, which races the hold's end by its captures
+// and its expiry: Void of a hold captured whole, or whose final capture
+// is made, returns ErrHoldCaptured, of an expired one ErrHoldExpired (a
+// held hold past its expiry by the server's clock is voided as expired by
+// the Void itself). Void again returns the transaction, finishing its
+// rollback if it is not yet canceled: a void is repeated safely by the
+// hold's id, with no key. WithMetadata records the void's metadata on the
+// hold (Txn.VoidMetadata), by the void's own write: a repeat leaves the
+// first's. Void takes no other option (ErrInvalidTransfer). A transaction
+// that is not a hold gets ErrNotHold, a hold still being made
+// ErrInProgress. Void is bounded, and answers after its context's end, as
+// Capture does.
+func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (_ *Txn, err error) {
 	if c.settler.isClosed() {
 		return nil, ErrClosed
+	}
+	tc, err := transferOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if tc.keyed || tc.assetSet || tc.expirySet || tc.notFinal {
+		return nil, errorf("%w: void %s: Void takes WithMetadata only (a void is repeated safely by the hold's id)", ErrInvalidTransfer, id.Hex())
 	}
 	ctx, b := c.bound(ctx)
 	defer func() { err = b.explain(err); b.end() }()
@@ -190,7 +204,11 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID) (_ *Txn, err e
 		if complete(r) {
 			return r.txn(), errorf("twopc: void %s: %w: its captures took it whole, or its final capture was made", id.Hex(), ErrHoldCaptured)
 		}
-		cur, moved, err := c.log.advance(ctx, r, voidMove(c, r, reasonVoided))
+		m := voidMove(c, r, reasonVoided)
+		if len(tc.metadata) > 0 {
+			m.set = append(m.set, bson.E{Key: fieldVoidMetadata, Value: metadataDoc(tc.metadata)})
+		}
+		cur, moved, err := c.log.advance(ctx, r, m)
 		if err != nil {
 			return cur.txn(), errorf("twopc: void %s: %w", id.Hex(), err)
 		}

@@ -112,6 +112,7 @@ const (
 	fieldFinalCapture  = "finalCapture"
 	fieldCaptureOf     = "captureOf"
 	fieldHoldLegs      = "holdLegs"
+	fieldVoidMetadata  = "voidMetadata"
 	fieldHeldAt        = schema.HeldAt
 	fieldOnAccounts    = schema.OnAccounts
 	fieldRefundOf      = schema.RefundOf

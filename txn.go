@@ -66,6 +66,9 @@ type Txn struct {
 	// CaptureOf is, for a capture (Capture, CaptureLegs), the hold it
 	// captures from; zero otherwise.
 	CaptureOf bson.ObjectID `bson:"captureOf,omitempty"`
+	// VoidMetadata is, for a hold voided with WithMetadata (Void), the
+	// void's metadata, written by the void; nil otherwise.
+	VoidMetadata map[string]string `bson:"voidMetadata,omitempty"`
 	// Asset is the asset of a transfer made with Transfer or Hold
 	// (WithAsset): both its legs move it. "" for none, and for a transfer
 	// made with TransferLegs, whose legs say theirs.

@@ -279,3 +279,30 @@ func TestCaptureBookBounded(t *testing.T) {
 	b.checkSettled(map[string]int64{"A": 10_000, "B": 0})
 	assert.EqualValues(t, twopc.MaxCaptures, b.balance("B"))
 }
+
+// TestCaptureStatementsOfHandInsertedAccounts: on accounts inserted by hand
+// (no opening recorded: statements derive it from the account, its legs in
+// flight and its entries), a hold captured in part, with the rest still
+// held, gives statements whose running balances agree with the accounts,
+// while a second capture is in flight and once it settled.
+func TestCaptureStatementsOfHandInsertedAccounts(t *testing.T) {
+	b := newBank(t)
+	ctx := testCtx(t)
+	b.insertByHand(map[string]any{"A": int64(1000), "B": int64(0)})
+	hold, err := b.c.Hold(ctx, "A", "B", 100)
+	require.NoError(t, err)
+	_, err = b.c.Capture(ctx, hold.ID, 30, twopc.WithFinalCapture(false))
+	require.NoError(t, err) // committed; its close may still be in the background
+	checkStatement(t, b.c, "A", 1000)
+	checkStatement(t, b.c, "B", 0)
+	require.NoError(t, b.c.Settle(ctx))
+	checkStatement(t, b.c, "A", 1000)
+	checkStatement(t, b.c, "B", 0)
+	_, err = b.c.Capture(ctx, hold.ID, 20)
+	require.NoError(t, err)
+	require.NoError(t, b.c.Settle(ctx))
+	a := checkStatement(t, b.c, "A", 1000)
+	require.Len(t, a, 2)
+	assert.EqualValues(t, 950, a[1].Balance)
+	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
+}

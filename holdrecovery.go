@@ -28,21 +28,10 @@ func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *Recover
 			}
 			start := time.Now()
 			_, moved, err := c.expire(ctx, t)
-			outcome := OutcomeMoved
-			switch {
-			case errors.Is(err, ErrInProgress):
-				// A capture reserved in time is in flight: once it
-				// commits, or is given back, the next pass expires the
-				// rest.
-				outcome = OutcomeNotMoved
-				rep.Skipped++
-			case err != nil:
-				outcome = OutcomeError
-				fail(errorf("transaction %s: expiring: %w", t.ID.Hex(), err))
-			case !moved:
-				outcome = OutcomeNotMoved // captured or voided first
-				rep.Skipped++
-			default:
+			// A capture reserved in time and in flight: once it commits,
+			// or is given back, the next pass expires the rest.
+			outcome := holdOutcome(err, moved, rep, fail, "expiring", t)
+			if outcome == OutcomeMoved {
 				rep.Expired++
 			}
 			r.report(ctx, t.ID, StateHeld, RecoveryExpire, start, outcome, StepVoid, err)
@@ -65,20 +54,29 @@ func (r *Recoverer) endHolds(ctx context.Context, rep *RecoveryReport, fail func
 			}
 			start := time.Now()
 			err := (captureBook{c}).end(ctx, t.ID)
-			outcome := OutcomeMoved
-			switch {
-			case errors.Is(err, ErrInProgress):
-				outcome = OutcomeNotMoved
-				rep.Skipped++
-			case err != nil:
-				outcome = OutcomeError
-				fail(errorf("transaction %s: ending its captures: %w", t.ID.Hex(), err))
-			default:
+			outcome := holdOutcome(err, true, rep, fail, "ending its captures", t)
+			if outcome == OutcomeMoved {
 				rep.Settled++
 			}
 			r.report(ctx, t.ID, StateHeld, RecoverySettle, start, outcome, StepCapture, err)
 		}
 	})
+}
+
+// holdOutcome is what a recovery pass reports of its move of hold t: an
+// error (passed to fail, as doing what), not moved (a capture in flight,
+// ErrInProgress: the next pass sees it; or another call decided first,
+// counted skipped), or moved.
+func holdOutcome(err error, moved bool, rep *RecoveryReport, fail func(error), doing string, t *record) Outcome {
+	switch {
+	case errors.Is(err, ErrInProgress), err == nil && !moved:
+		rep.Skipped++
+		return OutcomeNotMoved
+	case err != nil:
+		fail(errorf("transaction %s: %s: %w", t.ID.Hex(), doing, err))
+		return OutcomeError
+	}
+	return OutcomeMoved
 }
 
 // confirmHolds is a recovery pass's check of the held holds it has not

@@ -7,6 +7,7 @@ package twopc
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -111,6 +112,8 @@ func captureParts(r *record, amounts []int64) ([]int64, error) {
 		switch {
 		case a == 0:
 			continue
+		case a == math.MinInt64:
+			return nil, errorf("%w: capture %s: leg %d (%v) takes %d, past any leg", ErrInvalidTransfer, r.ID.Hex(), i, l, a)
 		case (a < 0) != (l.Amount < 0):
 			return nil, errorf("%w: capture %s: leg %d (%v) takes %+d, not of its sign", ErrInvalidTransfer, r.ID.Hex(), i, l, a)
 		case max(a, -a) > max(l.Amount, -l.Amount):
@@ -181,11 +184,18 @@ func (c *Coordinator) capture(ctx context.Context, id bson.ObjectID, partsOf fun
 	t := captureTxn(h, parts)
 	txn, err := c.startCapture(ctx, t, captureHoldLegs(parts), key, opts)
 	switch {
+	case txn != nil && txn.CaptureOf != h.ID:
+		// The key names another transaction (another hold's capture made
+		// under it at the same time): this capture can never be made.
+		(captureBook{c}).release(ctx, h.ID, e.ID)
+		if err == nil {
+			err = errorf("%w: key %q is transaction %s, not a capture of %s", ErrKeyConflict, key, txn.ID.Hex(), h.ID.Hex())
+		}
 	case txn != nil && txn.State == StateCanceled:
 		(captureBook{c}).release(ctx, h.ID, e.ID)
 	case txn == nil && !tc.keyed && !errors.Is(err, ErrInProgress):
 		(captureBook{c}).release(ctx, h.ID, e.ID) // nothing was written under a key no other call knows
-	case txn != nil && txn.State.Committed():
+	case err == nil && txn.State.Committed():
 		c.endCaptured(ctx, h.ID)
 	}
 	return txn, err

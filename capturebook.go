@@ -23,7 +23,8 @@ type captureEntry struct {
 	ID      bson.ObjectID `bson:"id"`      // the capture's _id
 	Amounts []int64       `bson:"amounts"` // per leg of the hold, signed as its legs; 0: none of it
 	Final   bool          `bson:"final,omitempty"`
-	At      time.Time     `bson:"at"` // when reserved, by the clock corrected to the server's
+	At      time.Time     `bson:"at"`      // when reserved, by the clock corrected to the server's
+	LeaseMs int64         `bson:"leaseMs"` // the capturer's lease (its StaleAfter): how long its insert may take
 }
 
 // seqCond is the condition that a hold's book is as read: capturesSeq n
@@ -42,7 +43,7 @@ func seqCond(n int64) bson.E {
 // and it is tried once more.
 func (bk captureBook) reserve(ctx context.Context, h *record, e captureEntry) (*record, error) {
 	c := bk.c
-	e.At = c.mark.stamp(ctx)
+	e.At, e.LeaseMs = c.mark.stamp(ctx), c.staleAfter.Milliseconds()
 	legs := h.AllLegs()
 	filter := bson.D{
 		{Key: "_id", Value: h.ID},
@@ -85,22 +86,24 @@ func (bk captureBook) reserve(ctx context.Context, h *record, e captureEntry) (*
 			return h, errorf("twopc: capture %s: %w", h.ID.Hex(), err)
 		}
 		if i := slices.IndexFunc(cur.Captures, func(x captureEntry) bool { return x.ID == e.ID }); i >= 0 {
-			if !slices.Equal(cur.Captures[i].Amounts, e.Amounts) {
-				return cur, errorf("%w: capture %s: a capture of %v is reserved under this key", ErrKeyConflict, h.ID.Hex(), cur.Captures[i].Amounts)
+			if x := cur.Captures[i]; !slices.Equal(x.Amounts, e.Amounts) || x.Final != e.Final {
+				return cur, errorf("%w: capture %s: a capture of %v (final: %t) is reserved under this key", ErrKeyConflict, h.ID.Hex(), x.Amounts, x.Final)
 			}
 			return cur, nil // reserved already: a repeat
 		}
-		switch {
-		case cur.State != StateHeld:
+		if cur.State != StateHeld {
 			return cur, c.resolved(cur, "capture")
-		case !cur.FinalCapture.IsZero():
-			return cur, errorf("twopc: capture %s: %w: its final capture %s is made or in flight", h.ID.Hex(), ErrHoldCaptured, cur.FinalCapture.Hex())
 		}
 		released := 0
 		if attempt == 0 {
+			// A final capture lost, or canceled, or any capture that can
+			// no longer move money, gives its room back first.
 			if released, err = bk.sweep(ctx, cur); err != nil {
 				return cur, err
 			}
+		}
+		if released == 0 && !cur.FinalCapture.IsZero() {
+			return cur, errorf("twopc: capture %s: %w: its final capture %s is made or in flight", h.ID.Hex(), ErrHoldCaptured, cur.FinalCapture.Hex())
 		}
 		if released == 0 {
 			if len(cur.Captures) >= MaxCaptures {
@@ -181,27 +184,83 @@ func (bk captureBook) release(ctx context.Context, hid, cid bson.ObjectID) {
 	}
 }
 
-// sweep gives back the reservations in hold h's book of captures
-// that can no longer move money: canceled, or never inserted and reserved
-// longer ago than a lease, which Cancel then settles (a placeholder
-// refuses a late insert). It returns how many it gave back.
+// fate is what became of the capture an entry of a hold's book reserved.
+type fate int
+
+const (
+	fateInFlight  fate = iota // not decided: pending, or not yet inserted within its lease
+	fateLost                  // not inserted, and reserved longer ago than its lease
+	fateCommitted             // this hold's capture, committed: its parts moved, or will
+	fateCanceled              // it will never move money: canceled, a placeholder, or its id another transaction's
+)
+
+// fateOf reads what became of the capture of entry e of hold h, at now
+// (the clock corrected to the server's). An id that names a transaction
+// other than this hold's capture of e's amounts (a key used for another
+// hold's capture, or for a transfer) can never become that capture:
+// canceled.
+func (bk captureBook) fateOf(ctx context.Context, h *record, e captureEntry, now time.Time) (fate, error) {
+	r, _, err := bk.c.log.lookup(ctx, e.ID)
+	switch {
+	case errors.Is(err, ErrTxnNotFound):
+		if now.Sub(e.At) < max(time.Duration(e.LeaseMs)*time.Millisecond, bk.c.staleAfter) {
+			return fateInFlight, nil // its insert may be on its way
+		}
+		return fateLost, nil
+	case err != nil:
+		return fateInFlight, errorf("twopc: hold %s: read capture %s: %w", h.ID.Hex(), e.ID.Hex(), err)
+	case r.Placeholder || !captureOf(r, h, e) || r.State == StateCanceled:
+		return fateCanceled, nil
+	case r.State.Committed():
+		return fateCommitted, nil
+	}
+	return fateInFlight, nil
+}
+
+// captureOf reports whether r is hold h's capture that entry e reserved:
+// it names h, and its legs take e's amounts from h's legs.
+func captureOf(r, h *record, e captureEntry) bool {
+	legs := r.AllLegs()
+	if r.CaptureOf != h.ID || len(r.HoldLegs) != len(legs) {
+		return false
+	}
+	want := 0
+	for _, a := range e.Amounts {
+		if a != 0 {
+			want++
+		}
+	}
+	for j, i := range r.HoldLegs {
+		if i < 0 || i >= len(e.Amounts) || e.Amounts[i] != legs[j].Amount {
+			return false
+		}
+	}
+	return want == len(legs)
+}
+
+// sweep gives back the reservations in hold h's book of captures that
+// can no longer move money: canceled, named by another transaction, or
+// never inserted and reserved longer ago than the longer of their
+// capturer's lease and this coordinator's, which Cancel then settles (a
+// placeholder refuses a late insert). It returns how many it gave back.
 func (bk captureBook) sweep(ctx context.Context, h *record) (int, error) {
 	c := bk.c
+	now := c.mark.stamp(ctx)
 	released := 0
 	for _, e := range h.Captures {
-		r, _, err := c.log.lookup(ctx, e.ID)
-		switch {
-		case errors.Is(err, ErrTxnNotFound):
-			if c.now().Sub(e.At) < c.staleAfter {
-				continue // its insert may be on its way
-			}
-			if r, err = bk.cancelLost(ctx, e.ID); err != nil {
+		f, err := bk.fateOf(ctx, h, e, now)
+		if err != nil {
+			return released, err
+		}
+		if f == fateLost {
+			if _, err := NewCanceler(c).Cancel(ctx, e.ID); err != nil {
 				continue // settled by a later sweep
 			}
-		case err != nil:
-			return released, errorf("twopc: hold %s: read capture %s: %w", h.ID.Hex(), e.ID.Hex(), err)
+			if f, err = bk.fateOf(ctx, h, e, now); err != nil {
+				return released, err
+			}
 		}
-		if r.State == StateCanceled {
+		if f == fateCanceled {
 			bk.release(ctx, h.ID, e.ID)
 			released++
 		}
@@ -209,40 +268,24 @@ func (bk captureBook) sweep(ctx context.Context, h *record) (int, error) {
 	return released, nil
 }
 
-// cancelLost cancels transaction id, which the log does not hold, by the
-// placeholder Cancel writes, and returns it as it then stands.
-func (bk captureBook) cancelLost(ctx context.Context, id bson.ObjectID) (*record, error) {
-	c := bk.c
-	if _, err := NewCanceler(c).Cancel(ctx, id); err != nil {
-		return nil, err
-	}
-	r, _, err := c.log.lookup(ctx, id)
-	return r, err
-}
-
 // settled reads hold h's book until every capture reserved in it is
-// committed: canceled and lost ones are given back first. It returns the
-// hold as then read, or ErrInProgress if a capture is still in flight
-// (its caller live, or its lease not yet run out).
+// committed: those that can no longer move money are given back first
+// (sweep). It returns the hold as then read, or ErrInProgress if a
+// capture is still in flight (its caller live, or its lease not yet run
+// out).
 func (bk captureBook) settled(ctx context.Context, h *record, op string) (*record, error) {
 	c := bk.c
 	for range 2 {
-		undecided := false
-		canceled := false
+		now := c.mark.stamp(ctx)
+		all := true
 		for _, e := range h.Captures {
-			r, _, err := c.log.lookup(ctx, e.ID)
-			switch {
-			case errors.Is(err, ErrTxnNotFound):
-				undecided = true
-			case err != nil:
-				return h, errorf("twopc: %s %s: read capture %s: %w", op, h.ID.Hex(), e.ID.Hex(), err)
-			case r.State == StateCanceled:
-				canceled = true
-			case !r.State.Committed():
-				undecided = true
+			f, err := bk.fateOf(ctx, h, e, now)
+			if err != nil {
+				return h, err
 			}
+			all = all && f == fateCommitted
 		}
-		if !undecided && !canceled {
+		if all {
 			return h, nil
 		}
 		if _, err := bk.sweep(ctx, h); err != nil {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -477,7 +478,8 @@ func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
 		return c.outcome(prior) // canceled before it arrived
 	}
 	if prior.Key != asked.Key || prior.Hold != asked.Hold || prior.ExpiryMs != asked.ExpiryMs || !sameLegs(prior.legs(), asked.legs()) ||
-		!maps.Equal(prior.Metadata, asked.Metadata) || prior.RefundOf != asked.RefundOf {
+		!maps.Equal(prior.Metadata, asked.Metadata) || prior.RefundOf != asked.RefundOf ||
+		prior.CaptureOf != asked.CaptureOf || !slices.Equal(prior.HoldLegs, asked.HoldLegs) {
 		return prior.txn(), errorf("%w: key %q is transaction %s (legs %v)",
 			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.AllLegs())
 	}

@@ -52,6 +52,10 @@ func (r *Recoverer) endHolds(ctx context.Context, rep *RecoveryReport, fail func
 			if !complete(t) {
 				continue
 			}
+			if err := c.ledgers.knows(t.legs()); err != nil {
+				fail(errorf("transaction %s: %w: left to a recoverer that has it", t.ID.Hex(), err))
+				continue
+			}
 			start := time.Now()
 			err := (captureBook{c}).end(ctx, t.ID)
 			outcome := holdOutcome(err, true, rep, fail, "ending its captures", t)

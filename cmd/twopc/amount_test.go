@@ -144,7 +144,7 @@ func TestMinorUnitsSaidOnce(t *testing.T) {
 	out = once("show", hold.ID.Hex())
 	assert.Regexp(t, `\n  captured +120 \(of its value 300; the rest returned to the source\)\n`, out)
 	out = once("show", held.ID.Hex())
-	assert.Regexp(t, `\n  captured +nothing yet: it is held, for its capture or void\n`, out)
+	assert.Regexp(t, `\n  captured +nothing yet: it is held, for more captures or a void\n`, out)
 	out = once("account", "alice")
 	assert.Contains(t, out, "held 50 (pendingDebit")
 	once("accounts")

@@ -81,6 +81,10 @@ Examples:
 	run: runVoid,
 }
 
+// maxCaptureKeys bounds the keys capture tries after captures under the
+// earlier ones were canceled.
+const maxCaptureKeys = 100
+
 func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	fs := cl.flagSet(cmd)
 	var g globals
@@ -130,10 +134,20 @@ func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error
 		return nil
 	}, func(c *twopc.Coordinator) error {
 		// Keyed by the hold and the amount: the same capture again (after
-		// a lost reply) returns the capture it made.
-		_, err := c.Capture(ctx, id, amount, twopc.WithKey(fmt.Sprintf("twopc capture %s %d %t", id.Hex(), amount, *more)),
-			twopc.WithFinalCapture(!*more))
-		return err
+		// a lost reply) returns the capture it made. One canceled (its
+		// process died before its commit, and recovery rolled it back)
+		// stays canceled under its key: the next key is tried, as Reverse
+		// does.
+		for n := 1; ; n++ {
+			key := fmt.Sprintf("twopc capture %s %d %t", id.Hex(), amount, *more)
+			if n > 1 {
+				key += fmt.Sprintf(" #%d", n)
+			}
+			txn, err := c.Capture(ctx, id, amount, twopc.WithKey(key), twopc.WithFinalCapture(!*more))
+			if txn == nil || txn.CaptureOf != id || txn.State != twopc.StateCanceled || n == maxCaptureKeys {
+				return err
+			}
+		}
 	}, func(before, after *txnDoc, u *units) string {
 		code, _ := after.asset()
 		return fmt.Sprintf("Hold %s (%s) is captured for %s; it is %s (%s).",
@@ -157,8 +171,13 @@ func runVoid(ctx context.Context, cl *cli, cmd *command, args []string) error {
 		_, err := c.Void(ctx, id)
 		return err
 	}, func(before, after *txnDoc, u *units) string {
-		return fmt.Sprintf("Hold %s (%s) is voided; it is %s: nothing moved (%s).",
-			id.Hex(), legSummary(after, u), after.state, madeBy(before, after, "voided"))
+		moved := "nothing moved"
+		if n := after.takenCredit(); n > 0 {
+			code, _ := after.asset()
+			moved = fmt.Sprintf("its captures moved %s, the rest returned", u.of(n, code, false))
+		}
+		return fmt.Sprintf("Hold %s (%s) is voided; it is %s: %s (%s).",
+			id.Hex(), legSummary(after, u), after.state, moved, madeBy(before, after, "voided"))
 	})
 }
 
@@ -230,8 +249,11 @@ func holdWords(t *txnDoc) string {
 	var u units
 	code, _ := t.asset()
 	words := "value " + u.of(t.value, code, false)
-	if t.captured != nil {
+	switch {
+	case t.captured != nil:
 		words += ", captured " + u.of(*t.captured, code, false)
+	case t.takenCredit() > 0:
+		words += ", its captures took " + u.of(t.takenCredit(), code, false)
 	}
 	if u.minor {
 		words += " (" + strings.ToLower(minorNote[:1]) + strings.TrimSuffix(minorNote[1:], ".") + ")"

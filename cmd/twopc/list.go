@@ -21,7 +21,7 @@ lastModified, least recently touched first, at most --limit of them.
 
 --state takes a state (initial, pending, applied, done, canceling,
 canceled, held), "unfinished" (initial, pending, applied, canceling) or
-"final" (done, canceled); held is a hold waiting for its capture or void; repeat it or separate states with commas. --account matches
+"final" (done, canceled); held is a hold waiting for its captures or a void; repeat it or separate states with commas. --account matches
 a transfer's source or destination or any leg's account; the value is
 matched as a string, and also as a number if it is an integer and as an
 ObjectID if it is 24 hexadecimal digits; a document id is given as

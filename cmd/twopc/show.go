@@ -308,8 +308,12 @@ func (r *showReport) print(w io.Writer) {
 	}
 	if t.hold() && t.captured == nil {
 		v := "nothing"
+		if n := t.takenCredit(); n > 0 {
+			code, _ := t.asset()
+			v = u.of(n, code, false) + " by its captures (their captureOf names it)"
+		}
 		if t.state == "held" {
-			v += " yet: it is held, for its capture or void"
+			v += " yet: it is held, for more captures or a void"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\n", schema.Captured, v)
 	}

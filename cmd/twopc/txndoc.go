@@ -21,8 +21,22 @@ type txnDoc struct {
 	placeholder  bool
 	twoLegged    bool // source and destination, not legs
 	legs         []legDoc
-	value        int64  // what it moves: a transfer's value, or what its legs credit
-	captured     *int64 // what a captured hold moved; nil if none is recorded
+	value        int64   // what it moves: a transfer's value, or what its legs credit
+	captured     *int64  // what a captured hold moved; nil if none is recorded
+	taken        []int64 // a hold's capturedLegs: what its captures made or in flight took of each leg
+}
+
+// takenCredit is what a hold's captures made or in flight credited: the
+// credit legs' shares of its capturedLegs (of the first leg's asset).
+func (t *txnDoc) takenCredit() int64 {
+	legs := t.legs
+	var n int64
+	for i, x := range t.taken {
+		if i < len(legs) && legs[i].amount > 0 && legs[i].asset == legs[0].asset {
+			n += x
+		}
+	}
+	return n
 }
 
 // legDoc is one leg: a transfer's source (its debit) and destination (its
@@ -46,6 +60,13 @@ func parseTxn(raw bson.Raw) txnDoc {
 	t.value, _ = raw.Lookup("value").AsInt64OK()
 	if n, ok := raw.Lookup(schema.Captured).AsInt64OK(); ok {
 		t.captured = &n
+	}
+	if arr, ok := raw.Lookup("capturedLegs").ArrayOK(); ok {
+		vals, _ := arr.Values()
+		for _, v := range vals {
+			n, _ := v.AsInt64OK()
+			t.taken = append(t.taken, n)
+		}
 	}
 	if arr, ok := raw.Lookup(schema.Legs).ArrayOK(); ok {
 		vals, _ := arr.Values()

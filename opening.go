@@ -99,7 +99,10 @@ const maxOpeningReads = 10
 // leg in flight on it (its marker in pendingTransactions), what its entry
 // counts and the balance does not yet: a committed credit (counted, not
 // yet in the balance), a debit not committed (in no entry, already out of
-// the balance), and for a hold captured in part the part returned.
+// the balance), and for a hold, the amount out of the balance since it
+// applied less what its committed captures' entries count (a capture's
+// debit counts through its hold's marker, or not at all once the hold
+// ended).
 //
 // Those are reads of several documents, which are not one snapshot: the
 // account and the states of its transactions in flight are read before

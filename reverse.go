@@ -91,7 +91,8 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 }
 
 // reverseTxn is the transfer that undoes committed transfer r: what it
-// moved, which for a hold captured in part is the captured amount.
+// moved (a capture of a hold is a transfer of its parts; a hold itself is
+// refused before this).
 func (c *Coordinator) reverseTxn(r *record) (Txn, error) {
 	legs := r.txn().SettledLegs()
 	if len(r.Legs) == 0 {

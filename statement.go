@@ -26,8 +26,8 @@ type Entry struct {
 	Txn     bson.ObjectID
 	Ledger  string // "": the coordinator's own accounts
 	Account any
-	// Amount is signed: negative took money from the account. For a hold
-	// captured in part, what it captured.
+	// Amount is signed: negative took money from the account. A hold
+	// makes no entry: each of its captures makes its own, of its part.
 	Amount int64
 	// Balance is the account's balance after this entry: its opening
 	// balance plus the amounts of every entry up to and including this

@@ -109,8 +109,9 @@ func TestCaptureBadPartsWriteNothing(t *testing.T) {
 }
 
 // TestCaptureSeveralThenVoid: two captures of part of a hold, then a Void
-// with metadata: the captures moved their parts, the void releases the
-// rest and records its metadata once.
+// with a key and metadata: the captures moved their parts, the void
+// releases the rest and records its key and metadata once; a keyed repeat
+// under another key, or with other metadata, is ErrKeyConflict.
 func TestCaptureSeveralThenVoid(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	ctx := testCtx(t)
@@ -122,17 +123,25 @@ func TestCaptureSeveralThenVoid(t *testing.T) {
 		require.NoError(t, err)
 	}
 	auditOK(t, b, "two parts captured")
-	_, err = b.c.Void(ctx, hold.ID, twopc.WithKey("void"))
-	require.ErrorIs(t, err, twopc.ErrInvalidTransfer, "a void takes metadata only")
-	_, err = b.c.Void(ctx, hold.ID, twopc.WithMetadata(map[string]string{"why": "out of stock"}))
+	_, err = b.c.Void(ctx, hold.ID, twopc.WithFinalCapture(false))
+	require.ErrorIs(t, err, twopc.ErrInvalidTransfer, "a void takes a key and metadata only")
+	why := map[string]string{"why": "out of stock"}
+	_, err = b.c.Void(ctx, hold.ID, twopc.WithKey("order-9/void"), twopc.WithMetadata(why))
 	require.NoError(t, err)
 	h := b.txn(hold.ID)
 	assert.Equal(t, twopc.StateCanceled, h.State)
 	assert.Equal(t, "voided", h.Reason)
-	assert.Equal(t, map[string]string{"why": "out of stock"}, h.VoidMetadata)
-	again, err := b.c.Void(ctx, hold.ID, twopc.WithMetadata(map[string]string{"why": "again"}))
-	require.NoError(t, err, "void again")
-	assert.Equal(t, map[string]string{"why": "out of stock"}, again.VoidMetadata, "the first void's")
+	assert.Equal(t, why, h.VoidMetadata)
+	assert.Equal(t, "order-9/void", h.VoidKey)
+	again, err := b.c.Void(ctx, hold.ID, twopc.WithKey("order-9/void"), twopc.WithMetadata(why))
+	require.NoError(t, err, "void again, by its key")
+	assert.Equal(t, why, again.VoidMetadata)
+	_, err = b.c.Void(ctx, hold.ID, twopc.WithKey("another"))
+	require.ErrorIs(t, err, twopc.ErrKeyConflict)
+	_, err = b.c.Void(ctx, hold.ID, twopc.WithKey("order-9/void"), twopc.WithMetadata(map[string]string{"why": "again"}))
+	require.ErrorIs(t, err, twopc.ErrKeyConflict, "a keyed repeat with other metadata")
+	_, err = b.c.Void(ctx, hold.ID)
+	require.NoError(t, err, "an unkeyed repeat: the void as it is")
 	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
 	assert.EqualValues(t, 950, b.balance("A"))
 	assert.EqualValues(t, 50, b.balance("B"))

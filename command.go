@@ -190,6 +190,8 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.Metadata, ok = decodeMetadata(v)
 	case fieldVoidMetadata:
 		r.VoidMetadata, ok = decodeMetadata(v)
+	case fieldVoidKey:
+		r.VoidKey, ok = stringOK(v)
 	case fieldAsset:
 		r.Asset, ok = stringOK(v)
 	case fieldCommittedAt:

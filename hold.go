@@ -7,6 +7,7 @@ package twopc
 
 import (
 	"context"
+	"maps"
 	"errors"
 	"time"
 
@@ -152,9 +153,12 @@ func (r *record) expired(now time.Time) bool {
 // held hold past its expiry by the server's clock is voided as expired by
 // the Void itself). Void again returns the transaction, finishing its
 // rollback if it is not yet canceled: a void is repeated safely by the
-// hold's id, with no key. WithMetadata records the void's metadata on the
-// hold (Txn.VoidMetadata), by the void's own write: a repeat leaves the
-// first's. Void takes no other option (ErrInvalidTransfer). A transaction
+// hold's id. WithKey and WithMetadata record the void's key and metadata
+// on the hold (Txn.VoidKey, Txn.VoidMetadata), by the void's own write; a
+// keyed repeat under another key, or with other metadata, is
+// ErrKeyConflict, and an unkeyed repeat leaves the first's. A void key is
+// the hold's: the same key may void another hold. Void takes no other
+// option (ErrInvalidTransfer). A transaction
 // that is not a hold gets ErrNotHold, a hold still being made
 // ErrInProgress. Void is bounded, and answers after its context's end, as
 // Capture does.
@@ -166,8 +170,21 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID, opts ...Transf
 	if err != nil {
 		return nil, err
 	}
-	if tc.keyed || tc.assetSet || tc.expirySet || tc.notFinal {
-		return nil, errorf("%w: void %s: Void takes WithMetadata only (a void is repeated safely by the hold's id)", ErrInvalidTransfer, id.Hex())
+	if tc.assetSet || tc.expirySet || tc.notFinal {
+		return nil, errorf("%w: void %s: Void takes WithKey and WithMetadata only", ErrInvalidTransfer, id.Hex())
+	}
+	if tc.keyed {
+		if err := validateKey(tc.key); err != nil {
+			return nil, err
+		}
+	}
+	// again answers a repeat of a void: the same, or one under another
+	// key, or with other metadata, than the void's (ErrKeyConflict).
+	again := func(r *record) error {
+		if tc.keyed && (r.VoidKey != tc.key || !maps.Equal(r.VoidMetadata, tc.metadata)) {
+			return errorf("%w: void %s: it was voided under key %q with metadata %v", ErrKeyConflict, id.Hex(), r.VoidKey, r.VoidMetadata)
+		}
+		return nil
 	}
 	ctx, b := c.bound(ctx)
 	defer func() { err = b.explain(err); b.end() }()
@@ -182,9 +199,9 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID, opts ...Transf
 			if err != nil {
 				return cur.txn(), errorf("twopc: void %s: %w", id.Hex(), err)
 			}
-			return cur.txn(), nil
+			return cur.txn(), again(cur)
 		case r.State == StateCanceled && r.Reason == reasonVoided:
-			return r.txn(), nil
+			return r.txn(), again(r)
 		case r.State != StateHeld:
 			return r.txn(), c.resolved(r, "void")
 		}
@@ -207,6 +224,9 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID, opts ...Transf
 		m := voidMove(c, r, reasonVoided)
 		if len(tc.metadata) > 0 {
 			m.set = append(m.set, bson.E{Key: fieldVoidMetadata, Value: metadataDoc(tc.metadata)})
+		}
+		if tc.keyed {
+			m.set = append(m.set, bson.E{Key: fieldVoidKey, Value: tc.key})
 		}
 		cur, moved, err := c.log.advance(ctx, r, m)
 		if err != nil {

@@ -113,6 +113,7 @@ const (
 	fieldCaptureOf     = "captureOf"
 	fieldHoldLegs      = "holdLegs"
 	fieldVoidMetadata  = "voidMetadata"
+	fieldVoidKey       = "voidKey"
 	fieldHeldAt        = schema.HeldAt
 	fieldOnAccounts    = schema.OnAccounts
 	fieldRefundOf      = schema.RefundOf

@@ -69,6 +69,8 @@ type Txn struct {
 	// VoidMetadata is, for a hold voided with WithMetadata (Void), the
 	// void's metadata, written by the void; nil otherwise.
 	VoidMetadata map[string]string `bson:"voidMetadata,omitempty"`
+	// VoidKey is, for a hold voided with WithKey, the void's key.
+	VoidKey string `bson:"voidKey,omitempty"`
 	// Asset is the asset of a transfer made with Transfer or Hold
 	// (WithAsset): both its legs move it. "" for none, and for a transfer
 	// made with TransferLegs, whose legs say theirs.

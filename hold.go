@@ -7,8 +7,8 @@ package twopc
 
 import (
 	"context"
-	"maps"
 	"errors"
+	"maps"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"

@@ -83,6 +83,14 @@ func TestAuditLiveSystemIsHealthy(t *testing.T) {
 		}
 		rep, err := c.Audit(ctx, twopc.WithAuditBatch(2), twopc.WithExpectedTotal("", 3000), twopc.WithExpectedTotal("fees", 0))
 		require.NoError(t, err)
+		select {
+		case <-done:
+			// The load may have ended before this audit began: it read a
+			// quiet system, whose totals are not the ones stated (the fees
+			// moved); the audit after recovery checks that.
+			continue
+		default:
+		}
 		require.Emptyf(t, rep.Violations, "audit %d during the load", audits)
 		require.NoError(t, rep.Err())
 	}

@@ -106,7 +106,7 @@ func captureParts(r *record, amounts []int64) ([]int64, error) {
 		return nil, errorf("%w: capture %s: %d amounts for a hold of %d legs", ErrInvalidTransfer, r.ID.Hex(), len(amounts), len(legs))
 	}
 	sums := map[string]int64{}
-	any := false
+	some := false
 	for i, a := range amounts {
 		l := legs[i]
 		switch {
@@ -119,10 +119,10 @@ func captureParts(r *record, amounts []int64) ([]int64, error) {
 		case max(a, -a) > max(l.Amount, -l.Amount):
 			return nil, errorf("%w: capture %s: leg %d (%v) takes %+d, more than it holds", ErrInvalidTransfer, r.ID.Hex(), i, l, a)
 		}
-		any = true
+		some = true
 		sums[l.Asset] += a
 	}
-	if !any {
+	if !some {
 		return nil, errorf("%w: capture %s: every amount is 0", ErrInvalidTransfer, r.ID.Hex())
 	}
 	for asset, sum := range sums {

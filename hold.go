@@ -173,11 +173,6 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID, opts ...Transf
 	if tc.assetSet || tc.expirySet || tc.notFinal {
 		return nil, errorf("%w: void %s: Void takes WithKey and WithMetadata only", ErrInvalidTransfer, id.Hex())
 	}
-	if tc.keyed {
-		if err := validateKey(tc.key); err != nil {
-			return nil, err
-		}
-	}
 	// again answers a repeat of a void: the same, or one under another
 	// key, or with other metadata, than the void's (ErrKeyConflict).
 	again := func(r *record) error {

@@ -182,7 +182,8 @@ func (c *Coordinator) capture(ctx context.Context, id bson.ObjectID, partsOf fun
 		return nil, errorf("twopc: capture %s: %w", h.ID.Hex(), err)
 	}
 	t := captureTxn(h, parts)
-	txn, err := c.startCapture(ctx, t, captureHoldLegs(parts), key, opts)
+	holdLegs := captureHoldLegs(parts)
+	txn, err := c.startKeyed(ctx, t, key, opts, func(r *record) { r.HoldLegs = holdLegs })
 	switch {
 	case txn != nil && txn.CaptureOf != h.ID:
 		// The key names another transaction (another hold's capture made
@@ -233,26 +234,3 @@ func captureHoldLegs(parts []int64) []int {
 	return out
 }
 
-// startCapture makes capture t, keyed, taking from the hold's legs
-// holdLegs (see record.HoldLegs).
-func (c *Coordinator) startCapture(ctx context.Context, t Txn, holdLegs []int, key string, opts []TransferOption) (*Txn, error) {
-	opts = append(slices.Clone(opts), WithKey(key))
-	if t.Asset != "" {
-		opts = append([]TransferOption{WithAsset(t.Asset)}, opts...)
-		t.Asset = ""
-	}
-	tc, err := transferOptions(opts)
-	if err != nil {
-		return nil, err
-	}
-	if tc.assetSet {
-		if err := withAsset(&t, tc.asset); err != nil {
-			return nil, err
-		}
-	}
-	t.Metadata = tc.metadata
-	tr := c.newTransfer(t, tc.key)
-	tr.rec.HoldLegs = holdLegs
-	newEngine(c).run(ctx, []*transfer{tr})
-	return tr.txn, tr.err
-}

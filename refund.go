@@ -254,7 +254,7 @@ func (c *Coordinator) refund(ctx context.Context, r *record, t Txn, base int64, 
 	default:
 		return nil, errorf("twopc: refund %s: %w", r.ID.Hex(), err)
 	}
-	txn, err := c.startKeyed(ctx, t, key, opts)
+	txn, err := c.startKeyed(ctx, t, key, opts, nil)
 	switch {
 	case txn != nil && txn.State == StateCanceled:
 		c.books.release(ctx, r.ID, refundID, t.Value)

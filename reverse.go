@@ -110,20 +110,21 @@ func (c *Coordinator) reverseTxn(r *record) (Txn, error) {
 // reserved in r's refund book (base, what r moved; -1: no book).
 func (c *Coordinator) reverse(ctx context.Context, r *record, t Txn, base int64, key string, opts []TransferOption) (*Txn, error) {
 	if base < 0 {
-		return c.startKeyed(ctx, t, key, opts)
+		return c.startKeyed(ctx, t, key, opts, nil)
 	}
 	return c.refund(ctx, r, t, base, key, true, opts)
 }
 
 // startKeyed makes t, a transfer the library built (its asset, if any,
-// given as WithAsset), under key, with the caller's opts.
-func (c *Coordinator) startKeyed(ctx context.Context, t Txn, key string, opts []TransferOption) (*Txn, error) {
+// given as WithAsset), under key, with the caller's opts; prepare (if
+// not nil) is given its record first (see startWith).
+func (c *Coordinator) startKeyed(ctx context.Context, t Txn, key string, opts []TransferOption, prepare func(*record)) (*Txn, error) {
 	opts = append(slices.Clone(opts), WithKey(key))
 	if t.Asset != "" {
 		opts = append([]TransferOption{WithAsset(t.Asset)}, opts...)
 		t.Asset = ""
 	}
-	return c.start(ctx, t, opts)
+	return c.startWith(ctx, t, opts, prepare)
 }
 
 // maxReverseAttempts bounds the reversals of one transfer that Reverse

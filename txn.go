@@ -279,6 +279,13 @@ func (c *Coordinator) Transfer(ctx context.Context, source, destination any, val
 
 // start inserts and drives transfer t, whose legs were validated.
 func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (*Txn, error) {
+	return c.startWith(ctx, t, opts, nil)
+}
+
+// startWith is start, with prepare (if not nil) given the transfer's
+// record before it is made: what a Txn does not carry (a capture's
+// HoldLegs).
+func (c *Coordinator) startWith(ctx context.Context, t Txn, opts []TransferOption, prepare func(*record)) (*Txn, error) {
 	tc, err := transferOptions(opts)
 	if err != nil {
 		return nil, err
@@ -298,6 +305,9 @@ func (c *Coordinator) start(ctx context.Context, t Txn, opts []TransferOption) (
 	ctx, b := c.bound(ctx)
 	defer b.end()
 	tr := c.newTransfer(t, tc.key)
+	if prepare != nil {
+		prepare(tr.rec)
+	}
 	newEngine(c).run(ctx, []*transfer{tr})
 	return tr.txn, b.explain(tr.err)
 }

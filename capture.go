@@ -233,4 +233,3 @@ func captureHoldLegs(parts []int64) []int {
 	}
 	return out
 }
-

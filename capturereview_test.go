@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,8 +126,14 @@ func TestReviewCaptureSweepIgnoresCapturersLease(t *testing.T) {
 		res <- err
 	}()
 	<-s.reached
-	time.Sleep(400 * time.Millisecond)
-	_, verr := b.c.Void(ctx, hold.ID)
+	// A voider whose clock, once corrected to the server's, runs a second
+	// on: past its own lease (200 ms), within the capturer's (a minute).
+	var shift atomic.Int64
+	later := b.coordinator(twopc.WithApplication("later"), twopc.WithStaleAfter(200*time.Millisecond), twopc.WithFrozenMark(),
+		twopc.WithHostClock(func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }))
+	require.NoError(t, twopc.SyncClock(ctx, later))
+	shift.Store(int64(time.Second))
+	_, verr := later.Void(ctx, hold.ID)
 	close(s.release)
 	cerr := <-res
 	assert.ErrorIs(t, verr, twopc.ErrInProgress, "a capture within its owner's lease is in flight")

@@ -50,6 +50,9 @@ type refundEntry struct {
 	ID     bson.ObjectID `bson:"id"` // the refund transaction's _id
 	Amount int64         `bson:"amount"`
 	At     time.Time     `bson:"at"` // when reserved, by the clock corrected to the server's
+	// LeaseMs is the refunder's lease (its StaleAfter): how long its
+	// insert may take.
+	LeaseMs int64 `bson:"leaseMs,omitempty"`
 }
 
 // Refund returns amount of committed transfer id (applied or done; a hold
@@ -271,7 +274,7 @@ func (c *Coordinator) refund(ctx context.Context, r *record, t Txn, base int64, 
 // money are given back (see sweepBook) and it is tried once more.
 func (bk *refundBooks) reserve(ctx context.Context, id bson.ObjectID, base int64, e refundEntry) error {
 	c := bk.c
-	e.At = c.mark.stamp(ctx)
+	e.At, e.LeaseMs = c.mark.stamp(ctx), c.staleAfter.Milliseconds()
 	if e.Amount <= base {
 		_, err := bk.coll.InsertOne(ctx, refundBook{ID: id, Left: base - e.Amount, Refunds: []refundEntry{e}})
 		if err == nil {
@@ -384,17 +387,20 @@ func (bk *refundBooks) release(ctx context.Context, id, refundID bson.ObjectID, 
 
 // sweepBook gives back the reservations in book of refunds that can no
 // longer move money: canceled, or never inserted and reserved longer ago
-// than a lease, which Cancel then settles (a placeholder refuses a late
-// insert). It returns how many it gave back.
+// than the longer of their refunder's lease and this coordinator's (by the
+// clock corrected to the server's, as their time is), which Cancel then
+// settles (a placeholder refuses a late insert). It returns how many it
+// gave back.
 func (bk *refundBooks) sweepBook(ctx context.Context, book *refundBook) (int, error) {
 	c := bk.c
+	now := c.mark.stamp(ctx)
 	released := 0
 	for _, e := range book.Refunds {
 		var state State
 		r, _, err := c.log.lookup(ctx, e.ID)
 		switch {
 		case errors.Is(err, ErrTxnNotFound):
-			if c.now().Sub(e.At) < c.staleAfter {
+			if now.Sub(e.At) < max(time.Duration(e.LeaseMs)*time.Millisecond, c.staleAfter) {
 				continue // its insert may be on its way
 			}
 			txn, err := NewCanceler(c).Cancel(ctx, e.ID)

@@ -2,6 +2,7 @@ package twopc_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,4 +82,36 @@ func TestRefundKeyOfAnotherTransfersRefund(t *testing.T) {
 	}
 	assert.Equal(t, int64(100), refundable(t, b.c, second.ID))
 	assert.Equal(t, int64(10), b.balance("A"), "one refund of 10 moved")
+}
+
+// TestRefundSweepWaitsForTheRefundersLease: a refund stalled before its
+// insert, by a refunder whose lease is a minute, is not given back by
+// another coordinator's sweep a second later, though that coordinator's
+// own lease (200 ms) has run out: the reservation records its refunder's
+// lease, as a capture's does (TestReviewCaptureSweepIgnoresCapturersLease).
+func TestRefundSweepWaitsForTheRefundersLease(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	paid, err := b.c.Transfer(ctx, "A", "B", 100)
+	require.NoError(t, err)
+	s := newStall(twopc.StepInsert)
+	slow := b.coordinator(twopc.WithApplication("slow"), twopc.WithStaleAfter(time.Minute), twopc.WithStepHook(s.hook), twopc.WithSyncSettle())
+	res := make(chan error, 1)
+	go func() {
+		_, err := slow.Refund(ctx, paid.ID, 100)
+		res <- err
+	}()
+	<-s.reached
+	var shift atomic.Int64
+	later := b.coordinator(twopc.WithApplication("later"), twopc.WithStaleAfter(200*time.Millisecond), twopc.WithFrozenMark(),
+		twopc.WithHostClock(func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }))
+	require.NoError(t, twopc.SyncClock(ctx, later))
+	shift.Store(int64(time.Second))
+	_, lerr := later.Refund(ctx, paid.ID, 10)
+	close(s.release)
+	serr := <-res
+	assert.ErrorIs(t, lerr, twopc.ErrRefundExceeded, "the slow refund holds the room, within its refunder's lease")
+	assert.NoError(t, serr, "the refund within its lease was canceled under its refunder")
+	assert.EqualValues(t, 1000, b.balance("A"))
 }

@@ -343,7 +343,7 @@ func (bk captureBook) end(ctx context.Context, hid bson.ObjectID) error {
 		}
 		return nil
 	}
-	if h, err = (captureBook{c}).settled(ctx, h, "capture"); err != nil {
+	if h, err = bk.settled(ctx, h, "capture"); err != nil {
 		return err
 	}
 	if !complete(h) {

@@ -13,11 +13,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc/internal/schema"
 )
 
 // checkpointsSuffix names the checkpoints collection after the
 // transactions collection: "transactions_checkpoints" by default.
-const checkpointsSuffix = "_checkpoints"
+const checkpointsSuffix = schema.CheckpointsSuffix
 
 // Checkpoints: once a read has summed checkpointEvery entries or more
 // past an account's last checkpoint, it records the account's balance

@@ -39,6 +39,7 @@ type Coordinator struct {
 	commits *stage[*commitCall]        // see commitAll
 	keys    keyCalls                   // the keyed calls running, one at a time a key
 	indexes *logIndexes                // the library's indexes, made or checked once (indexes.go)
+	shards  *shardKeys                 // the collections' shard keys, read and allowed once (shardkey.go)
 	// checkpoints holds statements' checkpoints: an account's balance
 	// through a time (see statement.go).
 	checkpoints *mongo.Collection
@@ -67,9 +68,13 @@ type Coordinator struct {
 // The server must give single-document atomicity, hello's localTime
 // (MongoDB 4.4.2 and later) and majority read concern (a MongoDB 4.4
 // deployment with enableMajorityReadConcern: false is not supported:
-// recovery, Cancel and Get then fail). Every per-document operation
-// filters by _id, so a sharded cluster with hashed _id shard keys works
-// unchanged. FerretDB alone loses updates; the repository's dev server
+// recovery, Cancel and Get then fail). Every per-document write filters
+// by _id, so on a sharded cluster each is sent to one shard when the
+// accounts collections are sharded on {_id: "hashed"} (or {_id: 1}) and
+// the log unsharded or sharded on {_id: "hashed"}; the coordinator reads
+// the shard keys through the router before its first write and refuses
+// any other (ErrShardKey; see PROTOCOL.md, Scale-out). FerretDB alone
+// loses updates; the repository's dev server
 // puts it behind a front that serializes requests.
 //
 // The coordinator makes the indexes it reads by (see EnsureIndexes) itself,
@@ -111,12 +116,13 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		}
 		c.history.archive = a.Clone(majority)
 	}
-	c.indexes = newLogIndexes(c.log.txns, c.checkpoints, c.history.archive, cfg.managedIndexes)
 	c.ledger = &Ledger{config: &c.config, accounts: db.Collection(cfg.accounts, majority)}
 	c.ledgers = ledgers{"": c.ledger}
 	for _, spec := range cfg.ledgers {
 		c.ledgers[spec.name] = &Ledger{config: &c.config, name: spec.name, accounts: spec.accounts.Clone(majority)}
 	}
+	c.shards = newShardKeys(c)
+	c.indexes = newLogIndexes(c.log.txns, c.checkpoints, c.history.archive, cfg.managedIndexes, c.shards)
 	c.mark = newLowWater(c)
 	c.settler = &settlers{c: c}
 	c.exists = &ledgerStages[*existsCall]{write: func(ctx context.Context, calls []*existsCall) { readExistence(ctx, c.ledgers, calls) },

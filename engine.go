@@ -94,6 +94,15 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 		}
 		return
 	}
+	// On a sharded cluster, the collections' shard keys are read once,
+	// before the coordinator's first write: a key the protocol does not
+	// rest on is refused, with nothing written.
+	if err := c.shards.need(ctx); err != nil {
+		for _, t := range ts {
+			insertFailed(t, false, err)
+		}
+		return
+	}
 	// Transfers on different sets of ledgers go on apart, at once, from
 	// their first read of a ledger on: one that is down or slow holds up
 	// only the transfers with a leg on it.

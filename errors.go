@@ -64,6 +64,17 @@ var (
 	// indexes exist; no read scans the log in their place.
 	ErrMissingIndex = errors.New("twopc: missing index")
 
+	// ErrShardKey reports a collection of the library sharded on a key the
+	// protocol does not rest on, read through the router of a sharded
+	// cluster: the log, its checkpoints and refund books and WithHistory's
+	// archive must be unsharded or sharded on {_id: "hashed"}, and an
+	// accounts collection unsharded or sharded on {_id: "hashed"} or {_id:
+	// 1} (see PROTOCOL.md, Scale-out). The error names each collection, its
+	// key and why. EnsureIndexes returns it before it makes any index, and
+	// a coordinator before its first write (a transfer is not made,
+	// nothing written) and before its first read that needs an index.
+	ErrShardKey = errors.New("twopc: shard key not supported")
+
 	// ErrAccountNotFound reports that an account a leg names does not exist
 	// in its ledger (no document, or only a tombstone). A transfer naming
 	// such an id is refused before its insert, with a nil Txn, and writes

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -81,7 +80,11 @@ func libraryIndexes() []libraryIndex {
 // Calling it is optional: a coordinator makes these indexes itself before
 // its first read that needs them (the low-water mark's, a recovery pass's,
 // a statement's, Transactions'), unless WithManagedIndexes says they are
-// managed elsewhere. EnsureIndexes makes them whatever the options. No index is
+// managed elsewhere. EnsureIndexes makes them whatever the options. On a
+// sharded cluster it first reads, through the router, the shard key of
+// every collection the coordinator writes, and returns ErrShardKey, making
+// no index, if one is sharded on a key the protocol does not rest on (see
+// ErrShardKey). No index is
 // needed for correctness: accounts and transactions are read and written
 // by _id, and idempotency keys are enforced by the _id derived from them;
 // the indexes keep those reads from scanning the log.
@@ -89,6 +92,9 @@ func (c *Coordinator) EnsureIndexes(ctx context.Context) error { return c.indexe
 
 // ensure makes the library's indexes that are missing (see EnsureIndexes).
 func (x *logIndexes) ensure(ctx context.Context) error {
+	if err := x.shards.need(ctx); err != nil {
+		return err
+	}
 	// Only the missing ones are asked for, one per command: an index of
 	// that name serves; and FerretDB
 	// v1 drops the connection when one createIndexes names several that
@@ -165,49 +171,39 @@ type logIndexes struct {
 	log, checkpoints *mongo.Collection
 	archive          *mongo.Collection // nil: none
 	managed          bool              // WithManagedIndexes: check, never make
-	done             atomic.Bool
-	turn             chan struct{} // a one-slot semaphore: whose turn it is to try
+	shards           *shardKeys        // read, and allowed, before any index is made or checked
+	once             *untilDone
 }
 
 // newLogIndexes returns the indexes of log, checkpoints and archive (nil:
-// none), to be made (or, managed, checked) at the first need.
-func newLogIndexes(log, checkpoints, archive *mongo.Collection, managed bool) *logIndexes {
-	return &logIndexes{log: log, checkpoints: checkpoints, archive: archive, managed: managed, turn: make(chan struct{}, 1)}
+// none), to be made (or, managed, checked) at the first need, once shards
+// allows the collections' shard keys.
+func newLogIndexes(log, checkpoints, archive *mongo.Collection, managed bool, shards *shardKeys) *logIndexes {
+	return &logIndexes{log: log, checkpoints: checkpoints, archive: archive, managed: managed, shards: shards,
+		once: &untilDone{turn: make(chan struct{}, 1)}}
 }
 
 // need returns once the library's indexes exist: made by this
 // coordinator (ensure) the first time, or, under WithManagedIndexes,
-// found (ErrMissingIndex, naming those missing, otherwise). Once they
+// found (ErrMissingIndex, naming those missing, otherwise), after the
+// collections' shard keys were allowed (ErrShardKey otherwise). Once they
 // were made or found, it costs nothing.
 func (x *logIndexes) need(ctx context.Context) error {
-	if x.done.Load() {
-		return nil
-	}
-	select {
-	case x.turn <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-x.turn }()
-	if x.done.Load() {
-		return nil
-	}
-	var err error
-	if x.managed {
-		err = x.check(ctx)
-	} else {
-		err = x.ensure(ctx)
-	}
-	if err == nil {
-		x.done.Store(true)
-	}
-	return err
+	return x.once.do(ctx, func(ctx context.Context) error {
+		if x.managed {
+			return x.check(ctx)
+		}
+		return x.ensure(ctx)
+	})
 }
 
 // check returns ErrMissingIndex, naming each missing one by its
 // collection and keys, unless every index the library reads by exists
 // (by its keys, under any name and options).
 func (x *logIndexes) check(ctx context.Context) error {
+	if err := x.shards.need(ctx); err != nil {
+		return err
+	}
 	keys := map[indexColl][]bson.Raw{}
 	for _, coll := range x.colls() {
 		specs, err := x.coll(coll).Indexes().ListSpecifications(ctx)

@@ -13,6 +13,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/twopc/twopc/internal/schema"
 )
 
 // ErrRefundExceeded reports a refund (Refund, or Reverse) of more than is
@@ -28,7 +30,7 @@ const MaxRefunds = 100
 
 // refundsSuffix names the refund books' collection after the transactions
 // collection: "transactions_refunds" by default.
-const refundsSuffix = "_refunds"
+const refundsSuffix = schema.RefundsSuffix
 
 // refundBooks are the refund books of a coordinator's transfers: the
 // "<transactions>_refunds" collection.

@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,10 +37,16 @@ drops afterwards:
   the server's clock: hello's localTime, by which staleness is judged.
   majority read concern and majority write concern, which every read
     the library decides by and every write it makes use.
+  shard keys, on a sharded cluster (read through the router from
+    config.collections): the log (--transactions), its checkpoints and
+    refund books, the archive (--archive) must be unsharded or sharded on
+    {_id: "hashed"}; each ledger's accounts unsharded or sharded on
+    {_id: "hashed"} or {_id: 1}. The library refuses any other key
+    (ErrShardKey).
 
 It reports, without requiring them, multi-document transactions (what
 twopc's internal/native comparison needs; twopc does not), partial
-indexes (EnsureIndexes makes a sparse index where they are missing), and
+indexes, and
 the server's name and version (buildInfo; FerretDB adds
 ferretdbVersion). Exit status 1 if anything needed is missing.
 
@@ -92,6 +101,7 @@ const (
 	checkPartialIndex  = "partial-indexes"
 	checkBuildInfo     = "buildinfo"
 	checkScratchDrop   = "scratch-dropped"
+	checkShardKeys     = "shard-keys"
 )
 
 func runDoctor(ctx context.Context, cl *cli, cmd *command, args []string) error {
@@ -224,10 +234,13 @@ func doctor(ctx context.Context, cn *conn) (*doctorReport, error) {
 	_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "x", Value: 1}},
 		Options: options.Index().SetName("doctor_partial").SetPartialFilterExpression(bson.D{{Key: "x", Value: true}})})
 	if err == nil {
-		add(checkPartialIndex, false, true, "yes; EnsureIndexes makes the fences index partial")
+		add(checkPartialIndex, false, true, "yes; the library makes none")
 	} else {
-		add(checkPartialIndex, false, false, "no (%v); EnsureIndexes makes the fences index sparse instead", err)
+		add(checkPartialIndex, false, false, "no (%v); the library makes none", err)
 	}
+
+	ok, detail := shardKeys(ctx, cn, hello.Msg == "isdbgrid")
+	add(checkShardKeys, true, ok, "%s", detail)
 
 	err = coll.Drop(ctx)
 	dropped = err == nil
@@ -365,4 +378,55 @@ func (r *doctorReport) print(w io.Writer) {
 		return
 	}
 	fmt.Fprintln(w, "\nThe server does NOT give what twopc needs: do not trust it with transfers.")
+}
+
+// shardKeys checks, on a sharded cluster's router, the shard keys of the
+// collections the library writes, as the library does (ErrShardKey): it
+// reports whether all are allowed, and what it found.
+func shardKeys(ctx context.Context, cn *conn, router bool) (bool, string) {
+	if !router {
+		return true, "not a sharded cluster: no shard keys"
+	}
+	type target struct {
+		coll *mongo.Collection
+		rule schema.ShardRule
+	}
+	targets := []target{
+		{cn.txns, schema.ShardedByHashedID},
+		{cn.db.Collection(cn.txns.Name() + schema.CheckpointsSuffix), schema.ShardedByHashedID},
+		{cn.db.Collection(cn.txns.Name() + schema.RefundsSuffix), schema.ShardedByHashedID},
+	}
+	if cn.archive != nil {
+		targets = append(targets, target{cn.archive, schema.ShardedByHashedID})
+	}
+	for _, name := range slices.Sorted(maps.Keys(cn.ledgers)) {
+		targets = append(targets, target{cn.ledgers[name], schema.ShardedByID})
+	}
+	ok, said := true, make([]string, 0, len(targets))
+	for _, tg := range targets {
+		ns := tg.coll.Database().Name() + "." + tg.coll.Name()
+		isRouter, err := schema.Router(ctx, tg.coll.Database())
+		if err != nil {
+			return false, fmt.Sprintf("%s: %v", ns, err)
+		}
+		if !isRouter { // a ledger in another deployment, not sharded
+			said = append(said, ns+": not on a sharded cluster")
+			continue
+		}
+		key, err := schema.ShardKey(ctx, tg.coll)
+		switch {
+		case err != nil:
+			return false, err.Error()
+		case key == nil:
+			said = append(said, ns+": unsharded")
+		default:
+			if why := tg.rule.Problem(ns, key); why != "" {
+				ok = false
+				said = append(said, why)
+			} else {
+				said = append(said, ns+": sharded on "+schema.KeyLabel(key))
+			}
+		}
+	}
+	return ok, strings.Join(said, "; ")
 }

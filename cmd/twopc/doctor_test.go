@@ -20,7 +20,7 @@ func TestDoctor(t *testing.T) {
 	for _, c := range rep.Checks {
 		checks[c.Name] = c
 	}
-	for _, name := range []string{checkInc, checkClaim, checkLocalTime, checkReadMajority, checkWriteMajority, checkScratchDrop} {
+	for _, name := range []string{checkInc, checkClaim, checkLocalTime, checkReadMajority, checkWriteMajority, checkScratchDrop, checkShardKeys} {
 		require.True(t, checks[name].OK, "%s: %s", name, checks[name].Detail)
 	}
 	require.Contains(t, checks[checkInc].Detail, "ended at 1000")
@@ -29,6 +29,12 @@ func TestDoctor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, hasTxns, checks[checkTransactions].OK, checks[checkTransactions].Detail)
 	require.NotEmpty(t, rep.Server.Version)
+	// The shard keys are read only through a router: elsewhere there are none.
+	if rep.Server.Topology == "sharded cluster (mongos)" {
+		require.Contains(t, checks[checkShardKeys].Detail, f.db.Name()+".transactions: ")
+	} else {
+		require.Equal(t, "not a sharded cluster: no shard keys", checks[checkShardKeys].Detail)
+	}
 
 	// The scratch collection is gone.
 	names, err := f.db.ListCollectionNames(f.ctx, bson.D{})

@@ -21,6 +21,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
+// The collections named after the transactions collection: the
+// statements' checkpoints and the refund books ("transactions_checkpoints"
+// and "transactions_refunds" by default).
+const (
+	CheckpointsSuffix = "_checkpoints"
+	RefundsSuffix     = "_refunds"
+)
+
 // Field names of transaction documents.
 const (
 	State         = "state"

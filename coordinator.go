@@ -122,7 +122,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		c.ledgers[spec.name] = &Ledger{config: &c.config, name: spec.name, accounts: spec.accounts.Clone(majority)}
 	}
 	c.shards = newShardKeys(c)
-	c.indexes = newLogIndexes(c.log.txns, c.checkpoints, c.history.archive, cfg.managedIndexes, c.shards)
+	c.indexes = newLogIndexes(c.log.txns, c.checkpoints, c.history.archive, cfg.managedIndexes, c.shards.log)
 	c.mark = newLowWater(c)
 	c.settler = &settlers{c: c}
 	c.exists = &ledgerStages[*existsCall]{write: func(ctx context.Context, calls []*existsCall) { readExistence(ctx, c.ledgers, calls) },

@@ -94,15 +94,6 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 		}
 		return
 	}
-	// On a sharded cluster, the collections' shard keys are read once,
-	// before the coordinator's first write: a key the protocol does not
-	// rest on is refused, with nothing written.
-	if err := c.shards.need(ctx); err != nil {
-		for _, t := range ts {
-			insertFailed(t, false, err)
-		}
-		return
-	}
 	// Transfers on different sets of ledgers go on apart, at once, from
 	// their first read of a ledger on: one that is down or slow holds up
 	// only the transfers with a leg on it.
@@ -120,6 +111,16 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 // on one set of ledgers, from the check of their accounts to their end.
 func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 	c := e.c
+	// On a sharded cluster, the shard keys of the log's collections and
+	// of these ledgers' accounts are read once, before the first write
+	// that needs them: a key the protocol does not rest on is refused,
+	// with nothing written.
+	if err := c.shards.need(ctx, false, ledgersOf(ts)...); err != nil {
+		for _, t := range ts {
+			insertFailed(t, false, err)
+		}
+		return
+	}
 	// An id with no account is refused here, with nothing written.
 	e.refuseMissing(ctx, ts)
 	claimedAt := c.now()
@@ -493,4 +494,19 @@ func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
 			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.AllLegs())
 	}
 	return c.outcome(prior)
+}
+
+// ledgersOf returns the names of the ledgers ts have legs on.
+func ledgersOf(ts []*transfer) []string {
+	seen := map[string]bool{}
+	var names []string
+	for _, t := range ts {
+		for _, lg := range t.rec.legs() {
+			if !seen[lg.ledger] {
+				seen[lg.ledger] = true
+				names = append(names, lg.ledger)
+			}
+		}
+	}
+	return names
 }

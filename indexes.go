@@ -88,7 +88,12 @@ func libraryIndexes() []libraryIndex {
 // needed for correctness: accounts and transactions are read and written
 // by _id, and idempotency keys are enforced by the _id derived from them;
 // the indexes keep those reads from scanning the log.
-func (c *Coordinator) EnsureIndexes(ctx context.Context) error { return c.indexes.ensure(ctx) }
+func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
+	if err := c.shards.need(ctx, true); err != nil {
+		return err
+	}
+	return c.indexes.ensure(ctx)
+}
 
 // ensure makes the library's indexes that are missing (see EnsureIndexes).
 func (x *logIndexes) ensure(ctx context.Context) error {
@@ -171,14 +176,14 @@ type logIndexes struct {
 	log, checkpoints *mongo.Collection
 	archive          *mongo.Collection // nil: none
 	managed          bool              // WithManagedIndexes: check, never make
-	shards           *shardKeys        // read, and allowed, before any index is made or checked
+	shards           *shardCheck       // the log's collections' shard keys, read and allowed before any index is made or checked
 	once             *untilDone
 }
 
 // newLogIndexes returns the indexes of log, checkpoints and archive (nil:
 // none), to be made (or, managed, checked) at the first need, once shards
 // allows the collections' shard keys.
-func newLogIndexes(log, checkpoints, archive *mongo.Collection, managed bool, shards *shardKeys) *logIndexes {
+func newLogIndexes(log, checkpoints, archive *mongo.Collection, managed bool, shards *shardCheck) *logIndexes {
 	return &logIndexes{log: log, checkpoints: checkpoints, archive: archive, managed: managed, shards: shards,
 		once: &untilDone{turn: make(chan struct{}, 1)}}
 }

@@ -10,6 +10,7 @@ package twopc
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -27,10 +28,20 @@ type shardedColl struct {
 	rule schema.ShardRule
 }
 
-// shardKeys are a coordinator's collections whose shard keys are checked,
-// once: the first caller that needs it reads them, and a failure (a key
-// refused, or the read) is returned to it and read again by the next.
+// shardKeys are a coordinator's collections whose shard keys are
+// checked, in groups that are down or up together: the log's (the log,
+// its checkpoints and refund books, the archive), and each ledger's
+// accounts, so that a ledger in another deployment that cannot be reached
+// holds up only what needs it.
 type shardKeys struct {
+	log     *shardCheck
+	ledgers map[string]*shardCheck
+}
+
+// shardCheck is one group's check, made once: the first caller that
+// needs it reads the keys, and a failure (a key refused, or the read) is
+// returned to it and read again by the next.
+type shardCheck struct {
 	colls []shardedColl
 	once  *untilDone
 }
@@ -38,38 +49,59 @@ type shardKeys struct {
 // newShardKeys returns the shard keys of c's collections: the log, its
 // checkpoints and refund books, the archive, each ledger's accounts.
 func newShardKeys(c *Coordinator) *shardKeys {
-	s := &shardKeys{once: &untilDone{turn: make(chan struct{}, 1)}}
-	add := func(coll *mongo.Collection, role string, rule schema.ShardRule) {
-		s.colls = append(s.colls, shardedColl{coll: coll, role: role, rule: rule})
+	group := func(colls ...shardedColl) *shardCheck {
+		return &shardCheck{colls: colls, once: &untilDone{turn: make(chan struct{}, 1)}}
 	}
-	add(c.log.txns, "the transactions collection", schema.ShardedByHashedID)
-	add(c.checkpoints, "the statements' checkpoints", schema.ShardedByHashedID)
-	add(c.books.coll, "the refund books", schema.ShardedByHashedID)
+	logColls := []shardedColl{
+		{c.log.txns, "the transactions collection", schema.ShardedByHashedID},
+		{c.checkpoints, "the statements' checkpoints", schema.ShardedByHashedID},
+		{c.books.coll, "the refund books", schema.ShardedByHashedID},
+	}
 	if c.history.archive != nil {
-		add(c.history.archive, "WithHistory's archive", schema.ShardedByHashedID)
+		logColls = append(logColls, shardedColl{c.history.archive, "WithHistory's archive", schema.ShardedByHashedID})
 	}
-	for _, name := range slices.Sorted(maps.Keys(c.ledgers)) {
+	s := &shardKeys{log: group(logColls...), ledgers: map[string]*shardCheck{}}
+	for name, l := range c.ledgers {
 		role := "the accounts of ledger " + name
 		if name == "" {
 			role = "the accounts collection"
 		}
-		add(c.ledgers[name].accounts, role, schema.ShardedByID)
+		s.ledgers[name] = group(shardedColl{l.accounts, role, schema.ShardedByID})
 	}
 	return s
 }
 
-// need returns nil once every collection's shard key was read and
-// allowed, or its server is not a router; ErrShardKey, naming each
-// collection refused, the key it has and the keys it may have, if any is
-// refused.
-func (s *shardKeys) need(ctx context.Context) error { return s.once.do(ctx, s.check) }
+// need returns nil once the log's collections' shard keys, and those of
+// the ledgers named (every ledger for all), were read and allowed, or
+// their servers are not routers; ErrShardKey, naming each collection
+// refused, the key it has and the keys it may have, if any is refused.
+func (s *shardKeys) need(ctx context.Context, all bool, ledgers ...string) error {
+	if err := s.log.need(ctx); err != nil {
+		return err
+	}
+	if all {
+		ledgers = slices.Sorted(maps.Keys(s.ledgers))
+	}
+	var refused []error
+	for _, name := range ledgers {
+		if g := s.ledgers[name]; g != nil {
+			if err := g.need(ctx); err != nil {
+				refused = append(refused, err)
+			}
+		}
+	}
+	return errors.Join(refused...)
+}
+
+// need runs the group's check until it first succeeds.
+func (g *shardCheck) need(ctx context.Context) error { return g.once.do(ctx, g.check) }
 
 // check reads each collection's shard key through its router (a server
 // that is not one has none) and refuses those the rules do not allow.
-func (s *shardKeys) check(ctx context.Context) error {
+func (g *shardCheck) check(ctx context.Context) error {
 	routers := map[*mongo.Client]bool{}
 	var refused []string
-	for _, sc := range s.colls {
+	for _, sc := range g.colls {
 		client := sc.coll.Database().Client()
 		router, known := routers[client]
 		if !known {

@@ -17,6 +17,14 @@
 // cannot start. Tests never skip for want of a server: if the chosen
 // backend cannot start, the test fails.
 //
+// TWOPC_TEST_SHARDED=1 (set only by the GitHub workflow's sharded job, with
+// MONGODB_URI naming the routers of a cluster of two shards) says the
+// server is a sharded cluster: NewDatabase then shards the collections the
+// tests use (ShardedCollections) on {_id: "hashed"} in each fresh
+// database, and the tests that need such a cluster run (RequireSharded);
+// elsewhere they skip, saying where they run. RouterClients connects to
+// each router apart.
+//
 // A test package uses it from TestMain:
 //
 //	func TestMain(m *testing.M) { mongotest.Main(m) }
@@ -210,12 +218,18 @@ func NewDatabaseOn(tb testing.TB, s *Server, opts ...*options.ClientOptions) *mo
 		defer cancel()
 		_ = db.Drop(ctx)
 	})
+	if shardedOn(s) {
+		if err := shardDatabase(s, db.Name()); err != nil {
+			tb.Fatalf("mongotest: sharding %s: %v", db.Name(), err)
+		}
+	}
 	return db
 }
 
 // NewDatabase returns a database with a fresh random name on the shared
 // server, reached through a client of its own, and drops it when the test
-// ends.
+// ends. When Sharded, the database's ShardedCollections are sharded on
+// {_id: "hashed"} first, their initial chunks spread over the shards.
 func NewDatabase(tb testing.TB, opts ...*options.ClientOptions) *mongo.Database {
 	tb.Helper()
 	return NewDatabaseOn(tb, Shared(tb), opts...)

@@ -111,18 +111,20 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 // on one set of ledgers, from the check of their accounts to their end.
 func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 	c := e.c
+	// An id with no account is refused here, with nothing written.
+	e.refuseMissing(ctx, ts)
 	// On a sharded cluster, the shard keys of the log's collections and
 	// of these ledgers' accounts are read once, before the first write
 	// that needs them: a key the protocol does not rest on is refused,
 	// with nothing written.
 	if err := c.shards.need(ctx, false, ledgersOf(ts)...); err != nil {
 		for _, t := range ts {
-			insertFailed(t, false, err)
+			if !t.over {
+				insertFailed(t, false, err)
+			}
 		}
 		return
 	}
-	// An id with no account is refused here, with nothing written.
-	e.refuseMissing(ctx, ts)
 	claimedAt := c.now()
 	calls := make([]*insertCall, 0, len(ts))
 	for _, t := range ts {
@@ -496,11 +498,15 @@ func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
 	return c.outcome(prior)
 }
 
-// ledgersOf returns the names of the ledgers ts have legs on.
+// ledgersOf returns the names of the ledgers ts, those not answered yet,
+// have legs on.
 func ledgersOf(ts []*transfer) []string {
 	seen := map[string]bool{}
 	var names []string
 	for _, t := range ts {
+		if t.over {
+			continue
+		}
 		for _, lg := range t.rec.legs() {
 			if !seen[lg.ledger] {
 				seen[lg.ledger] = true

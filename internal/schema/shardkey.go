@@ -95,23 +95,39 @@ func Router(ctx context.Context, db *mongo.Database) (bool, error) {
 
 // ShardKey returns coll's shard key, read through a router from the
 // cluster's catalog (config.collections, whose _id is the namespace), or
-// nil if coll is not sharded. The user needs read access to the config
+// nil if coll is not sharded (no entry, a dropped one, or an unsharded
+// collection's). The user needs read access to the config
 // database (the clusterMonitor role, or read on config).
 func ShardKey(ctx context.Context, coll *mongo.Collection) (bson.Raw, error) {
 	ns := coll.Database().Name() + "." + coll.Name()
-	var entry struct {
-		Key     bson.Raw `bson:"key"`
-		Dropped bool     `bson:"dropped"` // before MongoDB 5.0, a dropped collection's entry stays, so marked
-	}
-	err := coll.Database().Client().Database("config").Collection("collections").
-		FindOne(ctx, bson.D{{Key: "_id", Value: ns}}).Decode(&entry)
+	entry, err := coll.Database().Client().Database("config").Collection("collections").
+		FindOne(ctx, bson.D{{Key: "_id", Value: ns}}).Raw()
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("read the shard key of %s from config.collections (the user needs read access to the config database): %w", ns, err)
-	case entry.Dropped:
+	}
+	return catalogKey(entry)
+}
+
+// catalogKey returns the shard key config.collections' entry says, or nil
+// if the entry is not a sharded collection's: one dropped (MongoDB before
+// 5.0 leaves its entry, marked so), or, from MongoDB 8.0, an unsharded
+// collection the cluster tracks (moved to another shard with
+// moveCollection), marked unsplittable with key {_id: 1}: one chunk on one
+// shard, unsharded as far as the protocol goes.
+func catalogKey(entry bson.Raw) (bson.Raw, error) {
+	var e struct {
+		Key          bson.Raw `bson:"key"`
+		Dropped      bool     `bson:"dropped"`
+		Unsplittable bool     `bson:"unsplittable"`
+	}
+	if err := bson.Unmarshal(entry, &e); err != nil {
+		return nil, fmt.Errorf("config.collections entry: %w", err)
+	}
+	if e.Dropped || e.Unsplittable {
 		return nil, nil
 	}
-	return entry.Key, nil
+	return e.Key, nil
 }

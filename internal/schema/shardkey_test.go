@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -68,5 +69,35 @@ func TestKeyLabel(t *testing.T) {
 	got := KeyLabel(rawKey(t, bson.D{{Key: "owner", Value: int32(1)}, {Key: "_id", Value: "hashed"}}))
 	if want := `{owner: 1, _id: "hashed"}`; got != want {
 		t.Errorf("KeyLabel = %s, want %s", got, want)
+	}
+}
+
+// TestCatalogKey checks which config.collections entries are sharded
+// collections: not a dropped one's, nor an unsharded one the cluster
+// tracks (MongoDB 8.0's unsplittable, key {_id: 1}).
+func TestCatalogKey(t *testing.T) {
+	hashed := bson.D{{Key: "_id", Value: "hashed"}}
+	for _, c := range []struct {
+		entry bson.D
+		want  bson.D // nil: unsharded
+	}{
+		{bson.D{{Key: "_id", Value: "db.c"}, {Key: "key", Value: hashed}}, hashed},
+		{bson.D{{Key: "_id", Value: "db.c"}, {Key: "key", Value: hashed}, {Key: "dropped", Value: true}}, nil},
+		{bson.D{{Key: "_id", Value: "db.c"}, {Key: "key", Value: bson.D{{Key: "_id", Value: 1}}}, {Key: "unsplittable", Value: true}}, nil},
+		{bson.D{{Key: "_id", Value: "db.c"}, {Key: "key", Value: bson.D{{Key: "_id", Value: 1}}}, {Key: "unsplittable", Value: false}}, bson.D{{Key: "_id", Value: 1}}},
+	} {
+		got, err := catalogKey(rawKey(t, c.entry))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.want == nil {
+			if got != nil {
+				t.Errorf("entry %v: key %s, want unsharded", c.entry, got)
+			}
+			continue
+		}
+		if !bytes.Equal(got, rawKey(t, c.want)) {
+			t.Errorf("entry %v: key %s, want %v", c.entry, got, c.want)
+		}
 	}
 }

@@ -43,6 +43,9 @@ func seqCond(n int64) bson.E {
 // and it is tried once more.
 func (bk captureBook) reserve(ctx context.Context, h *record, e captureEntry) (*record, error) {
 	c := bk.c
+	if err := c.shards.log.need(ctx); err != nil {
+		return nil, err
+	}
 	e.At, e.LeaseMs = c.mark.stamp(ctx), c.staleAfter.Milliseconds()
 	legs := h.AllLegs()
 	filter := bson.D{

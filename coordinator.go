@@ -72,8 +72,9 @@ type Coordinator struct {
 // by _id, so on a sharded cluster each is sent to one shard when the
 // accounts collections are sharded on {_id: "hashed"} (or {_id: 1}) and
 // the log unsharded or sharded on {_id: "hashed"}; the coordinator reads
-// the shard keys through the router before its first write and refuses
-// any other (ErrShardKey; see PROTOCOL.md, Scale-out). FerretDB alone
+// the shard keys through the router before the first write that inserts
+// or upserts into each collection, and refuses any other (ErrShardKey; see
+// PROTOCOL.md, Scale-out). FerretDB alone
 // loses updates; the repository's dev server
 // puts it behind a front that serializes requests.
 //
@@ -122,7 +123,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 		c.ledgers[spec.name] = &Ledger{config: &c.config, name: spec.name, accounts: spec.accounts.Clone(majority)}
 	}
 	c.shards = newShardKeys(c)
-	c.indexes = newLogIndexes(c.log.txns, c.checkpoints, c.history.archive, cfg.managedIndexes, c.shards.log)
+	c.indexes = newLogIndexes(c.log.txns, c.checkpoints, c.history.archive, cfg.managedIndexes, c.shards)
 	c.mark = newLowWater(c)
 	c.settler = &settlers{c: c}
 	c.exists = &ledgerStages[*existsCall]{write: func(ctx context.Context, calls []*existsCall) { readExistence(ctx, c.ledgers, calls) },

@@ -117,7 +117,7 @@ func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 	// of these ledgers' accounts are read once, before the first write
 	// that needs them: a key the protocol does not rest on is refused,
 	// with nothing written.
-	if err := c.shards.need(ctx, false, ledgersOf(ts)...); err != nil {
+	if err := c.shards.need(ctx, ledgersOf(ts)...); err != nil {
 		for _, t := range ts {
 			if !t.over {
 				insertFailed(t, false, err)

@@ -70,9 +70,12 @@ var (
 	// archive must be unsharded or sharded on {_id: "hashed"}, and an
 	// accounts collection unsharded or sharded on {_id: "hashed"} or {_id:
 	// 1} (see PROTOCOL.md, Scale-out). The error names each collection, its
-	// key and why. EnsureIndexes returns it before it makes any index, and
-	// a coordinator before its first write (a transfer is not made,
-	// nothing written) and before its first read that needs an index.
+	// key and why. A coordinator reads the keys once, before the first
+	// write that inserts or upserts into a collection (a transfer, hold,
+	// capture or refund is then not made; OpenAccount, SetLimits and
+	// Cancel's placeholder write nothing) and before its first read that
+	// needs an index; EnsureIndexes reads them all again, before it makes
+	// any index.
 	ErrShardKey = errors.New("twopc: shard key not supported")
 
 	// ErrAccountNotFound reports that an account a leg names does not exist

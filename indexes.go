@@ -89,7 +89,7 @@ func libraryIndexes() []libraryIndex {
 // by _id, and idempotency keys are enforced by the _id derived from them;
 // the indexes keep those reads from scanning the log.
 func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
-	if err := c.shards.need(ctx, true); err != nil {
+	if err := c.shards.recheck(ctx); err != nil {
 		return err
 	}
 	return c.indexes.ensure(ctx)
@@ -97,7 +97,7 @@ func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
 
 // ensure makes the library's indexes that are missing (see EnsureIndexes).
 func (x *logIndexes) ensure(ctx context.Context) error {
-	if err := x.shards.need(ctx); err != nil {
+	if err := x.shards.logAndArchive(ctx); err != nil {
 		return err
 	}
 	// Only the missing ones are asked for, one per command: an index of
@@ -176,14 +176,14 @@ type logIndexes struct {
 	log, checkpoints *mongo.Collection
 	archive          *mongo.Collection // nil: none
 	managed          bool              // WithManagedIndexes: check, never make
-	shards           *shardCheck       // the log's collections' shard keys, read and allowed before any index is made or checked
+	shards           *shardKeys        // the log's and the archive's shard keys, read and allowed before any index is made or checked
 	once             *untilDone
 }
 
 // newLogIndexes returns the indexes of log, checkpoints and archive (nil:
 // none), to be made (or, managed, checked) at the first need, once shards
 // allows the collections' shard keys.
-func newLogIndexes(log, checkpoints, archive *mongo.Collection, managed bool, shards *shardCheck) *logIndexes {
+func newLogIndexes(log, checkpoints, archive *mongo.Collection, managed bool, shards *shardKeys) *logIndexes {
 	return &logIndexes{log: log, checkpoints: checkpoints, archive: archive, managed: managed, shards: shards,
 		once: &untilDone{turn: make(chan struct{}, 1)}}
 }
@@ -206,7 +206,7 @@ func (x *logIndexes) need(ctx context.Context) error {
 // collection and keys, unless every index the library reads by exists
 // (by its keys, under any name and options).
 func (x *logIndexes) check(ctx context.Context) error {
-	if err := x.shards.need(ctx); err != nil {
+	if err := x.shards.logAndArchive(ctx); err != nil {
 		return err
 	}
 	keys := map[indexColl][]bson.Raw{}

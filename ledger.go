@@ -27,6 +27,7 @@ type Ledger struct {
 	name     string
 	accounts *mongo.Collection
 	kinds    accountKinds // which accounts have limits, as last read
+	shards   *shardCheck  // the accounts' shard key, read and allowed once (shardkey.go)
 }
 
 // Name returns the ledger's name; the default ledger's is "".
@@ -50,6 +51,9 @@ func (l *Ledger) Name() string { return l.name }
 func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ...AccountOption) error {
 	if err := validateAccountID("account", id); err != nil {
 		return errorf("twopc: open account: %w", err)
+	}
+	if err := l.shards.need(ctx); err != nil {
+		return errorf("twopc: open account %v: %w", id, err)
 	}
 	cfg := accountOptions(opts)
 	set := bson.D{{Key: fieldBalance, Value: balance}, {Key: fieldPending, Value: bson.A{}}}

@@ -197,6 +197,9 @@ func (l *Ledger) setLimits(ctx context.Context, id any, cfg accountConfig) error
 	if err := validateAccountID("account", id); err != nil {
 		return errorf("twopc: set limits: %w", err)
 	}
+	if err := l.shards.need(ctx); err != nil {
+		return errorf("twopc: set limits %v: %w", id, err)
+	}
 	if cfg.assetSet {
 		if err := schema.ValidAsset(cfg.asset); err != nil {
 			return errorf("twopc: set limits of %v: %w: %w", id, ErrInvalidAccount, err)

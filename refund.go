@@ -276,6 +276,9 @@ func (c *Coordinator) refund(ctx context.Context, r *record, t Txn, base int64, 
 // money are given back (see sweepBook) and it is tried once more.
 func (bk *refundBooks) reserve(ctx context.Context, id bson.ObjectID, base int64, e refundEntry) error {
 	c := bk.c
+	if err := c.shards.log.need(ctx); err != nil {
+		return err
+	}
 	e.At, e.LeaseMs = c.mark.stamp(ctx), c.staleAfter.Milliseconds()
 	if e.Amount <= base {
 		_, err := bk.coll.InsertOne(ctx, refundBook{ID: id, Left: base - e.Amount, Refunds: []refundEntry{e}})

@@ -76,6 +76,9 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (_ *Txn, err er
 		case archived:
 			return cancelArchived(id, r, err)
 		case errors.Is(err, ErrTxnNotFound):
+			if err := c.shards.log.need(ctx); err != nil {
+				return nil, errorf("twopc: cancel %s: %w", id.Hex(), err)
+			}
 			p, err := c.log.placeholder(ctx, id)
 			if errors.Is(err, errArrived) {
 				continue // the transaction arrived meanwhile: cancel it

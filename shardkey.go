@@ -1,9 +1,11 @@
 package twopc
 
 // The shard keys of the library's collections. On a sharded cluster each
-// is read through its router once per coordinator, before its first
-// money write and before it makes or checks its indexes (EnsureIndexes
-// too), and any key the protocol does not rest on is refused with
+// is read through its router once per coordinator, before the first
+// write that inserts or upserts into it (a transfer, a hold, a capture, a
+// refund's book, Cancel's placeholder, OpenAccount, SetLimits) and before
+// the coordinator makes or checks its indexes; EnsureIndexes reads them
+// all again. Any key the protocol does not rest on is refused with
 // ErrShardKey: the log's ids are its idempotency keys, unique across
 // shards only when _id is the shard key, and every write names one
 // document by _id alone (see PROTOCOL.md, Scale-out).
@@ -29,12 +31,14 @@ type shardedColl struct {
 }
 
 // shardKeys are a coordinator's collections whose shard keys are
-// checked, in groups that are down or up together: the log's (the log,
-// its checkpoints and refund books, the archive), and each ledger's
-// accounts, so that a ledger in another deployment that cannot be reached
-// holds up only what needs it.
+// checked, in groups that are down or up together and needed apart: the
+// log's (the log, its checkpoints and refund books), which every money
+// call writes; WithHistory's archive, which history passes and its
+// readers need; and each ledger's accounts (Ledger.shards), so that a
+// deployment that cannot be reached holds up only what needs it.
 type shardKeys struct {
 	log     *shardCheck
+	archive *shardCheck // nil: no archive
 	ledgers map[string]*shardCheck
 }
 
@@ -46,41 +50,40 @@ type shardCheck struct {
 	once  *untilDone
 }
 
-// newShardKeys returns the shard keys of c's collections: the log, its
-// checkpoints and refund books, the archive, each ledger's accounts.
+// newShardKeys returns the shard keys of c's collections, and gives each
+// ledger its group.
 func newShardKeys(c *Coordinator) *shardKeys {
 	group := func(colls ...shardedColl) *shardCheck {
 		return &shardCheck{colls: colls, once: &untilDone{turn: make(chan struct{}, 1)}}
 	}
-	logColls := []shardedColl{
-		{c.log.txns, "the transactions collection", schema.ShardedByHashedID},
-		{c.checkpoints, "the statements' checkpoints", schema.ShardedByHashedID},
-		{c.books.coll, "the refund books", schema.ShardedByHashedID},
+	s := &shardKeys{
+		log: group(
+			shardedColl{c.log.txns, "the transactions collection", schema.ShardedByHashedID},
+			shardedColl{c.checkpoints, "the statements' checkpoints", schema.ShardedByHashedID},
+			shardedColl{c.books.coll, "the refund books", schema.ShardedByHashedID}),
+		ledgers: map[string]*shardCheck{},
 	}
 	if c.history.archive != nil {
-		logColls = append(logColls, shardedColl{c.history.archive, "WithHistory's archive", schema.ShardedByHashedID})
+		s.archive = group(shardedColl{c.history.archive, "WithHistory's archive", schema.ShardedByHashedID})
 	}
-	s := &shardKeys{log: group(logColls...), ledgers: map[string]*shardCheck{}}
 	for name, l := range c.ledgers {
 		role := "the accounts of ledger " + name
 		if name == "" {
 			role = "the accounts collection"
 		}
-		s.ledgers[name] = group(shardedColl{l.accounts, role, schema.ShardedByID})
+		l.shards = group(shardedColl{l.accounts, role, schema.ShardedByID})
+		s.ledgers[name] = l.shards
 	}
 	return s
 }
 
 // need returns nil once the log's collections' shard keys, and those of
-// the ledgers named (every ledger for all), were read and allowed, or
-// their servers are not routers; ErrShardKey, naming each collection
-// refused, the key it has and the keys it may have, if any is refused.
-func (s *shardKeys) need(ctx context.Context, all bool, ledgers ...string) error {
+// the ledgers named, were read and allowed, or their servers are not
+// routers; ErrShardKey, naming each collection refused, the key it has
+// and the keys it may have, if any is refused.
+func (s *shardKeys) need(ctx context.Context, ledgers ...string) error {
 	if err := s.log.need(ctx); err != nil {
 		return err
-	}
-	if all {
-		ledgers = slices.Sorted(maps.Keys(s.ledgers))
 	}
 	var refused []error
 	for _, name := range ledgers {
@@ -93,8 +96,41 @@ func (s *shardKeys) need(ctx context.Context, all bool, ledgers ...string) error
 	return errors.Join(refused...)
 }
 
-// need runs the group's check until it first succeeds.
-func (g *shardCheck) need(ctx context.Context) error { return g.once.do(ctx, g.check) }
+// logAndArchive returns nil once the log's and the archive's shard keys
+// were read and allowed (see need).
+func (s *shardKeys) logAndArchive(ctx context.Context) error {
+	if err := s.log.need(ctx); err != nil {
+		return err
+	}
+	return s.archive.need(ctx)
+}
+
+// recheck reads every group's shard keys again, whatever an earlier
+// check found (EnsureIndexes: a collection resharded since is seen).
+func (s *shardKeys) recheck(ctx context.Context) error {
+	groups := []*shardCheck{s.log}
+	if s.archive != nil {
+		groups = append(groups, s.archive)
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.ledgers)) {
+		groups = append(groups, s.ledgers[name])
+	}
+	var refused []error
+	for _, g := range groups {
+		if err := g.check(ctx); err != nil {
+			refused = append(refused, err)
+		}
+	}
+	return errors.Join(refused...)
+}
+
+// need runs the group's check until it first succeeds; nil for no group.
+func (g *shardCheck) need(ctx context.Context) error {
+	if g == nil {
+		return nil
+	}
+	return g.once.do(ctx, g.check)
+}
 
 // check reads each collection's shard key through its router (a server
 // that is not one has none) and refuses those the rules do not allow.

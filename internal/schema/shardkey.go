@@ -29,12 +29,12 @@ const (
 
 // Why each rule: what breaks under another key.
 const (
-	whyLog = "a transaction's _id is its idempotency key, and MongoDB keeps an _id unique across shards only " +
-		"when it is the shard key (SERVER-30970); a range on _id would put every insert, whose ObjectID grows " +
-		"with time, on the one shard of the last chunk"
-	whyAccounts = "every leg names its account by _id alone, and MongoDB keeps an _id unique across shards only " +
-		"when it is the shard key (SERVER-30970); the library's upserts (fence lines, tombstones) need the " +
-		"whole shard key in their filter"
+	whyLog = "a transaction's _id is its idempotency key, and a sharded cluster keeps an _id unique across " +
+		"shards only when _id is the shard key (the manual's Shard Key Indexes); a range on _id would put every " +
+		"insert, whose ObjectID grows with time, on the one shard of the last chunk"
+	whyAccounts = "every leg names its account by _id alone, and a sharded cluster keeps an _id unique across " +
+		"shards only when _id is the shard key (the manual's Shard Key Indexes); the library's upserts (fence " +
+		"lines, tombstones) need the whole shard key in their filter"
 )
 
 // Problem returns why a collection whose shard key is key (nil:

@@ -112,7 +112,9 @@ func TestIndexFilterPushedDown(t *testing.T) {
 		bson.D{{Key: "_id", Value: "number"}, {Key: "state", Value: int32(1)}, {Key: "created", Value: time.Unix(1001, 0)}},
 		bson.D{{Key: "_id", Value: "missing"}, {Key: "created", Value: time.Unix(1002, 0)}},
 		bson.D{{Key: "_id", Value: "escaped"}, {Key: "state", Value: "a<b&\"c\""}, {Key: "created", Value: time.Unix(1003, 0)}},
-		bson.D{{Key: "_id", Value: "accented"}, {Key: "state", Value: "réglé"}, {Key: "created", Value: time.Unix(1004, 0)}})
+		bson.D{{Key: "_id", Value: "accented"}, {Key: "state", Value: "réglé"}, {Key: "created", Value: time.Unix(1004, 0)}},
+		bson.D{{Key: "_id", Value: "null"}, {Key: "state", Value: nil}, {Key: "created", Value: time.Unix(1005, 0)}},
+		bson.D{{Key: "_id", Value: "nullInArray"}, {Key: "state", Value: bson.A{nil, "y"}}, {Key: "created", Value: time.Unix(1006, 0)}})
 	indexed := collection(t, client, docs...)
 	plain := client.Database("devserver").Collection(t.Name() + "_plain")
 	_, err := plain.InsertMany(ctx, docs)
@@ -144,6 +146,12 @@ func TestIndexFilterPushedDown(t *testing.T) {
 		// server may escape it differently, and an index read would miss it.
 		{bson.D{{Key: "state", Value: "a<b&\"c\""}}, nil, false},
 		{bson.D{{Key: "state", Value: "réglé"}}, nil, true},
+		// {field: null} matches a document without the field, one where it
+		// is null, and one where it is an array holding null ("Query for
+		// Null or Missing Fields", MongoDB manual): read by the index
+		// (the change feed's search for events not yet numbered).
+		{bson.D{{Key: "state", Value: nil}}, nil, true},
+		{bson.D{{Key: "state", Value: nil}, {Key: "created", Value: bson.D{{Key: "$type", Value: "date"}}}}, nil, true},
 	} {
 		var plan bson.M
 		require.NoError(t, indexed.Database().RunCommand(ctx, bson.D{
@@ -178,4 +186,15 @@ func TestIndexFilterPushedDown(t *testing.T) {
 	n, err := indexed.CountDocuments(ctx, bson.D{{Key: "state", Value: "pending"}})
 	require.NoError(t, err)
 	assert.EqualValues(t, 51, n, "50 pending and the array")
+	// {state: null}: the missing field, the null and the array holding
+	// null, as MongoDB matches them.
+	var nulls []struct {
+		ID string `bson:"_id"`
+	}
+	cur, err := indexed.Find(ctx, bson.D{{Key: "state", Value: nil}}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	require.NoError(t, err)
+	require.NoError(t, cur.All(ctx, &nulls))
+	assert.Equal(t, []struct {
+		ID string `bson:"_id"`
+	}{{"missing"}, {"null"}, {"nullInArray"}}, nulls)
 }

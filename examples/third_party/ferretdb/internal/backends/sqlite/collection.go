@@ -664,6 +664,11 @@ func indexPushdown(filter *types.Document, indexes []metadata.IndexInfo) (where 
 		}
 		v, _ := filter.Get(field)
 		vs, ok := equalities(v)
+		if v == types.Null {
+			// {field: null}: the documents without the field, or with it
+			// null, or an array (which may hold a null): see nullPushdown.
+			vs, ok = nil, true
+		}
 		if !ok {
 			continue
 		}
@@ -683,6 +688,9 @@ func indexPushdown(filter *types.Document, indexes []metadata.IndexInfo) (where 
 	}
 
 	expr := fmt.Sprintf("%s->%q", metadata.DefaultColumn, best.Key[0].Field)
+	if values == nil {
+		return nullPushdown(expr), nil, true
+	}
 	placeholders := make([]string, len(values))
 	for i, x := range values {
 		placeholders[i] = "?"
@@ -720,6 +728,17 @@ func indexPushdown(filter *types.Document, indexes []metadata.IndexInfo) (where 
 	}
 
 	return fmt.Sprintf(` WHERE (%s IN (%s) OR %s IN (%s))`, expr, in, metadata.IDColumn, elements), args, true
+}
+
+// nullPushdown is the clause that reads by the index's expression expr
+// the documents MongoDB's {field: null} matches: those without the field
+// (expr is SQL NULL: -> found no key), those where it is null (its JSON
+// text, 'null'), and every document where it is an array, which matches
+// if an element is null (kept whole, as equalities' clauses keep arrays;
+// the handler applies the whole filter to what it reads). Each term is on
+// the index's expression, so SQLite searches the index for each.
+func nullPushdown(expr string) string {
+	return fmt.Sprintf(` WHERE (%s IS NULL OR %s = 'null' OR (%s >= '[' AND %s < '\'))`, expr, expr, expr, expr)
 }
 
 // elementsRange returns the range [lo, hi] of milliseconds since the epoch

@@ -43,7 +43,8 @@ type Coordinator struct {
 	// checkpoints holds statements' checkpoints: an account's balance
 	// through a time (see statement.go).
 	checkpoints *mongo.Collection
-	books       *refundBooks // the refund books (see Refund)
+	books       *refundBooks      // the refund books (see Refund)
+	feeds       *mongo.Collection // the feeds' and subscriber groups' documents (see Feed)
 
 	closeOnce sync.Once
 }
@@ -110,6 +111,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	c.log = &txnLog{config: &c.config, txns: db.Collection(cfg.transactions, majority)}
 	c.checkpoints = db.Collection(cfg.transactions+checkpointsSuffix, majority)
 	c.books = &refundBooks{c: c, coll: db.Collection(cfg.transactions+refundsSuffix, majority)}
+	c.feeds = db.Collection(cfg.transactions+feedsSuffix, majority)
 	if c.history.archive != nil {
 		a := c.history.archive
 		if a.Name() == cfg.transactions && a.Database().Name() == db.Name() {

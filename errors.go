@@ -78,6 +78,22 @@ var (
 	// any index.
 	ErrShardKey = errors.New("twopc: shard key not supported")
 
+	// ErrFeedTruncated reports a feed position older than what the feed
+	// still has: history (WithHistory) moved or removed transactions of
+	// the batches after it, once every feed had published them. The
+	// reader fell behind the time the log keeps transactions; nothing is
+	// skipped silently.
+	ErrFeedTruncated = errors.New("twopc: feed position older than what the feed keeps")
+
+	// ErrFeedDeleted reports a feed that Feed.Delete deleted: its name is
+	// not used again.
+	ErrFeedDeleted = errors.New("twopc: feed deleted")
+
+	// ErrInvalidFeed reports a feed name that is not 1 to 32 of a-z, 0-9
+	// and _, or a Position that is not one a feed gave. Nothing is
+	// written.
+	ErrInvalidFeed = errors.New("twopc: invalid feed")
+
 	// ErrAccountNotFound reports that an account a leg names does not exist
 	// in its ledger (no document, or only a tombstone). A transfer naming
 	// such an id is refused before its insert, with a nil Txn, and writes

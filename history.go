@@ -54,6 +54,12 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 			}
 			dueRecs = append(dueRecs, t)
 		}
+		// The feeds let go only what they published, and record it first.
+		dueRecs, err := c.feedsAllow(ctx, dueRecs)
+		if err != nil {
+			firstErr = cmpErr(firstErr, errorf("history: %w", err))
+			return
+		}
 		if c.history.archive == nil {
 			// Removal: statements keep what they need first.
 			dueRecs = r.checkpointRemoval(ctx, dueRecs, now)

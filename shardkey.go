@@ -60,7 +60,8 @@ func newShardKeys(c *Coordinator) *shardKeys {
 		log: group(
 			shardedColl{c.log.txns, "the transactions collection", schema.ShardedByHashedID},
 			shardedColl{c.checkpoints, "the statements' checkpoints", schema.ShardedByHashedID},
-			shardedColl{c.books.coll, "the refund books", schema.ShardedByHashedID}),
+			shardedColl{c.books.coll, "the refund books", schema.ShardedByHashedID},
+			shardedColl{c.feeds, "the feeds", schema.ShardedByHashedID}),
 		ledgers: map[string]*shardCheck{},
 	}
 	if c.history.archive != nil {

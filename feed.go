@@ -1,0 +1,262 @@
+package twopc
+
+// A durable change feed: every event of the transactions created since the
+// feed was, numbered into batches by one sequencer at a time (Run), read in
+// batch order by any number of readers (Read, All, Subscribe), none
+// skipped, at least once. See PROTOCOL.md, "Change feed".
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// feedsSuffix names the feeds' collection after the transactions
+// collection: "transactions_feeds" by default.
+const feedsSuffix = "_feeds"
+
+// The defaults of a feed's options.
+const (
+	defaultFeedLease = 10 * time.Second
+	defaultFeedBatch = 500
+	defaultFeedPoll  = 200 * time.Millisecond
+)
+
+// maxFeedTakeovers bounds how often a feed's sequencer can be taken over
+// (its lease lapsing, or a sequencer giving up an epoch whose tag writes
+// it could not confirm): each takeover keeps one entry in the feed's
+// document (about 30 bytes), the one batch number the epoch it ends may
+// have tagged without publishing, read again at every batch. Past it, Run
+// fails; Delete the feed and make another.
+const maxFeedTakeovers = 10000
+
+// feedName is what a feed's name may be: it names fields of every
+// transaction document and indexes of the log.
+var feedName = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+
+// Position is a place in a feed: Read returns the events after it. It is
+// opaque; "" is the start.
+type Position string
+
+// Event is one event of a feed.
+type Event struct {
+	// ID is unique per event and the same at every delivery: a consumer
+	// that keeps the IDs it handled gets every event exactly once.
+	ID string
+	// Kind is what happened.
+	Kind EventKind
+	// Pos is the position after this event: Read(ctx, e.Pos, n) returns
+	// the events that follow it.
+	Pos Position
+	// Txn is the transaction as the reader read it, which may be past the
+	// event (a held hold since captured): Kind and At say what the event
+	// was, and Txn.State is set to the state the event left it in (held,
+	// applied, canceled).
+	Txn Txn
+	// At is the event's own time (the commit, the hold's, or the end's),
+	// by the log server's clock: informational, never the position.
+	At time.Time
+}
+
+// FeedOption configures a Feed.
+type FeedOption func(*feedConfig)
+
+type feedConfig struct {
+	lease time.Duration        // the sequencer's and a subscriber group's lease
+	batch int                  // how many transactions a scan takes, per slot
+	poll  time.Duration        // how often a sequencer, All and Subscribe look again when there is nothing new
+	hook  func(feedStep) error // tests: called at each step of the sequencer
+}
+
+// feedStep is a step of the sequencer, where a test's hook may stop it.
+type feedStep int
+
+const (
+	feedTagged    feedStep = iota // its batch's tags written, not published
+	feedPublished                 // its batch published
+)
+
+// WithFeedLease sets how long a sequencer (Run) or a subscriber group
+// (Subscribe) that stopped answering keeps its lease before another takes
+// over: 10 seconds by default, by the log server's clock. A lease decides
+// only who numbers or handles events next, never whether an event is
+// numbered or delivered.
+func WithFeedLease(d time.Duration) FeedOption {
+	return func(c *feedConfig) {
+		if d > 0 {
+			c.lease = d
+		}
+	}
+}
+
+// WithFeedBatch sets how many transactions one scan of the sequencer takes
+// for each of a transaction's two places of events (the held and the
+// final): 500 by default. A batch holds at most twice that many events.
+func WithFeedBatch(n int) FeedOption {
+	return func(c *feedConfig) {
+		if n > 0 {
+			c.batch = n
+		}
+	}
+}
+
+// WithFeedPoll sets how long the sequencer, All and Subscribe wait before
+// they look again when nothing was new: 200 ms by default.
+func WithFeedPoll(d time.Duration) FeedOption {
+	return func(c *feedConfig) {
+		if d > 0 {
+			c.poll = d
+		}
+	}
+}
+
+// Feed is a named change feed of the coordinator's log. Its methods are
+// safe for concurrent use; a Feed holds no state between calls.
+type Feed struct {
+	c    *Coordinator
+	name string
+	cfg  feedConfig
+	err  error // an invalid name, returned by every method
+}
+
+// Feed returns the feed of that name (1 to 32 of a-z, 0-9 and _): Run
+// numbers its events, Read, All and Subscribe read them. Nothing is
+// written until Run or Subscribe.
+func (c *Coordinator) Feed(name string, opts ...FeedOption) *Feed {
+	f := &Feed{c: c, name: name, cfg: feedConfig{lease: defaultFeedLease, batch: defaultFeedBatch, poll: defaultFeedPoll}}
+	for _, o := range opts {
+		if o != nil {
+			o(&f.cfg)
+		}
+	}
+	if !feedName.MatchString(name) {
+		f.err = errorf("%w: %q: a name is 1 to 32 of a-z, 0-9 and _", ErrInvalidFeed, name)
+	}
+	return f
+}
+
+// Name returns the feed's name.
+func (f *Feed) Name() string { return f.name }
+
+// feedDoc is a feed's document in the feeds collection.
+type feedDoc struct {
+	ID           string    `bson:"_id"`
+	Since        time.Time `bson:"since"` // the feed numbers the transactions created since
+	Epoch        int64     `bson:"epoch"` // the sequencer's lease: 0 before the first
+	Holder       string    `bson:"holder,omitempty"`
+	LeaseMs      int64     `bson:"leaseMs"`
+	LastModified time.Time `bson:"lastModified"`
+	Published    int64     `bson:"published"` // the last batch readers may read
+	// Runs say which epoch published which batches: each from its From
+	// up to the next run's.
+	Runs []feedRun `bson:"runs"`
+	// Orphans are, for each epoch taken over, the one batch number it may
+	// have tagged without publishing.
+	Orphans []feedRun `bson:"orphans"`
+	// Gone is the highest batch that history moved or removed a
+	// transaction of: readers before it get ErrFeedTruncated.
+	Gone    int64 `bson:"gone"`
+	Deleted bool  `bson:"deleted,omitempty"`
+}
+
+// feedRun is an epoch and a batch number: where a run of published
+// batches starts, or the batch an epoch taken over may have left tags in.
+type feedRun struct {
+	E    int64 `bson:"e"`
+	From int64 `bson:"b"`
+}
+
+// owner returns the epoch that published batch b, or 0 if none did.
+func (d *feedDoc) owner(b int64) int64 {
+	if b < 1 || b > d.Published {
+		return 0
+	}
+	var e int64
+	for _, r := range d.Runs {
+		if r.From > b {
+			break
+		}
+		e = r.E
+	}
+	return e
+}
+
+// published reports whether tag names a batch its epoch published.
+func (d *feedDoc) published(tag string) bool {
+	b, e, ok := parseTag(tag)
+	return ok && d.owner(b) == e
+}
+
+// coll is the feeds collection.
+func (f *Feed) coll() *mongo.Collection { return f.c.feeds }
+
+// id is the feed's document id.
+func (f *Feed) id() string { return "feed:" + f.name }
+
+// read returns the feed's document, or an empty one (nothing published)
+// if there is none yet; ErrFeedDeleted if the feed was deleted.
+func (f *Feed) read(ctx context.Context) (*feedDoc, error) {
+	var d feedDoc
+	err := f.c.retry(ctx, func(ctx context.Context) error {
+		return f.coll().FindOne(ctx, bson.D{{Key: "_id", Value: f.id()}}).Decode(&d)
+	})
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return &feedDoc{ID: f.id()}, nil
+	}
+	if err != nil {
+		return nil, errorf("twopc: feed %q: %w", f.name, err)
+	}
+	if d.Deleted {
+		return nil, errorf("%w: %q", ErrFeedDeleted, f.name)
+	}
+	return &d, nil
+}
+
+// Delete deletes the feed: history no longer waits for it, its subscriber
+// groups' positions go, and its indexes on the log are dropped. Its name
+// is not used again (Run, Read and Subscribe return ErrFeedDeleted): the
+// tags it left on transactions would be taken for another feed's. A
+// sequencer still running stops at its next batch.
+func (f *Feed) Delete(ctx context.Context) error {
+	if f.err != nil {
+		return f.err
+	}
+	_, err := f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: f.id()}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "deleted", Value: true}}}})
+	if err != nil {
+		return errorf("twopc: delete feed %q: %w", f.name, err)
+	}
+	prefix := groupPrefix(f.name)
+	if _, err := f.coll().DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{
+		{Key: "$gte", Value: prefix}, {Key: "$lt", Value: prefix + "\xff"}}}}); err != nil {
+		return errorf("twopc: delete feed %q: its groups: %w", f.name, err)
+	}
+	for _, slot := range []string{slotHeld, slotFinal} {
+		err := f.c.log.txns.Indexes().DropOne(ctx, feedIndexName(f.name, slot))
+		var se mongo.ServerError
+		if err != nil && !(errors.As(err, &se) && (se.HasErrorCode(codeIndexNotFound) || se.HasErrorCode(codeNamespaceNotFound))) {
+			return errorf("twopc: delete feed %q: drop its index: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// The server's codes for an index or a collection that does not exist.
+const (
+	codeIndexNotFound     = 27
+	codeNamespaceNotFound = 26
+)
+
+// feedIndexName is the name of the index of feed name's tags in slot.
+func feedIndexName(name, slot string) string { return feedField(name, slot) + "_1_created_1" }
+
+// feedIndexKeys is the index of feed name's tags in slot: the search for
+// events not yet numbered ({tag: null, created ≥ since}) and a reader's
+// read of a batch ({tag: t}) are both read by it.
+func feedIndexKeys(name, slot string) bson.D {
+	return bson.D{{Key: feedField(name, slot), Value: 1}, {Key: fieldCreated, Value: 1}}
+}

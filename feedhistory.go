@@ -1,0 +1,105 @@
+package twopc
+
+// History waits for the feeds: a transaction leaves the log (WithHistory)
+// only once every feed that numbers it published its events, and each
+// such feed records, before it leaves, the last batch it had events in,
+// so that a reader behind it is told (ErrFeedTruncated), never handed a
+// batch with events missing.
+
+import (
+	"context"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// feedsAllow returns those of recs (final transactions about to leave the
+// log) that every feed lets go: a feed numbers a transaction created at or
+// after its since, and lets it go once both of its slots hold a tag the
+// feed published (or tagNone). Before it returns, each feed's gone is
+// raised to the highest batch among those let go; a transaction whose
+// feed could not be so recorded is kept. A feed made after the feeds were
+// read here has a since after every transaction history takes (their
+// time to keep has passed), so it numbers none of them.
+func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record, error) {
+	if len(recs) == 0 {
+		return recs, nil
+	}
+	var feeds []feedDoc
+	cur, err := c.feeds.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: "feed:"}, {Key: "$lt", Value: "feed;"}}},
+		{Key: "deleted", Value: bson.D{{Key: "$ne", Value: true}}}})
+	if err == nil {
+		err = cur.All(ctx, &feeds)
+	}
+	if err != nil {
+		return nil, errorf("read the feeds: %w", err)
+	}
+	if len(feeds) == 0 {
+		return recs, nil
+	}
+	ids := bson.A{}
+	proj := bson.D{}
+	for _, r := range recs {
+		ids = append(ids, r.ID)
+	}
+	for _, d := range feeds {
+		name := d.ID[len("feed:"):]
+		for _, slot := range []string{slotHeld, slotFinal} {
+			proj = append(proj, bson.E{Key: feedField(name, slot), Value: 1})
+		}
+	}
+	tags := map[bson.ObjectID]bson.Raw{}
+	tc, err := c.log.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find().SetProjection(proj))
+	if err != nil {
+		return nil, errorf("read the feeds' tags: %w", err)
+	}
+	for tc.Next(ctx) {
+		id, _ := tc.Current.Lookup("_id").ObjectIDOK()
+		tags[id] = append(bson.Raw(nil), tc.Current...)
+	}
+	if err := tc.Err(); err != nil {
+		return nil, errorf("read the feeds' tags: %w", err)
+	}
+	gone := make([]int64, len(feeds))
+	var out []*record
+	for _, r := range recs {
+		raw, ok := tags[r.ID]
+		if !ok {
+			continue // gone meanwhile, or not readable: left for a later pass
+		}
+		let := true
+		for i := range feeds {
+			d := &feeds[i]
+			if r.Created.Before(d.Since) {
+				continue // not this feed's
+			}
+			name := d.ID[len("feed:"):]
+			for _, slot := range []string{slotHeld, slotFinal} {
+				tag, has := raw.Lookup(feedField(name, slot)).StringValueOK()
+				switch {
+				case !has:
+					let = false
+				case tag == tagNone:
+				case d.published(tag):
+					b, _, _ := parseTag(tag)
+					gone[i] = max(gone[i], b)
+				default:
+					let = false
+				}
+			}
+		}
+		if let {
+			out = append(out, r)
+		}
+	}
+	for i, d := range feeds {
+		if gone[i] <= d.Gone {
+			continue
+		}
+		if _, err := c.feeds.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.ID}},
+			bson.D{{Key: "$max", Value: bson.D{{Key: "gone", Value: gone[i]}}}}); err != nil {
+			return nil, errorf("record what left feed %s: %w", d.ID, err)
+		}
+	}
+	return out, nil
+}

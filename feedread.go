@@ -1,0 +1,182 @@
+package twopc
+
+// Reading a feed: only published batches, in number order; within a
+// batch by the event's own time, then the transaction's id. A batch's
+// events are fixed once it is published (its epoch tags nothing more
+// for it, and no other epoch's tag is taken for it), so a position is a
+// batch and how many of its events were read.
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// feedPosition is a Position read: batch b, of which n events were read.
+type feedPosition struct{ b, n int64 }
+
+// parsePosition reads a Position; "" is the start.
+func parsePosition(p Position) (feedPosition, error) {
+	if p == "" {
+		return feedPosition{b: 1}, nil
+	}
+	bs, ns, ok := strings.Cut(string(p), ".")
+	b, err1 := strconv.ParseInt(bs, 10, 64)
+	n, err2 := strconv.ParseInt(ns, 10, 64)
+	if !ok || err1 != nil || err2 != nil || b < 1 || n < 0 {
+		return feedPosition{}, errorf("%w: position %q", ErrInvalidFeed, p)
+	}
+	return feedPosition{b: b, n: n}, nil
+}
+
+// String is the position as a Position.
+func (p feedPosition) String() Position { return Position(fmt.Sprintf("%d.%d", p.b, p.n)) }
+
+// Read returns up to limit events after position after ("" is the
+// start), from the batches published, and the position after the last
+// one returned (after itself if there is none yet). Delivery is at least
+// once: a reader that keeps the position of the last event it handled,
+// and resumes from it, gets every event, in the same order every time
+// (Event.ID tells a repeat). ErrFeedTruncated if history moved or removed
+// transactions of a batch at or after the position (the reader fell
+// behind what the log keeps): never a silent gap.
+func (f *Feed) Read(ctx context.Context, after Position, limit int) ([]Event, Position, error) {
+	if f.err != nil {
+		return nil, after, f.err
+	}
+	if limit < 1 {
+		return nil, after, errorf("%w: limit %d", ErrInvalidFeed, limit)
+	}
+	pos, err := parsePosition(after)
+	if err != nil {
+		return nil, after, err
+	}
+	d, err := f.read(ctx)
+	if err != nil {
+		return nil, after, err
+	}
+	if pos.b <= d.Gone {
+		return nil, after, errorf("%w: feed %q, batch %d (history moved batches up to %d)", ErrFeedTruncated, f.name, pos.b, d.Gone)
+	}
+	first := pos.b
+	var out []Event
+	for len(out) < limit && pos.b <= d.Published {
+		evs, err := f.readBatch(ctx, d, pos.b)
+		if err != nil {
+			return nil, after, err
+		}
+		if pos.n > int64(len(evs)) {
+			return nil, after, errorf("%w: position %q: batch %d has %d events", ErrInvalidFeed, after, pos.b, len(evs))
+		}
+		for pos.n < int64(len(evs)) && len(out) < limit {
+			e := evs[pos.n]
+			pos.n++
+			e.Pos = pos.String()
+			out = append(out, e)
+		}
+		if pos.n == int64(len(evs)) {
+			pos = feedPosition{b: pos.b + 1}
+		}
+	}
+	if len(out) == 0 {
+		return nil, pos.String(), nil
+	}
+	// A second look: history records a batch it takes transactions of
+	// before it moves them, so if that record is still below the batches
+	// read, none of their transactions was taken during the reads.
+	again, err := f.read(ctx)
+	if err != nil {
+		return nil, after, err
+	}
+	if first <= again.Gone {
+		return nil, after, errorf("%w: feed %q, batch %d (history moved batches up to %d while it was read)", ErrFeedTruncated, f.name, first, again.Gone)
+	}
+	return out, pos.String(), nil
+}
+
+// readBatch returns the events of published batch b in their order: by
+// their own time, then the transaction's id, a hold's held event before
+// its end.
+func (f *Feed) readBatch(ctx context.Context, d *feedDoc, b int64) ([]Event, error) {
+	tag := feedTag(b, d.owner(b))
+	type found struct {
+		e    Event
+		slot string
+	}
+	var all []found
+	for _, slot := range []string{slotHeld, slotFinal} {
+		field := feedField(f.name, slot)
+		_, err := f.scan(ctx, bson.D{{Key: field, Value: tag}}, 0, func(raw bson.Raw) error {
+			var r record
+			if err := bson.Unmarshal(raw, &r); err != nil {
+				return err
+			}
+			kind, at, ok := slotEvent(&r, slot)
+			if !ok {
+				return errorf("twopc: feed %q: transaction %s is tagged for batch %d with no event there", f.name, r.ID.Hex(), b)
+			}
+			txn := r.txn()
+			switch kind {
+			case EventHeld:
+				txn.State = StateHeld
+			case EventVoided, EventExpired, EventCanceled:
+				txn.State = StateCanceled
+			default:
+				txn.State = StateApplied
+			}
+			all = append(all, found{e: Event{ID: eventID(&r, kind), Kind: kind, Txn: *txn, At: at}, slot: slot})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(all, func(x, y found) int {
+		if c := x.e.At.Compare(y.e.At); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x.e.Txn.ID.Hex(), y.e.Txn.ID.Hex()); c != 0 {
+			return c
+		}
+		return strings.Compare(x.slot, y.slot) // "h" before "x"
+	})
+	out := make([]Event, len(all))
+	for i, x := range all {
+		out[i] = x.e
+	}
+	return out, nil
+}
+
+// All returns the events after position after, following the feed: when
+// it has read every published batch it waits (WithFeedPoll) and reads
+// again, until ctx is done or the loop stops. An error ends it, yielded
+// with a zero Event (ctx's error when ctx is done).
+func (f *Feed) All(ctx context.Context, after Position) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		pos := after
+		for {
+			evs, next, err := f.Read(ctx, pos, f.cfg.batch)
+			if err != nil {
+				yield(Event{}, err)
+				return
+			}
+			for _, e := range evs {
+				if !yield(e, nil) {
+					return
+				}
+			}
+			pos = next
+			if len(evs) == 0 {
+				if err := sleepCtx(ctx, f.cfg.poll); err != nil {
+					yield(Event{}, err)
+					return
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,341 @@
+package twopc
+
+// The feed's sequencer: one at a time per feed, under the feed's lease. A
+// round reads the events not yet numbered (and the tags an epoch taken
+// over left unpublished), tags them with the next batch number and its
+// epoch, one guarded single-document update each in unordered bulks, and
+// then publishes the batch with one write guarded by its epoch.
+
+import (
+	"context"
+	"errors"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Run is the feed's sequencer: it blocks, numbering the events of the
+// transactions created since the feed was first run into batches that
+// readers read, until ctx is done (it returns ctx's error) or the feed is
+// deleted (ErrFeedDeleted). One Run numbers a feed at a time, across
+// processes: the others wait for its lease (WithFeedLease) to lapse, and
+// take over. A sequencer taken over, or stopped anywhere, never makes a
+// reader skip an event: a tag it wrote and did not publish is numbered
+// again by the next.
+//
+// Each round numbers what one scan found: an event acknowledged before
+// the scan for batch k began is in batch k or an earlier one, unless that
+// scan found WithFeedBatch transactions or more (the next round, at once,
+// takes the rest). It costs one write per transaction numbered (its held
+// and final events together when both wait), and per batch two reads of
+// the events waiting, one read per hundred takeovers the feed had, and
+// two writes of the feed's document.
+func (f *Feed) Run(ctx context.Context) error {
+	if f.err != nil {
+		return f.err
+	}
+	c := f.c
+	if err := c.shards.log.need(ctx); err != nil {
+		return err
+	}
+	if err := f.create(ctx); err != nil {
+		return err
+	}
+	if err := f.ensureIndexes(ctx); err != nil {
+		return errorf("twopc: feed %q: indexes: %w", f.name, err)
+	}
+	l := newFeedLease(c, f.id(), f.cfg.lease, f.cfg.poll)
+	defer l.release()
+	for {
+		raw, err := l.take(ctx, f.takeover)
+		if err != nil {
+			return errorf("twopc: feed %q: take the sequencer's lease: %w", f.name, err)
+		}
+		err = f.sequence(ctx, l, raw)
+		switch {
+		case errors.Is(err, errLeaseLost):
+			l.release()
+			continue
+		case err != nil:
+			return errorf("twopc: feed %q: %w", f.name, err)
+		}
+	}
+}
+
+// create inserts the feed's document if there is none: since now, by the
+// server's clock, nothing published, no epoch.
+func (f *Feed) create(ctx context.Context) error {
+	now, err := f.c.log.serverNow(ctx)
+	if err != nil {
+		return errorf("twopc: feed %q: %w", f.name, err)
+	}
+	_, err = f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: f.id()}},
+		bson.D{{Key: "$setOnInsert", Value: bson.D{
+			{Key: "since", Value: now}, {Key: "epoch", Value: int64(0)}, {Key: "leaseMs", Value: int64(0)},
+			{Key: "lastModified", Value: now}, {Key: "published", Value: int64(0)},
+			{Key: "runs", Value: bson.A{}}, {Key: "orphans", Value: bson.A{}}, {Key: "gone", Value: int64(0)},
+		}}}, options.UpdateOne().SetUpsert(true))
+	if mongo.IsDuplicateKeyError(err) {
+		err = nil // made meanwhile by another
+	}
+	if err != nil {
+		return errorf("twopc: feed %q: %w", f.name, err)
+	}
+	_, err = f.read(ctx) // ErrFeedDeleted
+	return err
+}
+
+// ensureIndexes makes the feed's two indexes on the log, if missing.
+func (f *Feed) ensureIndexes(ctx context.Context) error {
+	specs, err := f.c.log.txns.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, s := range specs {
+		have[s.Name] = true
+	}
+	for _, slot := range []string{slotHeld, slotFinal} {
+		if err := ensureIndex(ctx, f.c.log.txns, have, feedIndexName(f.name, slot), feedIndexKeys(f.name, slot)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takeover records, in the write that takes the lease over from epoch
+// cur.Epoch, the one batch that epoch may have tagged and not published:
+// the one after the last published.
+func (f *Feed) takeover(cur leaseFields) (bson.D, error) {
+	if cur.Epoch == 0 {
+		return nil, nil
+	}
+	if len(cur.Orphans) >= maxFeedTakeovers {
+		return nil, errorf("the feed was taken over %d times: delete it and make another", len(cur.Orphans))
+	}
+	return bson.D{{Key: "$push", Value: bson.D{{Key: "orphans", Value: feedRun{E: cur.Epoch, From: cur.Published + 1}}}}}, nil
+}
+
+// sequence runs rounds under lease l, whose take returned raw, until an
+// error: errLeaseLost when the epoch is no longer the feed's.
+func (f *Feed) sequence(ctx context.Context, l *feedLease, raw bson.Raw) error {
+	for {
+		var d feedDoc
+		if err := bson.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		full, err := f.round(ctx, l, &d)
+		if err != nil {
+			return err
+		}
+		if !full {
+			if err := sleepCtx(ctx, f.cfg.poll); err != nil {
+				return err
+			}
+		}
+		if raw, err = l.renew(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// candidate is a transaction a round may tag.
+type candidate struct {
+	rec  *record
+	tags map[string]string // slot → its tag as read; absent: none
+}
+
+// round numbers batch d.Published+1: it reads the orphans' and the
+// waiting events' transactions, tags them, and publishes. full reports a
+// scan that found WithFeedBatch transactions (more may wait).
+func (f *Feed) round(ctx context.Context, l *feedLease, d *feedDoc) (full bool, err error) {
+	k := d.Published + 1
+	cands := map[bson.ObjectID]*candidate{}
+	var order []bson.ObjectID
+	add := func(raw bson.Raw) error {
+		var r record
+		if err := bson.Unmarshal(raw, &r); err != nil {
+			return err
+		}
+		if cands[r.ID] != nil {
+			return nil
+		}
+		cd := &candidate{rec: &r, tags: map[string]string{}}
+		for _, slot := range []string{slotHeld, slotFinal} {
+			if s, ok := raw.Lookup(feedField(f.name, slot)).StringValueOK(); ok {
+				cd.tags[slot] = s
+			}
+		}
+		cands[r.ID] = cd
+		order = append(order, r.ID)
+		return nil
+	}
+	orphans := map[string]bool{}
+	for _, o := range d.Orphans {
+		orphans[feedTag(o.From, o.E)] = true
+	}
+	if err := f.scanOrphans(ctx, d, add); err != nil {
+		return false, err
+	}
+	for _, slot := range []string{slotHeld, slotFinal} {
+		n, err := f.scanWaiting(ctx, d, slot, add)
+		if err != nil {
+			return false, err
+		}
+		full = full || n >= f.cfg.batch
+	}
+	tag := feedTag(k, l.epoch)
+	var models []mongo.WriteModel
+	for _, id := range order {
+		if m := f.tagModel(cands[id], tag, orphans); m != nil {
+			models = append(models, m)
+		}
+	}
+	if len(models) == 0 {
+		return full, nil
+	}
+	modified, failed := f.c.log.bulkByID(ctx, models)
+	if len(failed) > 0 {
+		// A tag whose outcome is not known may land later: give the
+		// epoch up, so that the next records its batch as orphaned.
+		return false, errLeaseLost
+	}
+	if modified == 0 {
+		return full, nil // every one numbered or moved on meanwhile
+	}
+	if err := f.step(feedTagged); err != nil {
+		return false, err
+	}
+	if err := f.publish(ctx, l, d, k); err != nil {
+		return false, err
+	}
+	return full, f.step(feedPublished)
+}
+
+// step calls the test's hook, if any.
+func (f *Feed) step(s feedStep) error {
+	if f.cfg.hook == nil {
+		return nil
+	}
+	return f.cfg.hook(s)
+}
+
+// scanOrphans reads the transactions that hold a tag an epoch taken over
+// left unpublished, a hundred tags a read.
+func (f *Feed) scanOrphans(ctx context.Context, d *feedDoc, add func(bson.Raw) error) error {
+	var tags bson.A
+	for _, o := range d.Orphans {
+		tags = append(tags, feedTag(o.From, o.E))
+	}
+	for start := 0; start < len(tags); start += 100 {
+		chunk := tags[start:min(start+100, len(tags))]
+		for _, slot := range []string{slotHeld, slotFinal} {
+			if _, err := f.scan(ctx, bson.D{{Key: feedField(f.name, slot), Value: bson.D{{Key: "$in", Value: chunk}}}}, 0, add); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scanWaiting reads up to WithFeedBatch transactions created since the
+// feed whose slot has no tag and will have no other event than it shows
+// (a query for a missing field matches null: the index's null range holds
+// the transactions in flight, the held holds, and those waiting).
+func (f *Feed) scanWaiting(ctx context.Context, d *feedDoc, slot string, add func(bson.Raw) error) (int, error) {
+	states := bson.A{StateApplied, StateDone, StateCanceled}
+	if slot == slotHeld {
+		states = append(states, StateHeld)
+	}
+	filter := bson.D{
+		{Key: feedField(f.name, slot), Value: nil},
+		{Key: fieldCreated, Value: bson.D{{Key: "$gte", Value: d.Since}}},
+		{Key: fieldState, Value: bson.D{{Key: "$in", Value: states}}},
+	}
+	return f.scan(ctx, filter, f.cfg.batch, add)
+}
+
+// scan reads the transactions filter matches (at most limit, 0: all) and
+// adds each; it returns how many it read.
+func (f *Feed) scan(ctx context.Context, filter bson.D, limit int, add func(bson.Raw) error) (int, error) {
+	n := 0
+	err := f.c.retry(ctx, func(ctx context.Context) error {
+		n = 0
+		opts := options.Find()
+		if limit > 0 {
+			opts.SetLimit(int64(limit))
+		}
+		cur, err := f.c.log.txns.Find(ctx, filter, opts)
+		if err != nil {
+			return err
+		}
+		defer cur.Close(ctx)
+		for cur.Next(ctx) {
+			n++
+			if err := add(cur.Current); err != nil {
+				return err
+			}
+		}
+		return cur.Err()
+	})
+	return n, err
+}
+
+// tagModel is the write that tags cd's slots for the batch of tag: each
+// slot with no tag whose event is settled (tagNone where it has none),
+// and each slot holding an orphan's tag, each guarded by its tag as read
+// and by the state the events were judged by. nil if nothing to tag.
+func (f *Feed) tagModel(cd *candidate, tag string, orphans map[string]bool) mongo.WriteModel {
+	filter := bson.D{{Key: "_id", Value: cd.rec.ID}, {Key: fieldState, Value: cd.rec.State}}
+	var set bson.D
+	for _, slot := range []string{slotHeld, slotFinal} {
+		field := feedField(f.name, slot)
+		cur, has := cd.tags[slot]
+		switch {
+		case has && orphans[cur]:
+			filter = append(filter, bson.E{Key: field, Value: cur})
+			set = append(set, bson.E{Key: field, Value: tag})
+		case !has && slotSettled(cd.rec, slot):
+			filter = append(filter, bson.E{Key: field, Value: bson.D{{Key: "$exists", Value: false}}})
+			if _, _, ok := slotEvent(cd.rec, slot); ok {
+				set = append(set, bson.E{Key: field, Value: tag})
+			} else {
+				set = append(set, bson.E{Key: field, Value: tagNone})
+			}
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(bson.D{{Key: "$set", Value: set}})
+}
+
+// publish makes batch k readable: one write guarded by the epoch and the
+// last published batch, recording the epoch's run at its first batch. A
+// write that failed is judged by the feed's document read again.
+func (f *Feed) publish(ctx context.Context, l *feedLease, d *feedDoc, k int64) error {
+	update := bson.D{
+		{Key: "$set", Value: bson.D{{Key: "published", Value: k}}},
+		{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
+	}
+	if len(d.Runs) == 0 || d.Runs[len(d.Runs)-1].E != l.epoch {
+		update = append(update, bson.E{Key: "$push", Value: bson.D{{Key: "runs", Value: feedRun{E: l.epoch, From: k}}}})
+	}
+	filter := append(l.guard(), bson.E{Key: "published", Value: k - 1})
+	res, err := f.coll().UpdateOne(ctx, filter, update)
+	if err == nil && res.MatchedCount == 1 {
+		return nil
+	}
+	now, rerr := f.read(ctx)
+	if rerr != nil {
+		return rerr
+	}
+	if now.owner(k) == l.epoch {
+		return nil // it landed: its reply was lost
+	}
+	// Not published by this epoch: taken over, or its write failed. The
+	// epoch is given up either way, and the next records batch k as its
+	// orphan, numbering its tags again.
+	return errLeaseLost
+}

@@ -1,0 +1,102 @@
+package twopc
+
+// A subscriber group: one handler at a time per group, across processes,
+// under the group's lease, its position saved in the group's document
+// after each batch of events the handler took.
+
+import (
+	"context"
+	"errors"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// groupPrefix starts the document ids of feed name's subscriber groups.
+func groupPrefix(name string) string { return "group:" + name + ":" }
+
+// Subscribe hands the feed's events to h, a slice at a time, from where
+// group last saved its position (the start for a new group), following
+// the feed, until ctx is done (it returns ctx's error), h returns an
+// error (Subscribe returns it; the position stays before those events),
+// or the feed is deleted. One Subscribe of a group runs h at a time,
+// across processes: the others wait for its lease (WithFeedLease) to
+// lapse. The position is saved after h returns nil, so every event is
+// handled at least once: after a crash, or a handler that outlived its
+// lease, the events since the last save are handed again, with the same
+// Event.ID. A handler that keeps its effects and e.Pos of the last event
+// together, and skips the IDs it has, handles each exactly once. group is
+// 1 to 32 of a-z, 0-9 and _.
+func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Context, []Event) error) error {
+	if f.err != nil {
+		return f.err
+	}
+	if !feedName.MatchString(group) {
+		return errorf("%w: group %q: a name is 1 to 32 of a-z, 0-9 and _", ErrInvalidFeed, group)
+	}
+	if h == nil {
+		return errorf("%w: nil handler", ErrInvalidFeed)
+	}
+	if _, err := f.read(ctx); err != nil {
+		return err // deleted
+	}
+	id := groupPrefix(f.name) + group
+	now, err := f.c.log.serverNow(ctx)
+	if err != nil {
+		return errorf("twopc: feed %q group %q: %w", f.name, group, err)
+	}
+	_, err = f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+		bson.D{{Key: "$setOnInsert", Value: bson.D{{Key: "epoch", Value: int64(0)}, {Key: "leaseMs", Value: int64(0)},
+			{Key: "lastModified", Value: now}, {Key: "pos", Value: ""}}}}, options.UpdateOne().SetUpsert(true))
+	if err != nil && !mongo.IsDuplicateKeyError(err) {
+		return errorf("twopc: feed %q group %q: %w", f.name, group, err)
+	}
+	l := newFeedLease(f.c, id, f.cfg.lease, f.cfg.poll)
+	defer l.release()
+	for {
+		raw, err := l.take(ctx, nil)
+		if err != nil {
+			return errorf("twopc: feed %q group %q: take its lease: %w", f.name, group, err)
+		}
+		err = f.deliver(ctx, l, raw, h)
+		if !errors.Is(err, errLeaseLost) {
+			return err
+		}
+	}
+}
+
+// deliver hands events to h under lease l (whose take returned raw) and
+// saves the position after each slice, until an error: errLeaseLost when
+// the group was taken over (or the feed deleted).
+func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(context.Context, []Event) error) error {
+	for {
+		pos, _ := raw.Lookup("pos").StringValueOK()
+		evs, next, err := f.Read(ctx, Position(pos), f.cfg.batch)
+		if err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			if err := sleepCtx(ctx, f.cfg.poll); err != nil {
+				return err
+			}
+		} else {
+			if err := h(ctx, evs); err != nil {
+				return errorf("twopc: feed %q: handler: %w", f.name, err)
+			}
+			res, err := f.coll().UpdateOne(ctx, l.guard(), bson.D{
+				{Key: "$set", Value: bson.D{{Key: "pos", Value: string(next)}}},
+				{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
+			})
+			if err != nil {
+				return errorf("twopc: feed %q: save the position: %w", f.name, err)
+			}
+			if res.MatchedCount == 0 {
+				return errLeaseLost
+			}
+		}
+		if raw, err = l.renew(ctx); err != nil {
+			return err
+		}
+	}
+}

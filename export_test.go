@@ -210,12 +210,14 @@ func LogIndexKeys() []bson.D {
 
 // The sequencer's steps where WithFeedHook's hook is called.
 const (
+	FeedTaken     = int(feedTaken)
+	FeedScanned   = int(feedScanned)
 	FeedTagged    = int(feedTagged)
 	FeedPublished = int(feedPublished)
 )
 
-// WithFeedHook calls h at each step of the feed's sequencer (FeedTagged,
-// FeedPublished); an error from it stops the round as a crash there
+// WithFeedHook calls h at each step of the feed's sequencer (FeedTaken,
+// FeedScanned, FeedTagged, FeedPublished); an error from it stops the round as a crash there
 // would, and a hook that blocks is a sequencer stalled there.
 func WithFeedHook(h func(step int) error) FeedOption {
 	return func(c *feedConfig) { c.hook = func(s feedStep) error { return h(int(s)) } }

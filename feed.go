@@ -76,7 +76,9 @@ type feedConfig struct {
 type feedStep int
 
 const (
-	feedTagged    feedStep = iota // its batch's tags written, not published
+	feedTaken     feedStep = iota // the lease taken, before the first round
+	feedScanned                   // a round's reads made, before its tags
+	feedTagged                    // its batch's tags written, not published
 	feedPublished                 // its batch published
 )
 

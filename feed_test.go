@@ -33,7 +33,7 @@ func feedRun(t *testing.T, b *bank, f *twopc.Feed) (stop func()) {
 		}
 		stopped = true
 		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, twopc.ErrFeedDeleted) {
 			t.Errorf("feed %s: Run: %v", f.Name(), err)
 		}
 	}

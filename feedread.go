@@ -73,14 +73,18 @@ func (f *Feed) Read(ctx context.Context, after Position, limit int) ([]Event, Po
 		if pos.n > int64(len(evs)) {
 			return nil, after, errorf("%w: position %q: batch %d has %d events", ErrInvalidFeed, after, pos.b, len(evs))
 		}
-		for pos.n < int64(len(evs)) && len(out) < limit {
-			e := evs[pos.n]
-			pos.n++
+		b := pos.b
+		for i := pos.n; i < int64(len(evs)) && len(out) < limit; i++ {
+			pos = feedPosition{b: b, n: i + 1}
+			if i+1 == int64(len(evs)) {
+				pos = feedPosition{b: b + 1} // the batch read whole: the next one's start
+			}
+			e := evs[i]
 			e.Pos = pos.String()
 			out = append(out, e)
 		}
-		if pos.n == int64(len(evs)) {
-			pos = feedPosition{b: pos.b + 1}
+		if pos.b == b && pos.n == int64(len(evs)) {
+			pos = feedPosition{b: b + 1} // an empty batch, or one read whole before
 		}
 	}
 	if len(out) == 0 {

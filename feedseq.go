@@ -52,7 +52,10 @@ func (f *Feed) Run(ctx context.Context) error {
 		if err != nil {
 			return errorf("twopc: feed %q: take the sequencer's lease: %w", f.name, err)
 		}
-		err = f.sequence(ctx, l, raw)
+		err = f.step(feedTaken)
+		if err == nil {
+			err = f.sequence(ctx, l, raw)
+		}
 		switch {
 		case errors.Is(err, errLeaseLost):
 			l.release()
@@ -194,6 +197,9 @@ func (f *Feed) round(ctx context.Context, l *feedLease, d *feedDoc) (full bool, 
 	}
 	if len(models) == 0 {
 		return full, nil
+	}
+	if err := f.step(feedScanned); err != nil {
+		return false, err
 	}
 	modified, failed := f.c.log.bulkByID(ctx, models)
 	if len(failed) > 0 {

@@ -13,6 +13,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // feedsSuffix names the feeds' collection after the transactions
@@ -261,4 +262,83 @@ func feedIndexName(name, slot string) string { return feedField(name, slot) + "_
 // read of a batch ({tag: t}) are both read by it.
 func feedIndexKeys(name, slot string) bson.D {
 	return bson.D{{Key: feedField(name, slot), Value: 1}, {Key: fieldCreated, Value: 1}}
+}
+
+// FeedStatus is what a feed's document and the log say of it (Status).
+type FeedStatus struct {
+	Name      string
+	Since     time.Time // the feed numbers the transactions created since
+	Published int64     // the last batch readers may read
+	Epoch     int64     // the sequencer's epoch: raised by each takeover
+	Holder    string    // the sequencer holding the lease ("" if none)
+	LeaseEnds time.Time // when its lease lapses unless renewed (the log server's clock)
+	Takeovers int       // how often the sequencer was taken over
+	Gone      int64     // the last batch history moved transactions of
+	// Waiting counts the transactions whose events wait to be numbered
+	// (at most what one scan takes, WithFeedBatch, for each kind of
+	// place): how far the sequencer is behind.
+	Waiting int
+	Deleted bool
+}
+
+// Status returns the feed's status; a feed never run has none yet
+// (Published 0, no Since).
+func (f *Feed) Status(ctx context.Context) (*FeedStatus, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	var d feedDoc
+	err := f.c.retry(ctx, func(ctx context.Context) error {
+		return f.coll().FindOne(ctx, bson.D{{Key: "_id", Value: f.id()}}).Decode(&d)
+	})
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return &FeedStatus{Name: f.name}, nil
+	}
+	if err != nil {
+		return nil, errorf("twopc: feed %q: %w", f.name, err)
+	}
+	st := &FeedStatus{Name: f.name, Since: d.Since, Published: d.Published, Epoch: d.Epoch, Holder: d.Holder,
+		Takeovers: len(d.Orphans), Gone: d.Gone, Deleted: d.Deleted}
+	if d.Holder != "" {
+		st.LeaseEnds = d.LastModified.Add(time.Duration(d.LeaseMs) * time.Millisecond)
+	}
+	if d.Deleted {
+		return st, nil
+	}
+	for _, slot := range []string{slotHeld, slotFinal} {
+		n, err := f.scanWaiting(ctx, &d, slot, func(bson.Raw) error { return nil })
+		if err != nil {
+			return nil, errorf("twopc: feed %q: %w", f.name, err)
+		}
+		st.Waiting += n
+	}
+	return st, nil
+}
+
+// Feeds returns the names of the log's feeds, deleted ones too (their
+// names are taken), sorted.
+func (c *Coordinator) Feeds(ctx context.Context) ([]string, error) {
+	var names []string
+	err := c.retry(ctx, func(ctx context.Context) error {
+		names = nil
+		cur, err := c.feeds.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: "feed:"}, {Key: "$lt", Value: "feed;"}}}},
+			options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			return err
+		}
+		var docs []struct {
+			ID string `bson:"_id"`
+		}
+		if err := cur.All(ctx, &docs); err != nil {
+			return err
+		}
+		for _, d := range docs {
+			names = append(names, d.ID[len("feed:"):])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errorf("twopc: feeds: %w", err)
+	}
+	return names, nil
 }

@@ -141,6 +141,16 @@ func TestFeedEveryKind(t *testing.T) {
 		assert.Equal(t, evs[i].ID, again[i].ID)
 		assert.Equal(t, evs[i].Pos, again[i].Pos)
 	}
+	st, err := f.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "audit", st.Name)
+	assert.GreaterOrEqual(t, st.Published, int64(1))
+	assert.Zero(t, st.Waiting, "nothing waits once every event was read")
+	assert.NotEmpty(t, st.Holder)
+	assert.True(t, st.LeaseEnds.After(st.Since))
+	names, err := b.c.Feeds(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"audit"}, names)
 	for i, e := range evs {
 		ids := []string{}
 		for _, x := range evs[i:] {

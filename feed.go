@@ -278,7 +278,13 @@ type FeedStatus struct {
 	// (at most what one scan takes, WithFeedBatch, for each kind of
 	// place): how far the sequencer is behind.
 	Waiting int
-	Deleted bool
+	// Orphaned counts the transactions holding a tag that an epoch taken
+	// over left unpublished: the sequencer numbers them again.
+	Orphaned int
+	// Unpublished counts the transactions the sequencer tagged for the
+	// batch it has not published yet.
+	Unpublished int
+	Deleted     bool
 }
 
 // Status returns the feed's status; a feed never run has none yet
@@ -311,6 +317,19 @@ func (f *Feed) Status(ctx context.Context) (*FeedStatus, error) {
 			return nil, errorf("twopc: feed %q: %w", f.name, err)
 		}
 		st.Waiting += n
+	}
+	if err := f.scanOrphans(ctx, &d, func(bson.Raw) error { st.Orphaned++; return nil }); err != nil {
+		return nil, errorf("twopc: feed %q: %w", f.name, err)
+	}
+	if d.Epoch > 0 {
+		next := feedTag(d.Published+1, d.Epoch)
+		for _, slot := range []string{slotHeld, slotFinal} {
+			n, err := f.scan(ctx, bson.D{{Key: feedField(f.name, slot), Value: next}}, 0, func(bson.Raw) error { return nil })
+			if err != nil {
+				return nil, errorf("twopc: feed %q: %w", f.name, err)
+			}
+			st.Unpublished += n
+		}
 	}
 	return st, nil
 }

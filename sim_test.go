@@ -73,6 +73,7 @@ type simStats struct {
 	calls, committed, legErrors, canceled, inProgress, crashed, otherErrors atomic.Int64
 	crashes, stalls, cancels, keyedRetries                                  atomic.Int64
 	recovered                                                               atomic.Int64
+	events                                                                  int // the feed's, after the run
 	holds, captures, voids, resolveRefused                                  atomic.Int64
 	done, canceledTxns                                                      int
 	heldAtEnd, captured, expired                                            int
@@ -92,10 +93,10 @@ func (s *simStats) sample(err error) {
 func (s *simStats) String() string {
 	return fmt.Sprintf("%d calls: %d committed, %d leg errors, %d canceled, %d in progress, %d crashed, %d other errors; "+
 		"holds: %d held, %d captures and %d voids answered ok, %d refused (resolved by another); "+
-		"injected %d crashes, %d stalls, %d cancels, %d keyed retries, front faults %+v; recovered %d; final: %d done (%d captured holds), %d canceled (%d expired holds), %d holds still held at the end; other errors such as %q",
+		"injected %d crashes, %d stalls, %d cancels, %d keyed retries, front faults %+v; recovered %d; final: %d done (%d captured holds), %d canceled (%d expired holds), %d holds still held at the end; the feed: %d events, each once; other errors such as %q",
 		s.calls.Load(), s.committed.Load(), s.legErrors.Load(), s.canceled.Load(), s.inProgress.Load(), s.crashed.Load(), s.otherErrors.Load(),
 		s.holds.Load(), s.captures.Load(), s.voids.Load(), s.resolveRefused.Load(),
-		s.crashes.Load(), s.stalls.Load(), s.cancels.Load(), s.keyedRetries.Load(), s.faults, s.recovered.Load(), s.done, s.captured, s.canceledTxns, s.expired, s.heldAtEnd, s.samples)
+		s.crashes.Load(), s.stalls.Load(), s.cancels.Load(), s.keyedRetries.Load(), s.faults, s.recovered.Load(), s.done, s.captured, s.canceledTxns, s.expired, s.heldAtEnd, s.events, s.samples)
 }
 
 // TestSimulation runs random transfers from several applications at once,
@@ -454,6 +455,9 @@ func runSimulation(t *testing.T, w simWorld, cfg simConfig) *simStats {
 
 	// Recoverers of other applications run during the load.
 	loadCtx, stopLoad := context.WithCancel(ctx)
+	// The feed's two sequencers too, racing for its lease, under the
+	// same faults: every event is checked at the end.
+	waitFeed := startSimFeed(t, loadCtx, w.log(), func(name string) *twopc.Coordinator { return newApp(name, nil) }, cfg.staleAfter)
 	var background sync.WaitGroup
 	for i := 0; i < 2; i++ {
 		r := twopc.NewRecoverer(newApp(fmt.Sprintf("recoverer-%d", i), nil), twopc.WithInterval(cfg.staleAfter/2))
@@ -534,6 +538,7 @@ func runSimulation(t *testing.T, w simWorld, cfg simConfig) *simStats {
 	resolvers.Wait()
 	stopLoad()
 	background.Wait()
+	waitFeed()
 	for _, c := range apps {
 		require.NoError(t, c.Close(ctx))
 	}
@@ -548,6 +553,7 @@ func runSimulation(t *testing.T, w simWorld, cfg simConfig) *simStats {
 	recovered, done, canceled := w.finish(cfg.allowNegative, stats)
 	stats.recovered.Add(int64(recovered))
 	stats.done, stats.canceledTxns = done, canceled
+	stats.events = checkSimFeed(t, w.app("feed-check", options.Client()), w.log())
 	require.Positive(t, stats.committed.Load(), "some transfers committed")
 	return stats
 }

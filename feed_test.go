@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/mongotest"
 )
 
 // feedRun starts f's sequencer and returns once the feed's document
@@ -248,4 +251,62 @@ func TestFeedBadInput(t *testing.T) {
 	assert.Empty(t, evs)
 	assert.Equal(t, twopc.Position("1.0"), pos)
 	_ = fmt.Sprint()
+}
+
+// TestFeedReadsByIndex: every read of the log the feed sends (the
+// sequencer's search for events not yet numbered, its read of an epoch's
+// orphans, a reader's read of a batch, Status) is explained, and none
+// scans the log: each is read by the feed's indexes (a query for a
+// missing tag matches null, which an ordinary index holds).
+func TestFeedReadsByIndex(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	rec := &findRecorder{}
+	recorded := mongotest.ConnectURI(t, b.server.URI, options.Client().SetMonitor(rec.monitor())).Database(b.db.Name())
+	c, err := twopc.NewCoordinator(recorded, twopc.WithSyncSettle())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	f := c.Feed("ix", twopc.WithFeedPoll(5*time.Millisecond), twopc.WithFeedLease(300*time.Millisecond))
+	stop := feedRun(t, b, f)
+	_, err = b.c.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	h, err := b.c.Hold(ctx, "A", "B", 5)
+	require.NoError(t, err)
+	_, err = b.c.Void(ctx, h.ID)
+	require.NoError(t, err)
+	readUntil(t, f, "", 3)
+	stop()
+	// A second sequencer takes over: it reads the first's orphans.
+	stop = feedRun(t, b, c.Feed("ix", twopc.WithFeedPoll(5*time.Millisecond)))
+	_, err = b.c.Transfer(ctx, "A", "B", 1)
+	require.NoError(t, err)
+	readUntil(t, f, "", 4)
+	_, err = f.Status(ctx)
+	require.NoError(t, err)
+	stop()
+
+	kinds := map[string]int{}
+	for _, cmd := range rec.recorded() {
+		if coll, _ := cmd.Lookup("find").StringValueOK(); coll != "transactions" {
+			continue
+		}
+		filter := cmd.Lookup("filter").String()
+		if !strings.Contains(filter, "_ix") {
+			continue
+		}
+		text, scans := planScans(t, b.db, cmd)
+		assert.False(t, scans, "a scan of the log for %s:\n%s", cmd, text)
+		switch {
+		case strings.Contains(filter, `"$in"`) && strings.Contains(filter, "created") && strings.Contains(filter, "null"):
+			kinds["search"]++
+		case strings.Contains(filter, `"$in"`):
+			kinds["orphans"]++
+		default:
+			kinds["batch"]++
+		}
+	}
+	for _, k := range []string{"search", "orphans", "batch"} {
+		assert.Positive(t, kinds[k], "no %s read was seen: %v", k, kinds)
+	}
 }

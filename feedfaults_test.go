@@ -3,6 +3,8 @@ package twopc_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -287,4 +289,43 @@ func TestFeedHistoryWaits(t *testing.T) {
 	_, _, err = f.Read(ctx, "", 1)
 	require.ErrorIs(t, err, twopc.ErrFeedDeleted)
 	require.ErrorIs(t, c.Feed("hist").Run(ctx), twopc.ErrFeedDeleted)
+}
+
+// batchOf returns the batch feed name numbered transaction id's final
+// event in, read from its tag.
+func batchOf(t *testing.T, b *bank, name string, id bson.ObjectID) int64 {
+	t.Helper()
+	raw, err := b.db.Collection("transactions").FindOne(testCtx(t), bson.D{{Key: "_id", Value: id}}).Raw()
+	require.NoError(t, err)
+	tag, ok := raw.Lookup("fx_" + name).StringValueOK()
+	require.True(t, ok, "transaction %s has no tag", id.Hex())
+	bs, _, _ := strings.Cut(tag, ".")
+	n, err := strconv.ParseInt(bs, 36, 64)
+	require.NoError(t, err)
+	return n
+}
+
+// TestFeedOrderAcrossBatches: an event acknowledged before the sequencer
+// began the scan for batch k is in batch k or an earlier one. Transfers
+// made while the sequencer waits before its first round are all in batch
+// 1; one made while it waits after publishing batch 1 is in batch 2.
+func TestFeedOrderAcrossBatches(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	gate := newStallAt(t, twopc.FeedTaken)
+	after := newStallAt(t, twopc.FeedPublished)
+	f := b.c.Feed("order", twopc.WithFeedPoll(5*time.Millisecond),
+		twopc.WithFeedHook(func(step int) error { _ = gate.hook(step); return after.hook(step) }))
+	feedRun(t, b, f)
+	<-gate.stalled
+	first := transfers(t, b, b.c, 3) // acknowledged before the first scan
+	close(gate.released)
+	<-after.stalled // batch 1 published; the next scan has not begun
+	second := transfers(t, b, b.c, 1)
+	close(after.released)
+	readUntil(t, f, "", 4)
+	for _, id := range first {
+		assert.EqualValues(t, 1, batchOf(t, b, "order", id))
+	}
+	assert.EqualValues(t, 2, batchOf(t, b, "order", second[0]))
 }

@@ -1,7 +1,8 @@
 // Command twopc operates the transfers of github.com/twopc/twopc on a
 // MongoDB database: it shows them, finishes those whose process stopped,
-// cancels and reverses them, audits the protocol's invariants, and checks
-// that a server gives the single-document atomicity the protocol rests on.
+// cancels and reverses them, reads the change feeds, audits the
+// protocol's invariants, and checks that a server gives the
+// single-document atomicity the protocol rests on.
 //
 // Install it from a clone of the repository, or run it there (nothing
 // is published yet, so go install github.com/twopc/twopc/cmd/twopc@latest
@@ -18,13 +19,14 @@
 //
 // The commands:
 //
-//	status   transactions by state, the oldest unfinished one, which applications are active
+//	status   transactions by state, the oldest unfinished one, which applications are active, the change feeds
 //	list     transactions, filtered, least recently touched first
 //	show     one transaction (by id or idempotency key), every field, and the account of each of its legs
 //	account  one account: balance, held and pending amounts, and its markers
 //	accounts the accounts of a ledger, by id, of an asset or all, by pages
 //	statement  an account's entries with their running balance
 //	balance  an account's balance at a time, from its entries
+//	feed     a change feed's events, in order, or --follow them; feed delete NAME deletes one
 //	recover  finish stale transactions: one recovery pass, or a pass every --interval
 //	cancel   roll back a transaction that has not reached its commit point
 //	reverse  undo a committed transfer with a transfer back
@@ -120,7 +122,14 @@
 // database with no transactions collection of the name --transactions
 // gives, status says so, naming the collections the database has, and
 // exits 1: the database or collection named is not the log (or no
-// transfer was ever made there), and counting would say "none".
+// transfer was ever made there), and counting would say "none". Status
+// then lists the change feeds (see Feeds), deleted ones too: each one's
+// last published batch, its sequencer's epoch, the lease holder and when
+// its lease ends ("none" if none holds it), how often it was taken over,
+// how many transactions wait to be numbered (how far the sequencer is
+// behind; the count stops at 1000), and whether it was deleted (--json:
+// "feeds": [{"name", "since", "published", "epoch", "holder",
+// "leaseEnds", "takeovers", "waiting", "gone", "deleted"}]).
 //
 // # List
 //
@@ -219,6 +228,29 @@
 // too. With --json: {"ledger", "account", "entries": [{"txn", "at",
 // "amount", "balance", "key", "metadata"}], "next"} and {"ledger",
 // "account", "at", "balance", "asset"}.
+//
+// # Feeds
+//
+// twopc feed NAME prints the events of change feed NAME (Coordinator.Feed,
+// Feed.Read): each transaction's committed, held, captured, voided,
+// expired or canceled event, one line each with its position, kind, time,
+// transaction, legs and event ID, from the batches its sequencer
+// (Feed.Run, which the tool never runs) published, in batch order.
+// --after POS starts after a position a line printed (default: the
+// start); --limit N (default 100; 0: all) prints a page and, when more
+// follow, the --after POS of the next; --follow (Feed.All) keeps reading
+// until SIGINT or SIGTERM, and exits 0. Delivery is at least once, none
+// skipped, the same order at every read, an event read again with the
+// same ID; positions are opaque, taken from the output. A position older
+// than what the feed keeps (history moved transactions of its batches out
+// of the log: twopc.ErrFeedTruncated), a deleted feed
+// (twopc.ErrFeedDeleted), and a name no feed has are refused, exit status
+// 1; a bad name, or a position the feed refuses (twopc.ErrInvalidFeed),
+// is a usage error. With --json, one object a line: {"id", "kind", "pos",
+// "at", "transaction"}, the transaction as stored with the state the
+// event left it in, and a last line {"error", "exitStatus"} if it failed
+// after the first. twopc feed delete NAME deletes the feed (Feed.Delete):
+// its name is not used again.
 //
 // # Archived transactions
 //
@@ -373,13 +405,14 @@
 // # Output
 //
 // Results go to stdout, for people by default, and as one JSON document
-// with --json (recover --watch --json: one per line). The JSON is plain,
-// for jq and any other reader: documents from the database keep their
-// fields in stored order, with ObjectIDs as their 24 hexadecimal digits
-// (which show, cancel and the others take back), dates as RFC 3339
-// strings in UTC ("2024-11-22T10:04:05.123Z"), and numbers as numbers;
-// binary data is base64, and a double that is not finite, a regular
-// expression (/pattern/options) and the other rare types are strings.
+// with --json (recover --watch --json and feed --json: one per line).
+// The JSON is plain, for jq and any other reader: documents from the
+// database keep their fields in stored order, with ObjectIDs as their 24
+// hexadecimal digits (which show, cancel and the others take back), dates
+// as RFC 3339 strings in UTC ("2024-11-22T10:04:05.123Z"), and numbers as
+// numbers; binary data is base64, and a double that is not finite, a
+// regular expression (/pattern/options) and the other rare types are
+// strings.
 // Errors, and progress of long passes, go to stderr; under --json, a
 // failure also prints one JSON object on stdout, {"error": "...",
 // "exitStatus": N}, unless the command printed its report already (audit
@@ -397,10 +430,12 @@
 //	   cannot apply, no transactions collection (status), none of the
 //	   collections named (audit, list, statement, balance, account), a
 //	   ledger's --total over several assets (audit), a balance before the
-//	   account was opened (balance)
+//	   account was opened (balance), no such feed, a feed deleted or read
+//	   from before what it keeps (feed)
 //	2  usage error: an unknown command or flag, a bad argument, no database
 //	   named, a ledger needed and not given, an amount not written as its
-//	   asset's are shown (capture, audit --total)
+//	   asset's are shown (capture, audit --total), a feed's name or
+//	   position that cannot be one (feed)
 //	3  cannot connect, the server failed a command, or interrupted
 //
 // # Examples
@@ -416,6 +451,7 @@
 //	twopc account alice
 //	twopc accounts --asset USD/2
 //	twopc recover --watch --interval 30s
+//	twopc feed audit --follow
 //	twopc cancel 6740c1a2e4b0a1b2c3d4e500
 //	twopc audit --total default=100000 --json | jq .ok
 package main

@@ -19,8 +19,8 @@ type command struct {
 
 // commands lists the subcommands, in the order help shows them.
 var commands = []*command{
-	statusCommand, listCommand, showCommand, accountCommand, accountsCommand, statementCommand, balanceCommand, recoverCommand,
-	cancelCommand, reverseCommand, captureCommand, voidCommand, auditCommand, doctorCommand,
+	statusCommand, listCommand, showCommand, accountCommand, accountsCommand, statementCommand, balanceCommand, feedCommand,
+	recoverCommand, cancelCommand, reverseCommand, captureCommand, voidCommand, auditCommand, doctorCommand,
 }
 
 func lookup(name string) *command {
@@ -69,8 +69,9 @@ func (cl *cli) unknown(name string) error {
 func (cl *cli) help(w io.Writer) {
 	fmt.Fprint(w, `twopc operates the transfers of github.com/twopc/twopc on a MongoDB
 database: it shows them, finishes those whose process stopped, cancels
-and reverses them, audits the protocol's invariants, and checks that a
-server gives the single-document atomicity the protocol rests on.
+and reverses them, reads the change feeds, audits the protocol's
+invariants, and checks that a server gives the single-document
+atomicity the protocol rests on.
 
 Usage:
   twopc COMMAND [flags] [arguments]
@@ -104,7 +105,8 @@ Every command takes:
                           (default twopc-cli; in list, a filter)
   -json                   one JSON document on stdout, for scripts: ids as
                           hex strings, times as RFC 3339; a failure prints
-                          {"error": ..., "exitStatus": N}
+                          {"error": ..., "exitStatus": N} (feed, recover
+                          --watch: one JSON object per line)
   -connect-timeout D      how long to wait for the server (default 10s)
 Flags may be written -flag or --flag, before or after the arguments.
 
@@ -123,15 +125,18 @@ Exit status:
      a live process, no such transaction or account, no transactions
      collection for status, none of the collections named for audit,
      list, statement, balance and account, a ledger's --total over
-     several assets, a balance before the account was opened)
+     several assets, a balance before the account was opened, no such
+     feed, a feed deleted, or read from before what it keeps)
   2  usage error: the command line is wrong (an amount not written as its
-     asset's are shown is one)
+     asset's are shown is one, as is a feed name or position that cannot
+     be one)
   3  cannot connect, the server failed a command, or interrupted
 
 Examples:
   MONGODB_URI=mongodb://127.0.0.1:27017/bank twopc status
   twopc list --uri mongodb://127.0.0.1:27017 --db bank --state pending --older-than 5m
   twopc recover --watch --interval 30s
+  twopc feed audit --follow
   twopc audit --total default=100000 --json | jq .ok
 
 Run 'twopc help COMMAND' or 'twopc COMMAND -h' for a command's flags and examples.

@@ -16,7 +16,7 @@ import (
 
 var statusCommand = &command{
 	name:    "status",
-	summary: "transactions by state, the oldest unfinished one, which applications are active",
+	summary: "transactions by state, the oldest unfinished one, which applications are active, the change feeds",
 	help: `Status counts the transactions by state, gives the age of the oldest
 unfinished one (initial, pending, applied or canceling: by its
 lastModified, against the server's clock), and, for each application,
@@ -28,13 +28,24 @@ settling an applied transaction keeps its owner's name. Holds (state
 held) are not unfinished work: status counts them and names the one held
 longest, by heldAt.
 
+Status lists each change feed of the log (see twopc help feed), deleted
+ones too: the last batch it published, its sequencer's epoch (raised by
+each takeover), the sequencer holding its lease and when that lease ends
+by the server's clock ("none" if none holds it; one that lapsed with a
+holder named is a sequencer that stopped without letting go: the next
+Feed.Run takes over then), how often the sequencer was taken over, how
+many transactions wait to be numbered (how far the sequencer is behind;
+the count stops at what one round of a sequencer takes, 1000 at most),
+and whether it was deleted. --json: feeds, one object each.
+
 On a database with no transactions collection of the name --transactions
 gives, status says so, naming the collections it has, and exits 1.
 
 Examples:
   MONGODB_URI=mongodb://127.0.0.1:27017/bank twopc status
   twopc status --uri mongodb://127.0.0.1:27017 --db bank --window 1h
-  twopc status --json | jq .states.pending`,
+  twopc status --json | jq .states.pending
+  twopc status --json | jq '.feeds | map({name, published, waiting})'`,
 	run: runStatus,
 }
 
@@ -57,6 +68,8 @@ type statusReport struct {
 	OldestHeld   *oldestTxn       `json:"oldestHeld"` // the hold held longest; its age is how long it has been held
 	Window       float64          `json:"windowSeconds"`
 	Applications []appActivity    `json:"applications"`
+	// Feeds are the log's change feeds, deleted ones too, by name.
+	Feeds []feedStatusJSON `json:"feeds"`
 }
 
 type oldestTxn struct {
@@ -138,6 +151,9 @@ func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport,
 
 	if rep.Applications, err = activity(ctx, cn.txns, now, window); err != nil {
 		return nil, fmt.Errorf("active applications: %w", err)
+	}
+	if rep.Feeds, err = feedStatuses(ctx, cn); err != nil {
+		return nil, fmt.Errorf("change feeds: %w", err)
 	}
 	return rep, nil
 }
@@ -250,17 +266,19 @@ func (r *statusReport) print(w io.Writer, window time.Duration) {
 	fmt.Fprintln(w)
 	if len(r.Applications) == 0 {
 		fmt.Fprintf(w, "No application wrote a transaction in the last %v: no coordinator created one, no recoverer took one over.\n", window)
-		return
-	}
-	fmt.Fprintf(w, "Applications that last wrote transactions in the last %v:\n", window)
-	tw = table(w)
-	fmt.Fprintln(tw, "  APPLICATION\tTRANSACTIONS\tLAST WRITE")
-	for _, a := range r.Applications {
-		name := a.Application
-		if name == "" {
-			name = "(none)"
+	} else {
+		fmt.Fprintf(w, "Applications that last wrote transactions in the last %v:\n", window)
+		tw = table(w)
+		fmt.Fprintln(tw, "  APPLICATION\tTRANSACTIONS\tLAST WRITE")
+		for _, a := range r.Applications {
+			name := a.Application
+			if name == "" {
+				name = "(none)"
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%v ago\n", name, a.Transactions, a.age)
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%v ago\n", name, a.Transactions, a.age)
+		_ = tw.Flush()
 	}
-	_ = tw.Flush()
+	fmt.Fprintln(w)
+	printFeeds(w, r.Feeds, r.ServerTime)
 }

@@ -174,7 +174,11 @@ func (p *poster) post(ctx context.Context, e twopc.Event) (int, error) {
 		_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, fmt.Errorf("event %s: POST %s: %s %q", e.ID, p.url, resp.Status, bytes.TrimSpace(head.Bytes()))
+		msg := ""
+		if b := bytes.TrimSpace(head.Bytes()); len(b) > 0 {
+			msg = fmt.Sprintf(" %q", b)
+		}
+		return resp.StatusCode, fmt.Errorf("event %s: POST %s: %s%s", e.ID, p.url, resp.Status, msg)
 	}
 	if err != nil {
 		// A 2xx whose body did not arrive within the timeout: not

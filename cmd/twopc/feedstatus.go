@@ -1,0 +1,99 @@
+package main
+
+// What twopc status says of the change feeds.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/twopc/twopc"
+)
+
+// feedStatusJSON is a feed as status prints it (Feed.Status).
+type feedStatusJSON struct {
+	Name      string     `json:"name"`
+	Since     time.Time  `json:"since"`     // it numbers the transactions created since
+	Published int64      `json:"published"` // the last batch readers may read
+	Epoch     int64      `json:"epoch"`     // raised by each takeover of its sequencer
+	Holder    string     `json:"holder"`    // the sequencer holding the lease; "" if none
+	LeaseEnds *time.Time `json:"leaseEnds"` // when the holder's lease lapses unless renewed; null if none holds it
+	Takeovers int        `json:"takeovers"`
+	// Waiting counts the transactions whose events wait to be numbered:
+	// how far the sequencer is behind, counted up to what one round of a
+	// sequencer takes (1000 at most). 0 for a deleted feed (not counted).
+	Waiting int   `json:"waiting"`
+	Gone    int64 `json:"gone"` // the last batch history moved transactions of: positions before it are truncated
+	Deleted bool  `json:"deleted"`
+	// Error says why the feed could not be read: a document whose name
+	// the library refuses (written by hand, or by another program).
+	Error string `json:"error,omitempty"`
+}
+
+// feedStatuses is each feed of the log, deleted ones too, as status lists
+// them.
+func feedStatuses(ctx context.Context, cn *conn) ([]feedStatusJSON, error) {
+	c, err := cn.coordinator()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = closeCoordinator(c) }()
+	names, err := c.Feeds(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]feedStatusJSON, 0, len(names))
+	for _, name := range names {
+		st, err := c.Feed(name).Status(ctx)
+		if errors.Is(err, twopc.ErrInvalidFeed) {
+			out = append(out, feedStatusJSON{Name: name, Error: err.Error()})
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		f := feedStatusJSON{Name: st.Name, Since: st.Since, Published: st.Published, Epoch: st.Epoch, Holder: st.Holder,
+			Takeovers: st.Takeovers, Waiting: st.Waiting, Gone: st.Gone, Deleted: st.Deleted}
+		if st.Holder != "" {
+			ends := st.LeaseEnds
+			f.LeaseEnds = &ends
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// printFeeds is status's section of the feeds, by the server's clock now.
+func printFeeds(w io.Writer, feeds []feedStatusJSON, now time.Time) {
+	if len(feeds) == 0 {
+		fmt.Fprintln(w, "No change feeds.")
+		return
+	}
+	fmt.Fprintln(w, "Change feeds (twopc help feed):")
+	tw := table(w)
+	fmt.Fprintln(tw, "  FEED\tPUBLISHED\tEPOCH\tSEQUENCER\tLEASE ENDS\tTAKEOVERS\tWAITING\tDELETED")
+	for _, f := range feeds {
+		if f.Error != "" {
+			fmt.Fprintf(tw, "  %s\t(%s)\n", f.Name, f.Error)
+			continue
+		}
+		holder, ends := "none", "-"
+		if f.LeaseEnds != nil {
+			holder = f.Holder
+			if f.LeaseEnds.After(now) {
+				ends = fmt.Sprintf("%s (in %v)", timestamp(*f.LeaseEnds), age(*f.LeaseEnds, now))
+			} else {
+				ends = fmt.Sprintf("%s (lapsed %v ago)", timestamp(*f.LeaseEnds), age(now, *f.LeaseEnds))
+			}
+		}
+		waiting, deleted := fmt.Sprint(f.Waiting), "no"
+		if f.Deleted {
+			waiting, deleted = "-", "yes"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", f.Name, f.Published, f.Epoch, holder, ends, f.Takeovers, waiting, deleted)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "  (WAITING: transactions whose events wait to be numbered, how far the sequencer is behind; the count stops at 1000.)")
+}

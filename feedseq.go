@@ -9,6 +9,7 @@ package twopc
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -121,24 +122,39 @@ func (f *Feed) takeover(cur leaseFields) (bson.D, error) {
 }
 
 // sequence runs rounds under lease l, whose take returned raw, until an
-// error: errLeaseLost when the epoch is no longer the feed's.
+// error: errLeaseLost when the epoch is no longer the feed's. The feed's
+// document changes under an epoch only by its own writes, so the round
+// keeps it; the lease is renewed (and the document read again) once a
+// third of it passed since the last write that stamped it.
 func (f *Feed) sequence(ctx context.Context, l *feedLease, raw bson.Raw) error {
+	var d feedDoc
+	if err := bson.Unmarshal(raw, &d); err != nil {
+		return err
+	}
+	stamped := time.Now()
 	for {
-		var d feedDoc
-		if err := bson.Unmarshal(raw, &d); err != nil {
-			return err
-		}
+		published := d.Published
 		full, err := f.round(ctx, l, &d)
 		if err != nil {
 			return err
+		}
+		if d.Published != published {
+			stamped = time.Now() // the publication stamped the lease
 		}
 		if !full {
 			if err := sleepCtx(ctx, f.cfg.poll); err != nil {
 				return err
 			}
 		}
-		if raw, err = l.renew(ctx); err != nil {
-			return err
+		if time.Since(stamped) >= f.cfg.lease/3 {
+			if raw, err = l.renew(ctx); err != nil {
+				return err
+			}
+			d = feedDoc{}
+			if err := bson.Unmarshal(raw, &d); err != nil {
+				return err
+			}
+			stamped = time.Now()
 		}
 	}
 }
@@ -290,10 +306,11 @@ func (f *Feed) scan(ctx context.Context, filter bson.D, limit int, add func(bson
 
 // tagModel is the write that tags cd's slots for the batch of tag: each
 // slot with no tag whose event is settled (tagNone where it has none),
-// and each slot holding an orphan's tag, each guarded by its tag as read
-// and by the state the events were judged by. nil if nothing to tag.
+// and each slot holding an orphan's tag, each guarded by its tag as read.
+// A settled slot's event does not change (see slotSettled), so the state
+// needs no guard. nil if nothing to tag.
 func (f *Feed) tagModel(cd *candidate, tag string, orphans map[string]bool) mongo.WriteModel {
-	filter := bson.D{{Key: "_id", Value: cd.rec.ID}, {Key: fieldState, Value: cd.rec.State}}
+	filter := bson.D{{Key: "_id", Value: cd.rec.ID}}
 	var set bson.D
 	for _, slot := range []string{slotHeld, slotFinal} {
 		field := feedField(f.name, slot)
@@ -331,6 +348,10 @@ func (f *Feed) publish(ctx context.Context, l *feedLease, d *feedDoc, k int64) e
 	filter := append(l.guard(), bson.E{Key: "published", Value: k - 1})
 	res, err := f.coll().UpdateOne(ctx, filter, update)
 	if err == nil && res.MatchedCount == 1 {
+		if len(d.Runs) == 0 || d.Runs[len(d.Runs)-1].E != l.epoch {
+			d.Runs = append(d.Runs, feedRun{E: l.epoch, From: k})
+		}
+		d.Published = k
 		return nil
 	}
 	now, rerr := f.read(ctx)
@@ -338,6 +359,7 @@ func (f *Feed) publish(ctx context.Context, l *feedLease, d *feedDoc, k int64) e
 		return rerr
 	}
 	if now.owner(k) == l.epoch {
+		*d = *now
 		return nil // it landed: its reply was lost
 	}
 	// Not published by this epoch: taken over, or its write failed. The

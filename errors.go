@@ -66,8 +66,8 @@ var (
 
 	// ErrShardKey reports a collection of the library sharded on a key the
 	// protocol does not rest on, read through the router of a sharded
-	// cluster: the log, its checkpoints and refund books and WithHistory's
-	// archive must be unsharded or sharded on {_id: "hashed"}, and an
+	// cluster: the log, its checkpoints, refund books and feeds, and
+	// WithHistory's archive must be unsharded or sharded on {_id: "hashed"}, and an
 	// accounts collection unsharded or sharded on {_id: "hashed"} or {_id:
 	// 1} (see PROTOCOL.md, Scale-out). The error names each collection, its
 	// key and why. A coordinator reads the keys once, before the first

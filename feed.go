@@ -14,11 +14,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc/internal/schema"
 )
 
 // feedsSuffix names the feeds' collection after the transactions
 // collection: "transactions_feeds" by default.
-const feedsSuffix = "_feeds"
+const feedsSuffix = schema.FeedsSuffix
 
 // The defaults of a feed's options.
 const (

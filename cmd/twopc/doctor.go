@@ -38,8 +38,8 @@ drops afterwards:
   majority read concern and majority write concern, which every read
     the library decides by and every write it makes use.
   shard keys, on a sharded cluster (read through the router from
-    config.collections): the log (--transactions), its checkpoints and
-    refund books, the archive (--archive) must be unsharded or sharded on
+    config.collections): the log (--transactions), its checkpoints,
+    refund books and feeds, the archive (--archive) must be unsharded or sharded on
     {_id: "hashed"}; each ledger's accounts unsharded or sharded on
     {_id: "hashed"} or {_id: 1}. The library refuses any other key
     (ErrShardKey).
@@ -393,6 +393,7 @@ func shardKeys(ctx context.Context, cn *conn) (bool, string) {
 		{cn.txns, schema.ShardedByHashedID},
 		{cn.db.Collection(cn.txns.Name() + schema.CheckpointsSuffix), schema.ShardedByHashedID},
 		{cn.db.Collection(cn.txns.Name() + schema.RefundsSuffix), schema.ShardedByHashedID},
+		{cn.db.Collection(cn.txns.Name() + schema.FeedsSuffix), schema.ShardedByHashedID},
 	}
 	if cn.archive != nil {
 		targets = append(targets, target{cn.archive, schema.ShardedByHashedID})

@@ -28,7 +28,7 @@ const notSharded = "runs only in the GitHub workflow's sharded job (.github/work
 // ShardedCollections are the collections NewDatabaseOn shards on
 // {_id: "hashed"} in each fresh database when Sharded: the names the
 // tests give the log and its side collections (the default transactions
-// collection, its _checkpoints and _refunds, WithHistory's archive) and
+// collection, its _checkpoints, _refunds and _feeds, WithHistory's archive) and
 // the accounts collections of their ledgers. A collection of another name
 // stays unsharded, which the topology the library states also allows.
 var ShardedCollections = []string{
@@ -36,6 +36,7 @@ var ShardedCollections = []string{
 	"transactions",
 	"transactions_checkpoints",
 	"transactions_refunds",
+	"transactions_feeds",
 	"archive",
 	"accounts_other",
 	"fees",

@@ -22,11 +22,13 @@ import (
 )
 
 // The collections named after the transactions collection: the
-// statements' checkpoints and the refund books ("transactions_checkpoints"
-// and "transactions_refunds" by default).
+// statements' checkpoints, the refund books and the change feeds
+// ("transactions_checkpoints", "transactions_refunds" and
+// "transactions_feeds" by default).
 const (
 	CheckpointsSuffix = "_checkpoints"
 	RefundsSuffix     = "_refunds"
+	FeedsSuffix       = "_feeds"
 )
 
 // Field names of transaction documents.

@@ -80,7 +80,7 @@ type feedStep int
 
 const (
 	feedTaken     feedStep = iota // the lease taken, before the first round
-	feedScanned                   // a round's reads made, before its tags
+	feedScanned                   // a round's reads made and its lease kept, before its tags
 	feedTagged                    // its batch's tags written, not published
 	feedPublished                 // its batch published
 )

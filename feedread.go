@@ -1,10 +1,13 @@
 package twopc
 
 // Reading a feed: only published batches, in number order; within a
-// batch by the event's own time, then the transaction's id. A batch's
-// events are fixed once it is published (its epoch tags nothing more
-// for it, and no other epoch's tag is taken for it), so a position is a
-// batch and how many of its events were read.
+// batch by the transaction's id (which begins with its creation time), a
+// hold's held event before its end: never by the event's own time, which
+// can move (a cancel's is its lastModified, which a late copy of its
+// insert refreshes), where a position must not. A batch's events are
+// fixed once it is published (its epoch tags nothing more for it, and no
+// other epoch's tag is taken for it), so a position is a batch and how
+// many of its events were read.
 
 import (
 	"context"
@@ -37,9 +40,9 @@ func parsePosition(p Position) (feedPosition, error) {
 // String is the position as a Position.
 func (p feedPosition) String() Position { return Position(fmt.Sprintf("%d.%d", p.b, p.n)) }
 
-// Read returns up to limit events after position after ("" is the
-// start), from the batches published, and the position after the last
-// one returned (after itself if there is none yet). Delivery is at least
+// Read returns up to limit events after position after ("" is the start
+// of what the feed keeps), from the batches published, and the position
+// after the last one returned (after itself if there is none yet). Delivery is at least
 // once: a reader that keeps the position of the last event it handled,
 // and resumes from it, gets every event, in the same order every time
 // (Event.ID tells a repeat). ErrFeedTruncated if history moved or removed
@@ -60,6 +63,9 @@ func (f *Feed) Read(ctx context.Context, after Position, limit int) ([]Event, Po
 	if err != nil {
 		return nil, after, err
 	}
+	if after == "" && pos.b <= d.Gone {
+		pos = feedPosition{b: d.Gone + 1} // the start of what the feed keeps
+	}
 	if pos.b <= d.Gone {
 		return nil, after, errorf("%w: feed %q, batch %d (history moved batches up to %d)", ErrFeedTruncated, f.name, pos.b, d.Gone)
 	}
@@ -71,6 +77,9 @@ func (f *Feed) Read(ctx context.Context, after Position, limit int) ([]Event, Po
 			return nil, after, err
 		}
 		if pos.n > int64(len(evs)) {
+			if again, err := f.read(ctx); err == nil && pos.b <= again.Gone {
+				return nil, after, errorf("%w: feed %q, batch %d (history moved batches up to %d while it was read)", ErrFeedTruncated, f.name, pos.b, again.Gone)
+			}
 			return nil, after, errorf("%w: position %q: batch %d has %d events", ErrInvalidFeed, after, pos.b, len(evs))
 		}
 		b := pos.b
@@ -87,12 +96,13 @@ func (f *Feed) Read(ctx context.Context, after Position, limit int) ([]Event, Po
 			pos = feedPosition{b: b + 1} // an empty batch, or one read whole before
 		}
 	}
-	if len(out) == 0 {
-		return nil, pos.String(), nil
+	if pos.b == first && len(out) == 0 {
+		return nil, pos.String(), nil // nothing read: nothing to confirm
 	}
-	// A second look: history records a batch it takes transactions of
-	// before it moves them, so if that record is still below the batches
-	// read, none of their transactions was taken during the reads.
+	// A second look, whenever a batch was read (with events or none):
+	// history records a batch it takes transactions of before it moves
+	// them, so if that record is still below the batches read, none of
+	// their transactions was taken during the reads.
 	again, err := f.read(ctx)
 	if err != nil {
 		return nil, after, err
@@ -104,8 +114,7 @@ func (f *Feed) Read(ctx context.Context, after Position, limit int) ([]Event, Po
 }
 
 // readBatch returns the events of published batch b in their order: by
-// their own time, then the transaction's id, a hold's held event before
-// its end.
+// the transaction's id, a hold's held event before its end.
 func (f *Feed) readBatch(ctx context.Context, d *feedDoc, b int64) ([]Event, error) {
 	tag := feedTag(b, d.owner(b))
 	type found struct {
@@ -141,9 +150,6 @@ func (f *Feed) readBatch(ctx context.Context, d *feedDoc, b int64) ([]Event, err
 		}
 	}
 	slices.SortFunc(all, func(x, y found) int {
-		if c := x.e.At.Compare(y.e.At); c != 0 {
-			return c
-		}
 		if c := strings.Compare(x.e.Txn.ID.Hex(), y.e.Txn.ID.Hex()); c != 0 {
 			return c
 		}

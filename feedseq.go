@@ -60,6 +60,9 @@ func (f *Feed) Run(ctx context.Context) error {
 		switch {
 		case errors.Is(err, errLeaseLost):
 			l.release()
+			if err := sleepCtx(ctx, f.cfg.poll); err != nil { // not at once again
+				return errorf("twopc: feed %q: %w", f.name, err)
+			}
 			continue
 		case err != nil:
 			return errorf("twopc: feed %q: %w", f.name, err)
@@ -123,40 +126,56 @@ func (f *Feed) takeover(cur leaseFields) (bson.D, error) {
 
 // sequence runs rounds under lease l, whose take returned raw, until an
 // error: errLeaseLost when the epoch is no longer the feed's. The feed's
-// document changes under an epoch only by its own writes, so the round
-// keeps it; the lease is renewed (and the document read again) once a
-// third of it passed since the last write that stamped it.
+// document changes under an epoch only by its own writes, so the rounds
+// keep it (seq).
 func (f *Feed) sequence(ctx context.Context, l *feedLease, raw bson.Raw) error {
-	var d feedDoc
-	if err := bson.Unmarshal(raw, &d); err != nil {
+	sq := &seq{f: f, l: l, stamped: time.Now()}
+	if err := bson.Unmarshal(raw, &sq.d); err != nil {
 		return err
 	}
-	stamped := time.Now()
 	for {
-		published := d.Published
-		full, err := f.round(ctx, l, &d)
+		full, err := sq.round(ctx)
 		if err != nil {
 			return err
-		}
-		if d.Published != published {
-			stamped = time.Now() // the publication stamped the lease
 		}
 		if !full {
 			if err := sleepCtx(ctx, f.cfg.poll); err != nil {
 				return err
 			}
 		}
-		if time.Since(stamped) >= f.cfg.lease/3 {
-			if raw, err = l.renew(ctx); err != nil {
-				return err
-			}
-			d = feedDoc{}
-			if err := bson.Unmarshal(raw, &d); err != nil {
-				return err
-			}
-			stamped = time.Now()
+		if err := sq.keep(ctx); err != nil {
+			return err
 		}
 	}
+}
+
+// seq is a sequencer's state under one epoch: the feed's document as its
+// own writes left it, and when its lease was last stamped.
+type seq struct {
+	f       *Feed
+	l       *feedLease
+	d       feedDoc
+	stamped time.Time // the host's clock at the last write that stamped the lease
+}
+
+// keep renews the lease (and reads the feed's document again) once a
+// third of it passed since it was last stamped: between rounds, and
+// within a round before its tags and before its publication, so that a
+// long round is not taken over for want of a renewal.
+func (sq *seq) keep(ctx context.Context) error {
+	if time.Since(sq.stamped) < sq.f.cfg.lease/3 {
+		return nil
+	}
+	raw, err := sq.l.renew(ctx)
+	if err != nil {
+		return err
+	}
+	var d feedDoc
+	if err := bson.Unmarshal(raw, &d); err != nil {
+		return err
+	}
+	sq.d, sq.stamped = d, time.Now()
+	return nil
 }
 
 // candidate is a transaction a round may tag.
@@ -168,7 +187,8 @@ type candidate struct {
 // round numbers batch d.Published+1: it reads the orphans' and the
 // waiting events' transactions, tags them, and publishes. full reports a
 // scan that found WithFeedBatch transactions (more may wait).
-func (f *Feed) round(ctx context.Context, l *feedLease, d *feedDoc) (full bool, err error) {
+func (sq *seq) round(ctx context.Context) (full bool, err error) {
+	f, l, d := sq.f, sq.l, &sq.d
 	k := d.Published + 1
 	cands := map[bson.ObjectID]*candidate{}
 	var order []bson.ObjectID
@@ -214,24 +234,41 @@ func (f *Feed) round(ctx context.Context, l *feedLease, d *feedDoc) (full bool, 
 	if len(models) == 0 {
 		return full, nil
 	}
+	if err := sq.keep(ctx); err != nil {
+		return false, err
+	}
 	if err := f.step(feedScanned); err != nil {
 		return false, err
 	}
-	modified, failed := f.c.log.bulkByID(ctx, models)
-	if len(failed) > 0 {
-		// A tag whose outcome is not known may land later: give the
-		// epoch up, so that the next records its batch as orphaned.
-		return false, errLeaseLost
+	_, failed := f.c.log.bulkByID(ctx, models)
+	refused := 0
+	for i, e := range failed {
+		var we mongo.WriteError
+		if !errors.As(e, &we) || transientCodes[we.Code] {
+			// A tag whose outcome is not known may land later: give the
+			// epoch up, so that the next records its batch as orphaned.
+			return false, errLeaseLost
+		}
+		refused++
+		f.c.logger.Warn("twopc: feed: the server refused a tag", "feed", f.name,
+			"transaction", models[i].(*mongo.UpdateOneModel).Filter.(bson.D)[0].Value, "err", e)
 	}
-	if modified == 0 {
-		return full, nil // every one numbered or moved on meanwhile
+	if refused == len(models) {
+		return full, nil // nothing tagged: nothing to publish
 	}
 	if err := f.step(feedTagged); err != nil {
 		return false, err
 	}
+	if err := sq.keep(ctx); err != nil {
+		return false, err
+	}
+	// Published even if no statement changed a document (they were
+	// numbered meanwhile, or a first attempt whose reply was lost tagged
+	// them): an empty batch is harmless, tags left unpublished are not.
 	if err := f.publish(ctx, l, d, k); err != nil {
 		return false, err
 	}
+	sq.stamped = time.Now() // the publication stamped the lease
 	return full, f.step(feedPublished)
 }
 

@@ -7,6 +7,7 @@ package twopc
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -81,8 +82,8 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 				return err
 			}
 		} else {
-			if err := h(ctx, evs); err != nil {
-				return errorf("twopc: feed %q: handler: %w", f.name, err)
+			if err := f.handle(ctx, l, h, evs); err != nil {
+				return err
 			}
 			res, err := f.coll().UpdateOne(ctx, l.guard(), bson.D{
 				{Key: "$set", Value: bson.D{{Key: "pos", Value: string(next)}}},
@@ -99,4 +100,43 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 			return err
 		}
 	}
+}
+
+// handle runs h on evs while it keeps the group's lease: renewed every
+// third of it, so that another subscriber does not take the group over
+// from a handler still at work; if the lease is lost all the same (this
+// process stalled), h's context is canceled and handle returns
+// errLeaseLost, its position not saved.
+func (f *Feed) handle(ctx context.Context, l *feedLease, h func(context.Context, []Event) error, evs []Event) error {
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lost := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(max(f.cfg.lease/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if _, err := l.renew(hctx); errors.Is(err, errLeaseLost) {
+					close(lost)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err := h(hctx, evs)
+	close(done)
+	select {
+	case <-lost:
+		return errLeaseLost
+	default:
+	}
+	if err != nil {
+		return errorf("twopc: feed %q: handler: %w", f.name, err)
+	}
+	return nil
 }

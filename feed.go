@@ -231,7 +231,7 @@ func (f *Feed) Delete(ctx context.Context) error {
 		return f.err
 	}
 	_, err := f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: f.id()}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "deleted", Value: true}}}})
+		bson.D{{Key: "$set", Value: bson.D{{Key: "deleted", Value: true}}}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
 		return errorf("twopc: delete feed %q: %w", f.name, err)
 	}

@@ -250,6 +250,12 @@ func TestFeedBadInput(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, evs)
 	assert.Equal(t, twopc.Position("1.0"), pos)
+	// A feed deleted before it ever ran: its name is taken all the same.
+	never := b.c.Feed("never")
+	require.NoError(t, never.Delete(ctx))
+	require.ErrorIs(t, never.Run(ctx), twopc.ErrFeedDeleted)
+	_, _, err = never.Read(ctx, "", 1)
+	require.ErrorIs(t, err, twopc.ErrFeedDeleted)
 	_ = fmt.Sprint()
 }
 

@@ -31,7 +31,8 @@ import (
 // takes the rest). It costs one write per transaction numbered (its held
 // and final events together when both wait), and per batch two reads of
 // the events waiting, one read per hundred takeovers the feed had, and
-// two writes of the feed's document.
+// one write of the feed's document (its publication), with a renewal of
+// its lease every third of a lease.
 func (f *Feed) Run(ctx context.Context) error {
 	if f.err != nil {
 		return f.err

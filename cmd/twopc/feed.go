@@ -49,7 +49,8 @@ became visible late). A read whose position is older than what the
 feed keeps, because history (twopc.WithHistory) moved transactions of a
 batch at or after it out of the log, is refused, exit status 1
 (twopc.ErrFeedTruncated): the reader is told it fell behind, never
-handed a batch with events missing. A deleted feed is refused likewise
+handed a batch with events missing. Without --after, the read starts at
+the start of what the feed keeps. A deleted feed is refused likewise
 (twopc.ErrFeedDeleted), and a name no feed has (a feed exists once its
 sequencer first ran). A name that is not 1 to 32 of a-z, 0-9 and _, and
 a position the feed refuses (twopc.ErrInvalidFeed: not of its form, or

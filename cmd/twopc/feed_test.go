@@ -443,14 +443,18 @@ func TestFeedFollow(t *testing.T) {
 }
 
 // TestFeedTruncated: once history moved transactions of a batch out of
-// the log, a reader from before it is refused, exit status 1, and says
-// why, as --json says it on its last line.
+// the log, a reader from a position before it is refused, exit status 1,
+// and says why, as --json says it on its last line; a reader from the
+// start reads from what the feed keeps.
 func TestFeedTruncated(t *testing.T) {
 	f := newFixture(t)
 	f.open(map[string]int64{"alice": 1000, "bob": 0})
 	archive := f.db.Collection("archive")
 	c := f.coordinator(twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle())
 	feed, _ := f.feedRun(c, "kept")
+	// A reader's position before anything was published.
+	_, before, err := feed.Read(f.ctx, "", 10)
+	require.NoError(t, err)
 	txn, err := c.Transfer(f.ctx, "alice", "bob", 10)
 	require.NoError(t, err)
 	evs := f.feedEvents(feed, 1)
@@ -467,18 +471,22 @@ func TestFeedTruncated(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Removed, "%+v", rep)
 
-	r = f.run("feed", "kept")
+	r = f.run("feed", "kept", "--after", string(before))
 	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
 	require.Contains(t, r.stderr, "twopc: feed position older than what the feed keeps")
 	require.Contains(t, r.stderr, "left the log (twopc.WithHistory) before this reader read them")
-	r = f.run("feed", "kept", "--json")
+	r = f.run("feed", "kept", "--after", string(before), "--json")
 	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
 	var e jsonError
 	r.decode(t, &e)
 	assert.Equal(t, exitFailed, e.ExitStatus)
 	assert.Contains(t, e.Error, "older than what the feed keeps")
-	r = f.run("feed", "kept", "--follow", "--json")
+	r = f.run("feed", "kept", "--after", string(before), "--follow", "--json")
 	require.Equal(t, exitFailed, r.code, r.stdout+r.stderr)
+	// From the start: the start of what the feed keeps.
+	r = f.run("feed", "kept")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "No events.")
 	// A reader past it reads on.
 	r = f.run("feed", "kept", "--after", string(evs[0].Pos))
 	require.Equal(t, exitOK, r.code, r.stderr)

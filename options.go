@@ -243,6 +243,12 @@ func WithWriteConcern(wc *writeconcern.WriteConcern) Option {
 // earlier times (see Coordinator.Statement); a transfer committed less
 // than a minute before the pass waits for the next one.
 //
+// A change feed (Coordinator.Feed) holds history back: a transaction a
+// feed numbers leaves the log only once the feed published its events, and
+// the feed then records it, so that a reader behind it gets
+// ErrFeedTruncated. A feed whose sequencer stopped holds the transactions
+// since until it runs again, or is deleted (Feed.Delete).
+//
 // With a Recoverer running every interval I, keep K and f transfers a
 // second, the collection then holds the unfinished transactions plus about
 // f×(K+I) final ones, plus every keyed transaction and placeholder, which

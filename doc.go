@@ -63,10 +63,14 @@
 // invariants on a live system, and an [Observer] ([WithObserver]) is told
 // of every state change and recovery action. [WithLedger] adds ledgers,
 // accounts collections in other databases or deployments, which a [Leg]
-// names; the coordinator's transactions collection stays the one log. The
-// twopc command (github.com/twopc/twopc/cmd/twopc) lists, shows, recovers,
-// cancels, reverses, captures, voids and audits transactions, and prints
-// statements and balances, from a shell.
+// names; the coordinator's transactions collection stays the one log. A
+// change feed ([Coordinator.Feed]) tells other systems every committed
+// transfer, hold, capture, void, expiry and cancel, at least once, in
+// batches one sequencer numbers ([Feed.Run]) and readers follow from a
+// position that depends on no clock ([Feed.Read], [Feed.All],
+// [Feed.Subscribe]). The twopc command (github.com/twopc/twopc/cmd/twopc)
+// lists, shows, recovers, cancels, reverses, captures, voids and audits
+// transactions, prints statements, balances and feeds, from a shell.
 //
 // # Guarantees
 //

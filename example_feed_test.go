@@ -25,7 +25,7 @@ func ExampleCoordinator_Feed() {
 
 	f := c.Feed("webhooks", twopc.WithFeedPoll(10*time.Millisecond))
 	go f.Run(ctx) // blocks until ctx is done
-	for { // the feed numbers the transactions created once it exists
+	for {         // the feed numbers the transactions created once it exists
 		if st, err := f.Status(ctx); err == nil && !st.Since.IsZero() {
 			break
 		}

@@ -89,14 +89,18 @@ const (
 // (Subscribe) that stopped answering keeps its lease before another takes
 // over: 10 seconds by default, by the log server's clock. A lease decides
 // only who numbers or handles events next, never whether an event is
-// numbered or delivered.
+// numbered or delivered. A lease shorter than 100 ms is taken as 100 ms.
 func WithFeedLease(d time.Duration) FeedOption {
 	return func(c *feedConfig) {
 		if d > 0 {
-			c.lease = d
+			c.lease = max(d, minFeedLease)
 		}
 	}
 }
+
+// minFeedLease is the shortest lease WithFeedLease sets: a shorter one is
+// taken as this.
+const minFeedLease = 100 * time.Millisecond
 
 // WithFeedBatch sets how many transactions one scan of the sequencer takes
 // for each of a transaction's two places of events (the held and the
@@ -314,7 +318,7 @@ func (f *Feed) Status(ctx context.Context) (*FeedStatus, error) {
 		return st, nil
 	}
 	for _, slot := range []string{slotHeld, slotFinal} {
-		n, err := f.scanWaiting(ctx, &d, slot, func(bson.Raw) error { return nil })
+		n, err := f.scanWaiting(ctx, &d, slot, nil, func(bson.Raw) error { return nil })
 		if err != nil {
 			return nil, errorf("twopc: feed %q: %w", f.name, err)
 		}

@@ -283,11 +283,20 @@ func TestFeedReadsByIndex(t *testing.T) {
 	require.NoError(t, err)
 	readUntil(t, f, "", 3)
 	stop()
-	// A second sequencer takes over: it reads the first's orphans.
+	// A sequencer stalls after its tags; a second takes over once its
+	// lease lapses, and reads the first's orphans.
+	stall := newStallAt(t, twopc.FeedTagged)
+	stopStalled := feedRun(t, b, c.Feed("ix", twopc.WithFeedPoll(5*time.Millisecond), twopc.WithFeedLease(300*time.Millisecond), twopc.WithFeedHook(stall.hook)))
+	_, err = b.c.Transfer(ctx, "A", "B", 2)
+	require.NoError(t, err)
+	<-stall.stalled
 	stop = feedRun(t, b, c.Feed("ix", twopc.WithFeedPoll(5*time.Millisecond)))
+	readUntil(t, f, "", 4)
+	close(stall.released)
+	stopStalled()
 	_, err = b.c.Transfer(ctx, "A", "B", 1)
 	require.NoError(t, err)
-	readUntil(t, f, "", 4)
+	readUntil(t, f, "", 5)
 	_, err = f.Status(ctx)
 	require.NoError(t, err)
 	stop()

@@ -50,6 +50,7 @@ type leaseFields struct {
 	LastModified time.Time `bson:"lastModified"`
 	Published    int64     `bson:"published"`
 	Orphans      []feedRun `bson:"orphans"`
+	Clean        bool      `bson:"clean"` // released with nothing left unpublished
 	Deleted      bool      `bson:"deleted"`
 }
 
@@ -83,7 +84,7 @@ func (l *feedLease) take(ctx context.Context, more func(leaseFields) (bson.D, er
 		}
 		update := bson.D{
 			{Key: "$set", Value: bson.D{{Key: "epoch", Value: cur.Epoch + 1}, {Key: "holder", Value: l.holder},
-				{Key: "leaseMs", Value: l.lease.Milliseconds()}}},
+				{Key: "leaseMs", Value: leaseMs(l.lease)}, {Key: "clean", Value: false}}},
 			{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
 		}
 		if more != nil {
@@ -137,14 +138,22 @@ func (l *feedLease) guard() bson.D {
 }
 
 // release lets another holder take the lease at once (Run or Subscribe
-// returning); a lease taken over meanwhile is left as it is.
-func (l *feedLease) release() {
+// returning), saying whether the holder left nothing unpublished (clean:
+// a taker then records no orphan); a lease taken over meanwhile is left
+// as it is.
+func (l *feedLease) release(clean bool) {
 	if l.epoch == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = l.coll.UpdateOne(ctx, l.guard(), bson.D{{Key: "$set", Value: bson.D{{Key: "holder", Value: ""}}}})
+	_, _ = l.coll.UpdateOne(ctx, l.guard(), bson.D{{Key: "$set", Value: bson.D{{Key: "holder", Value: ""}, {Key: "clean", Value: clean}}}})
+}
+
+// leaseMs is lease in whole milliseconds, rounded up: a lease is never
+// written shorter than asked.
+func leaseMs(lease time.Duration) int64 {
+	return int64((lease + time.Millisecond - 1) / time.Millisecond)
 }
 
 // sleepCtx waits d, or until ctx is done (its error).

@@ -11,6 +11,7 @@ package twopc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"slices"
@@ -49,6 +50,17 @@ func (p feedPosition) String() Position { return Position(fmt.Sprintf("%d.%d", p
 // transactions of a batch at or after the position (the reader fell
 // behind what the log keeps): never a silent gap.
 func (f *Feed) Read(ctx context.Context, after Position, limit int) ([]Event, Position, error) {
+	for try := 0; ; try++ {
+		evs, pos, err := f.read1(ctx, after, limit)
+		if after == "" && errors.Is(err, ErrFeedTruncated) && try < 10 {
+			continue // history moved the start meanwhile: start again from it
+		}
+		return evs, pos, err
+	}
+}
+
+// read1 is one attempt of Read.
+func (f *Feed) read1(ctx context.Context, after Position, limit int) ([]Event, Position, error) {
 	if f.err != nil {
 		return nil, after, f.err
 	}
@@ -77,7 +89,11 @@ func (f *Feed) Read(ctx context.Context, after Position, limit int) ([]Event, Po
 			return nil, after, err
 		}
 		if pos.n > int64(len(evs)) {
-			if again, err := f.read(ctx); err == nil && pos.b <= again.Gone {
+			again, err := f.read(ctx)
+			if err != nil {
+				return nil, after, err
+			}
+			if pos.b <= again.Gone {
 				return nil, after, errorf("%w: feed %q, batch %d (history moved batches up to %d while it was read)", ErrFeedTruncated, f.name, pos.b, again.Gone)
 			}
 			return nil, after, errorf("%w: position %q: batch %d has %d events", ErrInvalidFeed, after, pos.b, len(evs))

@@ -77,6 +77,8 @@ func TestFeedReviewSilentGap(t *testing.T) {
 	b.open(map[string]int64{"A": 1000, "B": 0})
 	f := c.Feed("gap", twopc.WithFeedPoll(5*time.Millisecond))
 	feedRun(t, b, f)
+	_, start, err := f.Read(ctx, "", 10) // a reader's position before any event
+	require.NoError(t, err)
 	transfers(t, b, c, 2)
 	readUntil(t, f, "", 2)
 	b.ageFinal()
@@ -97,7 +99,7 @@ func TestFeedReviewSilentGap(t *testing.T) {
 	require.NoError(t, err)
 	reader := rc.Feed("gap")
 	armed.Store(true)
-	evs, pos, err := reader.Read(ctx, "", 10)
+	evs, pos, err := reader.Read(ctx, start, 10)
 	require.False(t, armed.Load(), "history ran during the read")
 	n, cerr := b.db.Collection("transactions").CountDocuments(ctx, bson.D{})
 	require.NoError(t, cerr)

@@ -48,19 +48,21 @@ func (f *Feed) Run(ctx context.Context) error {
 		return errorf("twopc: feed %q: indexes: %w", f.name, err)
 	}
 	l := newFeedLease(c, f.id(), f.cfg.lease, f.cfg.poll)
-	defer l.release()
+	sq := &seq{f: f, l: l}
+	defer func() { l.release(!sq.dirty) }()
 	for {
 		raw, err := l.take(ctx, f.takeover)
 		if err != nil {
 			return errorf("twopc: feed %q: take the sequencer's lease: %w", f.name, err)
 		}
+		*sq = seq{f: f, l: l, stamped: time.Now(), refused: map[bson.ObjectID]bool{}}
 		err = f.step(feedTaken)
 		if err == nil {
-			err = f.sequence(ctx, l, raw)
+			err = sq.run(ctx, raw)
 		}
 		switch {
 		case errors.Is(err, errLeaseLost):
-			l.release()
+			l.release(!sq.dirty)
 			if err := sleepCtx(ctx, f.cfg.poll); err != nil { // not at once again
 				return errorf("twopc: feed %q: %w", f.name, err)
 			}
@@ -114,10 +116,11 @@ func (f *Feed) ensureIndexes(ctx context.Context) error {
 
 // takeover records, in the write that takes the lease over from epoch
 // cur.Epoch, the one batch that epoch may have tagged and not published:
-// the one after the last published.
+// the one after the last published; nothing if that epoch released the
+// lease with every tag it sent published (or none sent).
 func (f *Feed) takeover(cur leaseFields) (bson.D, error) {
-	if cur.Epoch == 0 {
-		return nil, nil
+	if cur.Epoch == 0 || (cur.Holder == "" && cur.Clean) {
+		return nil, nil // never held, or given up with no tag unpublished
 	}
 	if len(cur.Orphans) >= maxFeedTakeovers {
 		return nil, errorf("the feed was taken over %d times: delete it and make another", len(cur.Orphans))
@@ -125,12 +128,12 @@ func (f *Feed) takeover(cur leaseFields) (bson.D, error) {
 	return bson.D{{Key: "$push", Value: bson.D{{Key: "orphans", Value: feedRun{E: cur.Epoch, From: cur.Published + 1}}}}}, nil
 }
 
-// sequence runs rounds under lease l, whose take returned raw, until an
+// run runs rounds under its lease, whose take returned raw, until an
 // error: errLeaseLost when the epoch is no longer the feed's. The feed's
 // document changes under an epoch only by its own writes, so the rounds
-// keep it (seq).
-func (f *Feed) sequence(ctx context.Context, l *feedLease, raw bson.Raw) error {
-	sq := &seq{f: f, l: l, stamped: time.Now()}
+// keep it.
+func (sq *seq) run(ctx context.Context, raw bson.Raw) error {
+	f := sq.f
 	if err := bson.Unmarshal(raw, &sq.d); err != nil {
 		return err
 	}
@@ -157,7 +160,16 @@ type seq struct {
 	l       *feedLease
 	d       feedDoc
 	stamped time.Time // the host's clock at the last write that stamped the lease
+	// dirty says tags were sent that no publication covers yet: the epoch
+	// may have left some, and is not given up clean.
+	dirty bool
+	// refused are the transactions whose tag the server refused in this
+	// epoch, left out of its scans.
+	refused map[bson.ObjectID]bool
 }
+
+// maxRefused bounds the transactions an epoch leaves out of its scans.
+const maxRefused = 1000
 
 // keep renews the lease (and reads the feed's document again) once a
 // third of it passed since it was last stamped: between rounds, and
@@ -219,7 +231,7 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 		return false, err
 	}
 	for _, slot := range []string{slotHeld, slotFinal} {
-		n, err := f.scanWaiting(ctx, d, slot, add)
+		n, err := f.scanWaiting(ctx, d, slot, sq.refused, add)
 		if err != nil {
 			return false, err
 		}
@@ -241,8 +253,8 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 	if err := f.step(feedScanned); err != nil {
 		return false, err
 	}
-	_, failed := f.c.log.bulkByID(ctx, models)
-	refused := 0
+	sq.dirty = true
+	modified, failed := f.c.log.bulkByID(ctx, models)
 	for i, e := range failed {
 		var we mongo.WriteError
 		if !errors.As(e, &we) || transientCodes[we.Code] {
@@ -250,12 +262,30 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 			// epoch up, so that the next records its batch as orphaned.
 			return false, errLeaseLost
 		}
-		refused++
-		f.c.logger.Warn("twopc: feed: the server refused a tag", "feed", f.name,
-			"transaction", models[i].(*mongo.UpdateOneModel).Filter.(bson.D)[0].Value, "err", e)
+		// Refused by the server: left out of this epoch's scans, so that
+		// it holds up nothing, and said.
+		id, _ := models[i].(*mongo.UpdateOneModel).Filter.(bson.D)[0].Value.(bson.ObjectID)
+		if len(sq.refused) < maxRefused {
+			sq.refused[id] = true
+		}
+		f.c.logger.Warn("twopc: feed: the server refused a tag", "feed", f.name, "transaction", id, "err", e)
 	}
-	if refused == len(models) {
-		return full, nil // nothing tagged: nothing to publish
+	if modified == 0 {
+		// Nothing changed: published only if a tag of this batch is there
+		// (a first attempt whose reply was lost wrote it), else nothing
+		// to publish.
+		n := 0
+		for _, slot := range []string{slotHeld, slotFinal} {
+			c, err := f.scan(ctx, bson.D{{Key: feedField(f.name, slot), Value: tag}}, 1, func(bson.Raw) error { return nil })
+			if err != nil {
+				return false, err
+			}
+			n += c
+		}
+		if n == 0 {
+			sq.dirty = false
+			return full, nil
+		}
 	}
 	if err := f.step(feedTagged); err != nil {
 		return false, err
@@ -269,6 +299,7 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 	if err := f.publish(ctx, l, d, k); err != nil {
 		return false, err
 	}
+	sq.dirty = false
 	sq.stamped = time.Now() // the publication stamped the lease
 	return full, f.step(feedPublished)
 }
@@ -303,7 +334,7 @@ func (f *Feed) scanOrphans(ctx context.Context, d *feedDoc, add func(bson.Raw) e
 // feed whose slot has no tag and will have no other event than it shows
 // (a query for a missing field matches null: the index's null range holds
 // the transactions in flight, the held holds, and those waiting).
-func (f *Feed) scanWaiting(ctx context.Context, d *feedDoc, slot string, add func(bson.Raw) error) (int, error) {
+func (f *Feed) scanWaiting(ctx context.Context, d *feedDoc, slot string, skip map[bson.ObjectID]bool, add func(bson.Raw) error) (int, error) {
 	states := bson.A{StateApplied, StateDone, StateCanceled}
 	if slot == slotHeld {
 		states = append(states, StateHeld)
@@ -312,6 +343,13 @@ func (f *Feed) scanWaiting(ctx context.Context, d *feedDoc, slot string, add fun
 		{Key: feedField(f.name, slot), Value: nil},
 		{Key: fieldCreated, Value: bson.D{{Key: "$gte", Value: d.Since}}},
 		{Key: fieldState, Value: bson.D{{Key: "$in", Value: states}}},
+	}
+	if len(skip) > 0 {
+		ids := bson.A{}
+		for id := range skip {
+			ids = append(ids, id)
+		}
+		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$nin", Value: ids}}})
 	}
 	return f.scan(ctx, filter, f.cfg.batch, add)
 }
@@ -358,7 +396,8 @@ func (f *Feed) tagModel(cd *candidate, tag string, orphans map[string]bool) mong
 			filter = append(filter, bson.E{Key: field, Value: cur})
 			set = append(set, bson.E{Key: field, Value: tag})
 		case !has && slotSettled(cd.rec, slot):
-			filter = append(filter, bson.E{Key: field, Value: bson.D{{Key: "$exists", Value: false}}})
+			// null, as the search: a field absent or null (not a tag).
+			filter = append(filter, bson.E{Key: field, Value: nil})
 			if _, _, ok := slotEvent(cd.rec, slot); ok {
 				set = append(set, bson.E{Key: field, Value: tag})
 			} else {

@@ -39,9 +39,14 @@ func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Conte
 	if h == nil {
 		return errorf("%w: nil handler", ErrInvalidFeed)
 	}
-	if _, err := f.read(ctx); err != nil {
+	d, err := f.read(ctx)
+	if err != nil {
 		return err // deleted
 	}
+	// A new group starts at what the feed keeps now, saved with it: if
+	// history moves on before its first save, it is told
+	// (ErrFeedTruncated), not moved past events it never acknowledged.
+	start := feedPosition{b: d.Gone + 1}.String()
 	id := groupPrefix(f.name) + group
 	now, err := f.c.log.serverNow(ctx)
 	if err != nil {
@@ -49,12 +54,12 @@ func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Conte
 	}
 	_, err = f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
 		bson.D{{Key: "$setOnInsert", Value: bson.D{{Key: "epoch", Value: int64(0)}, {Key: "leaseMs", Value: int64(0)},
-			{Key: "lastModified", Value: now}, {Key: "pos", Value: ""}}}}, options.UpdateOne().SetUpsert(true))
+			{Key: "lastModified", Value: now}, {Key: "pos", Value: string(start)}}}}, options.UpdateOne().SetUpsert(true))
 	if err != nil && !mongo.IsDuplicateKeyError(err) {
 		return errorf("twopc: feed %q group %q: %w", f.name, group, err)
 	}
 	l := newFeedLease(f.c, id, f.cfg.lease, f.cfg.poll)
-	defer l.release()
+	defer l.release(true)
 	for {
 		raw, err := l.take(ctx, nil)
 		if err != nil {
@@ -68,23 +73,23 @@ func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Conte
 }
 
 // deliver hands events to h under lease l (whose take returned raw) and
-// saves the position after each slice, until an error: errLeaseLost when
-// the group was taken over (or the feed deleted).
+// saves the position after each slice (or when it moved over batches with
+// no event), until an error: errLeaseLost when the group was taken over
+// (or the feed deleted).
 func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(context.Context, []Event) error) error {
+	p, _ := raw.Lookup("pos").StringValueOK()
+	pos := Position(p)
 	for {
-		pos, _ := raw.Lookup("pos").StringValueOK()
-		evs, next, err := f.Read(ctx, Position(pos), f.cfg.batch)
+		evs, next, err := f.Read(ctx, pos, f.cfg.batch)
 		if err != nil {
 			return err
 		}
-		if len(evs) == 0 {
-			if err := sleepCtx(ctx, f.cfg.poll); err != nil {
-				return err
-			}
-		} else {
+		if len(evs) > 0 {
 			if err := f.handle(ctx, l, h, evs); err != nil {
 				return err
 			}
+		}
+		if next != pos {
 			res, err := f.coll().UpdateOne(ctx, l.guard(), bson.D{
 				{Key: "$set", Value: bson.D{{Key: "pos", Value: string(next)}}},
 				{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
@@ -95,8 +100,14 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 			if res.MatchedCount == 0 {
 				return errLeaseLost
 			}
+			pos = next
 		}
-		if raw, err = l.renew(ctx); err != nil {
+		if len(evs) == 0 {
+			if err := sleepCtx(ctx, f.cfg.poll); err != nil {
+				return err
+			}
+		}
+		if _, err = l.renew(ctx); err != nil {
 			return err
 		}
 	}

@@ -203,8 +203,17 @@ func (d *feedDoc) published(tag string) bool {
 // coll is the feeds collection.
 func (f *Feed) coll() *mongo.Collection { return f.c.feeds }
 
+// feedIDPrefix starts every feed's document id; feedIDs matches them
+// all (a subscriber group's id starts "group:").
+const feedIDPrefix = "feed:"
+
+var feedIDs = bson.D{{Key: "$gte", Value: feedIDPrefix}, {Key: "$lt", Value: "feed;"}}
+
 // id is the feed's document id.
-func (f *Feed) id() string { return "feed:" + f.name }
+func (f *Feed) id() string { return feedIDPrefix + f.name }
+
+// name is the name of the feed whose document d is.
+func (d *feedDoc) name() string { return d.ID[len(feedIDPrefix):] }
 
 // read returns the feed's document, or an empty one (nothing published)
 // if there is none yet; ErrFeedDeleted if the feed was deleted.
@@ -346,7 +355,7 @@ func (c *Coordinator) Feeds(ctx context.Context) ([]string, error) {
 	var names []string
 	err := c.retry(ctx, func(ctx context.Context) error {
 		names = nil
-		cur, err := c.feeds.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: "feed:"}, {Key: "$lt", Value: "feed;"}}}},
+		cur, err := c.feeds.Find(ctx, bson.D{{Key: "_id", Value: feedIDs}},
 			options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
 		if err != nil {
 			return err
@@ -358,7 +367,7 @@ func (c *Coordinator) Feeds(ctx context.Context) ([]string, error) {
 			return err
 		}
 		for _, d := range docs {
-			names = append(names, d.ID[len("feed:"):])
+			names = append(names, d.ID[len(feedIDPrefix):])
 		}
 		return nil
 	})

@@ -26,7 +26,7 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record
 		return recs, nil
 	}
 	var feeds []feedDoc
-	cur, err := c.feeds.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: "feed:"}, {Key: "$lt", Value: "feed;"}}},
+	cur, err := c.feeds.Find(ctx, bson.D{{Key: "_id", Value: feedIDs},
 		{Key: "deleted", Value: bson.D{{Key: "$ne", Value: true}}}})
 	if err == nil {
 		err = cur.All(ctx, &feeds)
@@ -43,7 +43,7 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record
 		ids = append(ids, r.ID)
 	}
 	for _, d := range feeds {
-		name := d.ID[len("feed:"):]
+		name := d.name()
 		for _, slot := range []string{slotHeld, slotFinal} {
 			proj = append(proj, bson.E{Key: feedField(name, slot), Value: 1})
 		}
@@ -73,7 +73,7 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record
 			if r.Created.Before(d.Since) {
 				continue // not this feed's
 			}
-			name := d.ID[len("feed:"):]
+			name := d.name()
 			for _, slot := range []string{slotHeld, slotFinal} {
 				tag, has := raw.Lookup(feedField(name, slot)).StringValueOK()
 				switch {

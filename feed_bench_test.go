@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -82,7 +81,7 @@ func BenchmarkFeed(b *testing.B) {
 					var once sync.Once
 					stop = func() { once.Do(func() { cancel(); <-done }) }
 					b.Cleanup(stop)
-					waitFeedExists(b, f)
+					waitFeed(b, benchCtx(b), db, "bench")
 				}
 				runTransfers(b, &bc, libImpl{c}, workers, pair)
 				checkBank(b, db, b.N)
@@ -115,21 +114,5 @@ func BenchmarkFeed(b *testing.B) {
 				b.ReportMetric(float64(st.Published), "batches")
 			})
 		}
-	}
-}
-
-// waitFeedExists returns once f's document exists and its since is past
-// by the server's clock.
-func waitFeedExists(b *testing.B, f *twopc.Feed) {
-	b.Helper()
-	for {
-		st, err := f.Status(benchCtx(b))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if !st.Since.IsZero() && time.Since(st.Since) > 5*time.Millisecond {
-			return
-		}
-		runtime.Gosched()
 	}
 }

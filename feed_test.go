@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -11,10 +12,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/mongotest"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 // feedRun starts f's sequencer and returns once the feed's document
@@ -27,8 +30,7 @@ func feedRun(t *testing.T, b *bank, f *twopc.Feed) (stop func()) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
-	since := feedSince(t, b, f.Name())
-	b.serverPast(since)
+	waitFeed(t, testCtx(t), b.db, f.Name())
 	stopped := false
 	stop = func() {
 		if stopped {
@@ -44,20 +46,28 @@ func feedRun(t *testing.T, b *bank, f *twopc.Feed) (stop func()) {
 	return stop
 }
 
-// feedSince waits for feed name's document and returns its since.
-func feedSince(t *testing.T, b *bank, name string) time.Time {
-	t.Helper()
-	ctx := testCtx(t)
+// waitFeed returns once feed name's document exists in db and the
+// server's clock reads later than its since, so that every transaction
+// made next is the feed's; it returns the since.
+func waitFeed(tb testing.TB, ctx context.Context, db *mongo.Database, name string) time.Time {
+	tb.Helper()
+	var d struct {
+		Since time.Time `bson:"since"`
+	}
 	for {
-		var d struct {
-			Since time.Time `bson:"since"`
-		}
-		err := b.db.Collection("transactions_feeds").FindOne(ctx, bson.D{{Key: "_id", Value: "feed:" + name}}).Decode(&d)
+		err := db.Collection("transactions_feeds").FindOne(ctx, bson.D{{Key: "_id", Value: "feed:" + name}}).Decode(&d)
 		if err == nil {
+			break
+		}
+		require.NoError(tb, ctx.Err())
+		runtime.Gosched()
+	}
+	for {
+		now, err := schema.ServerNow(ctx, db)
+		require.NoError(tb, err)
+		if now.After(d.Since) {
 			return d.Since
 		}
-		require.NoError(t, ctx.Err())
-		b.serverPast(time.Now().Add(-time.Hour)) // one round trip before looking again
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/twopc/twopc"
-	"github.com/twopc/twopc/internal/schema"
 )
 
 // simFeedName is the simulations' feed.
@@ -33,26 +32,7 @@ func startSimFeed(t *testing.T, ctx context.Context, log *mongo.Database, newApp
 			_ = f.Run(ctx) // faults make rounds fail; it ends with ctx
 		}()
 	}
-	var since time.Time
-	for {
-		var d struct {
-			Since time.Time `bson:"since"`
-		}
-		err := log.Collection("transactions_feeds").FindOne(ctx, bson.D{{Key: "_id", Value: "feed:" + simFeedName}}).Decode(&d)
-		if err == nil {
-			since = d.Since
-			break
-		}
-		require.NoError(t, ctx.Err())
-		runtime.Gosched()
-	}
-	for {
-		now, err := schema.ServerNow(ctx, log)
-		require.NoError(t, err)
-		if now.After(since) {
-			break
-		}
-	}
+	waitFeed(t, ctx, log, simFeedName)
 	return func() { <-done; <-done }
 }
 

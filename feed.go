@@ -31,10 +31,12 @@ const (
 
 // maxFeedTakeovers bounds how often a feed's sequencer can be taken over
 // (its lease lapsing, or a sequencer giving up an epoch whose tag writes
-// it could not confirm): each takeover keeps one entry in the feed's
-// document (about 30 bytes), the one batch number the epoch it ends may
-// have tagged without publishing, read again at every batch. Past it, Run
-// fails; Delete the feed and make another.
+// it could not confirm): each takeover keeps two entries in the feed's
+// document (about 30 bytes each), the one batch number the run it ends
+// may have tagged without publishing, read again at every batch, and the
+// run it starts. A sequencer that stops with every tag it sent published
+// (Run returning, its lease released clean) adds none: the next continues
+// its run. Past it, Run fails; Delete the feed and make another.
 const maxFeedTakeovers = 10000
 
 // feedName is what a feed's name may be: it names fields of every
@@ -160,8 +162,14 @@ type feedDoc struct {
 	LeaseMs      int64     `bson:"leaseMs"`
 	LastModified time.Time `bson:"lastModified"`
 	Published    int64     `bson:"published"` // the last batch readers may read
+	// Run is the epoch the holder's tags carry: its own, or, when it took
+	// the lease from a holder that gave it up clean, that holder's run,
+	// which it continues. Only a takeover that may leave tags unpublished
+	// starts a run.
+	Run int64 `bson:"run"`
 	// Runs say which epoch published which batches: each from its From
-	// up to the next run's.
+	// up to the next run's. One entry per run, so at most one more than
+	// the orphans.
 	Runs []feedRun `bson:"runs"`
 	// Orphans are, for each epoch taken over, the one batch number it may
 	// have tagged without publishing.
@@ -336,8 +344,8 @@ func (f *Feed) Status(ctx context.Context) (*FeedStatus, error) {
 	if err := f.scanOrphans(ctx, &d, func(bson.Raw) error { st.Orphaned++; return nil }); err != nil {
 		return nil, errorf("twopc: feed %q: %w", f.name, err)
 	}
-	if d.Epoch > 0 {
-		next := feedTag(d.Published+1, d.Epoch)
+	if d.Run > 0 {
+		next := feedTag(d.Published+1, d.Run)
 		for _, slot := range []string{slotHeld, slotFinal} {
 			n, err := f.scan(ctx, bson.D{{Key: feedField(f.name, slot), Value: next}}, 0, func(bson.Raw) error { return nil })
 			if err != nil {

@@ -49,6 +49,7 @@ type leaseFields struct {
 	LeaseMs      int64     `bson:"leaseMs"`
 	LastModified time.Time `bson:"lastModified"`
 	Published    int64     `bson:"published"`
+	Run          int64     `bson:"run"`
 	Orphans      []feedRun `bson:"orphans"`
 	Clean        bool      `bson:"clean"` // released with nothing left unpublished
 	Deleted      bool      `bson:"deleted"`
@@ -92,7 +93,13 @@ func (l *feedLease) take(ctx context.Context, more func(leaseFields) (bson.D, er
 			if err != nil {
 				return nil, err
 			}
-			update = append(update, extra...)
+			for _, e := range extra {
+				if e.Key == "$set" { // beside the take's own
+					update[0].Value = append(update[0].Value.(bson.D), e.Value.(bson.D)...)
+				} else {
+					update = append(update, e)
+				}
+			}
 		}
 		filter := bson.D{{Key: "_id", Value: l.id}, {Key: "epoch", Value: cur.Epoch}, {Key: "lastModified", Value: cur.LastModified},
 			{Key: "deleted", Value: bson.D{{Key: "$ne", Value: true}}}}

@@ -83,7 +83,7 @@ func (f *Feed) create(ctx context.Context) error {
 	_, err = f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: f.id()}},
 		bson.D{{Key: "$setOnInsert", Value: bson.D{
 			{Key: "since", Value: now}, {Key: "epoch", Value: int64(0)}, {Key: "leaseMs", Value: int64(0)},
-			{Key: "lastModified", Value: now}, {Key: "published", Value: int64(0)},
+			{Key: "lastModified", Value: now}, {Key: "published", Value: int64(0)}, {Key: "run", Value: int64(0)},
 			{Key: "runs", Value: bson.A{}}, {Key: "orphans", Value: bson.A{}}, {Key: "gone", Value: int64(0)},
 		}}}, options.UpdateOne().SetUpsert(true))
 	if mongo.IsDuplicateKeyError(err) {
@@ -115,17 +115,23 @@ func (f *Feed) ensureIndexes(ctx context.Context) error {
 }
 
 // takeover records, in the write that takes the lease over from epoch
-// cur.Epoch, the one batch that epoch may have tagged and not published:
-// the one after the last published; nothing if that epoch released the
-// lease with every tag it sent published (or none sent).
+// cur.Epoch, the run the new holder's tags carry, and the one batch the
+// run it ends may have tagged and not published (the one after the last
+// published). A holder that released the lease with every tag it sent
+// published (or none sent) leaves no such batch: the new holder
+// continues its run, and the feed's document does not grow.
 func (f *Feed) takeover(cur leaseFields) (bson.D, error) {
-	if cur.Epoch == 0 || (cur.Holder == "" && cur.Clean) {
-		return nil, nil // never held, or given up with no tag unpublished
+	if cur.Run != 0 && cur.Holder == "" && cur.Clean {
+		return nil, nil
+	}
+	start := bson.D{{Key: "$set", Value: bson.D{{Key: "run", Value: cur.Epoch + 1}}}}
+	if cur.Run == 0 {
+		return start, nil // never held
 	}
 	if len(cur.Orphans) >= maxFeedTakeovers {
 		return nil, errorf("the feed was taken over %d times: delete it and make another", len(cur.Orphans))
 	}
-	return bson.D{{Key: "$push", Value: bson.D{{Key: "orphans", Value: feedRun{E: cur.Epoch, From: cur.Published + 1}}}}}, nil
+	return append(start, bson.E{Key: "$push", Value: bson.D{{Key: "orphans", Value: feedRun{E: cur.Run, From: cur.Published + 1}}}}), nil
 }
 
 // run runs rounds under its lease, whose take returned raw, until an
@@ -237,7 +243,7 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 		}
 		full = full || n >= f.cfg.batch
 	}
-	tag := feedTag(k, l.epoch)
+	tag := feedTag(k, d.Run)
 	var models []mongo.WriteModel
 	for _, id := range order {
 		if m := f.tagModel(cands[id], tag, orphans); m != nil {
@@ -419,14 +425,15 @@ func (f *Feed) publish(ctx context.Context, l *feedLease, d *feedDoc, k int64) e
 		{Key: "$set", Value: bson.D{{Key: "published", Value: k}}},
 		{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
 	}
-	if len(d.Runs) == 0 || d.Runs[len(d.Runs)-1].E != l.epoch {
-		update = append(update, bson.E{Key: "$push", Value: bson.D{{Key: "runs", Value: feedRun{E: l.epoch, From: k}}}})
+	starts := len(d.Runs) == 0 || d.Runs[len(d.Runs)-1].E != d.Run
+	if starts {
+		update = append(update, bson.E{Key: "$push", Value: bson.D{{Key: "runs", Value: feedRun{E: d.Run, From: k}}}})
 	}
 	filter := append(l.guard(), bson.E{Key: "published", Value: k - 1})
 	res, err := f.coll().UpdateOne(ctx, filter, update)
 	if err == nil && res.MatchedCount == 1 {
-		if len(d.Runs) == 0 || d.Runs[len(d.Runs)-1].E != l.epoch {
-			d.Runs = append(d.Runs, feedRun{E: l.epoch, From: k})
+		if starts {
+			d.Runs = append(d.Runs, feedRun{E: d.Run, From: k})
 		}
 		d.Published = k
 		return nil
@@ -435,7 +442,7 @@ func (f *Feed) publish(ctx context.Context, l *feedLease, d *feedDoc, k int64) e
 	if rerr != nil {
 		return rerr
 	}
-	if now.owner(k) == l.epoch {
+	if now.owner(k) == d.Run {
 		*d = *now
 		return nil // it landed: its reply was lost
 	}

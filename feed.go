@@ -171,8 +171,8 @@ type feedDoc struct {
 	// up to the next run's. One entry per run, so at most one more than
 	// the orphans.
 	Runs []feedRun `bson:"runs"`
-	// Orphans are, for each epoch taken over, the one batch number it may
-	// have tagged without publishing.
+	// Orphans are, for each takeover mid-batch, the run it ended and the
+	// one batch number that run may have tagged without publishing.
 	Orphans []feedRun `bson:"orphans"`
 	// Gone is the highest batch that history moved or removed a
 	// transaction of: readers before it get ErrFeedTruncated.
@@ -181,7 +181,7 @@ type feedDoc struct {
 }
 
 // feedRun is an epoch and a batch number: where a run of published
-// batches starts, or the batch an epoch taken over may have left tags in.
+// batches starts, or the batch a run taken over may have left tags in.
 type feedRun struct {
 	E    int64 `bson:"e"`
 	From int64 `bson:"b"`
@@ -202,7 +202,7 @@ func (d *feedDoc) owner(b int64) int64 {
 	return e
 }
 
-// published reports whether tag names a batch its epoch published.
+// published reports whether tag names a batch its run published.
 func (d *feedDoc) published(tag string) bool {
 	b, e, ok := parseTag(tag)
 	return ok && d.owner(b) == e

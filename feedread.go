@@ -5,8 +5,8 @@ package twopc
 // hold's held event before its end: never by the event's own time, which
 // can move (a cancel's is its lastModified, which a late copy of its
 // insert refreshes), where a position must not. A batch's events are
-// fixed once it is published (its epoch tags nothing more for it, and no
-// other epoch's tag is taken for it), so a position is a batch and how
+// fixed once it is published (its run tags nothing more for it, and no
+// other run's tag is taken for it), so a position is a batch and how
 // many of its events were read.
 
 import (

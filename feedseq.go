@@ -3,7 +3,7 @@ package twopc
 // The feed's sequencer: one at a time per feed, under the feed's lease. A
 // round reads the events not yet numbered (and the tags an epoch taken
 // over left unpublished), tags them with the next batch number and its
-// epoch, one guarded single-document update each in unordered bulks, and
+// run, one guarded single-document update each in unordered bulks, and
 // then publishes the batch with one write guarded by its epoch.
 
 import (

@@ -43,8 +43,10 @@ func (w *feedWrites) monitor() *event.CommandMonitor {
 }
 
 // BenchmarkFeed runs transfers, one at a time and from benchWorkers
-// goroutines, with no feed (feed=off) and with a feed's sequencer running
-// beside them on a client of its own (feed=on, at its defaults), and
+// goroutines, with no feed (feed=off), with a feed's indexes on the log
+// and no sequencer running (feed=indexes: what the indexes alone cost the
+// transfers' own writes), and with a feed's sequencer running beside them
+// on a client of its own (feed=on, at its defaults), and
 // reports, with the sequencer on, the writes it sent per event once it
 // caught up: tag-stmts/event (its single-document updates of the log) and
 // feed-writes/event (its lease renewals and publications), and batches.
@@ -54,9 +56,9 @@ func (w *feedWrites) monitor() *event.CommandMonitor {
 //	go test -run '^$' -bench 'Feed$' -benchtime 600x -count 2 .
 func BenchmarkFeed(b *testing.B) {
 	for _, workers := range []int{1, benchWorkers} {
-		for _, on := range []bool{false, true} {
-			name := fmt.Sprintf("workers=%d/feed=%s", workers, map[bool]string{false: "off", true: "on"}[on])
-			b.Run(name, func(b *testing.B) {
+		for _, mode := range []string{"off", "indexes", "on"} {
+			on := mode == "on"
+			b.Run(fmt.Sprintf("workers=%d/feed=%s", workers, mode), func(b *testing.B) {
 				var bc benchCounter
 				db := benchBank(b, &bc)
 				c, err := twopc.NewCoordinator(db)
@@ -67,7 +69,7 @@ func BenchmarkFeed(b *testing.B) {
 				var w feedWrites
 				var f *twopc.Feed
 				stop := func() {}
-				if on {
+				if mode != "off" {
 					fdb := mongotest.ConnectURI(b, mongotest.Shared(b).URI, options.Client().SetMonitor(w.monitor())).Database(db.Name())
 					fc, err := twopc.NewCoordinator(fdb, twopc.WithApplication("sequencer"))
 					if err != nil {
@@ -82,6 +84,17 @@ func BenchmarkFeed(b *testing.B) {
 					stop = func() { once.Do(func() { cancel(); <-done }) }
 					b.Cleanup(stop)
 					waitFeed(b, benchCtx(b), db, "bench")
+					for !on { // until it took its lease, its indexes made: then stopped
+						st, err := f.Status(benchCtx(b))
+						if err != nil {
+							b.Fatal(err)
+						}
+						if st.Epoch > 0 {
+							stop()
+							break
+						}
+						runtime.Gosched()
+					}
 				}
 				runTransfers(b, &bc, libImpl{c}, workers, pair)
 				checkBank(b, db, b.N)

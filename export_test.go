@@ -214,10 +214,12 @@ const (
 	FeedScanned   = int(feedScanned)
 	FeedTagged    = int(feedTagged)
 	FeedPublished = int(feedPublished)
+	FeedWatching  = int(feedWatching)
 )
 
 // WithFeedHook calls h at each step of the feed's sequencer (FeedTaken,
-// FeedScanned, FeedTagged, FeedPublished); an error from it stops the round as a crash there
+// FeedScanned, FeedTagged, FeedPublished, and FeedWatching from the
+// goroutine that watches the log); an error from it stops the round as a crash there
 // would, and a hook that blocks is a sequencer stalled there.
 func WithFeedHook(h func(step int) error) FeedOption {
 	return func(c *feedConfig) { c.hook = func(s feedStep) error { return h(int(s)) } }

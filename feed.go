@@ -85,6 +85,7 @@ const (
 	feedScanned                   // a round's reads made and its lease kept, before its tags
 	feedTagged                    // its batch's tags written, not published
 	feedPublished                 // its batch published
+	feedWatching                  // a change stream opened on the log (servers with them), before its first event
 )
 
 // WithFeedLease sets how long a sequencer (Run) or a subscriber group
@@ -116,7 +117,9 @@ func WithFeedBatch(n int) FeedOption {
 }
 
 // WithFeedPoll sets how long the sequencer, All and Subscribe wait before
-// they look again when nothing was new: 200 ms by default.
+// they look again when nothing was new: 200 ms by default. On a server
+// with change streams, a write of the log that may settle an event wakes
+// the sequencer sooner.
 func WithFeedPoll(d time.Duration) FeedOption {
 	return func(c *feedConfig) {
 		if d > 0 {

@@ -1,0 +1,71 @@
+package twopc_test
+
+import (
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/twopc/twopc"
+)
+
+// TestFeedWakes: on a server with change streams (a replica set, a
+// sharded cluster: the GitHub workflow's jobs), a sequencer that polls
+// once an hour numbers a transfer made after it opened its stream: the
+// log's write woke it. On a server with none (the development server, a
+// standalone), the sequencer says so once, at info level, and numbers what
+// its polls find. Either way the event is read once.
+func TestFeedWakes(t *testing.T) {
+	h := &kept{ch: make(chan slog.Record, 100)}
+	b := newBank(t, twopc.WithSyncSettle(), twopc.WithLogger(slog.New(h)))
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	said := func() (n int) {
+		for _, r := range h.all() {
+			if strings.Contains(r.Message, "no change stream") {
+				n++
+				assert.Equal(t, slog.LevelInfo, r.Level)
+			}
+		}
+		return n
+	}
+	watching := make(chan struct{})
+	var once sync.Once
+	// A sequencer that polls once an hour: after its first round, only a
+	// wake numbers a transfer within the test's time.
+	stop := feedRun(t, b, b.c.Feed("wake", twopc.WithFeedPoll(time.Hour), twopc.WithFeedHook(func(step int) error {
+		if step == twopc.FeedWatching {
+			once.Do(func() { close(watching) })
+		}
+		return nil
+	})))
+	streams := false
+	for decided := false; !decided; {
+		select {
+		case <-watching:
+			streams, decided = true, true
+		case r := <-h.ch:
+			decided = strings.Contains(r.Message, "no change stream")
+		case <-ctx.Done():
+			t.Fatal("the sequencer neither opened a change stream nor said it polls")
+		}
+	}
+	if !streams {
+		// No stream: the hourly sequencer is stopped, having said so once
+		// (it looks again only after 30 s), and one that polls takes over.
+		stop()
+		assert.Equal(t, 1, said(), "said once")
+		feedRun(t, b, b.c.Feed("wake", twopc.WithFeedPoll(5*time.Millisecond)))
+	}
+	txns := transfers(t, b, b.c, 1)
+	evs, _ := readUntil(t, b.c.Feed("wake", twopc.WithFeedPoll(5*time.Millisecond)), "", 1)
+	require.Len(t, evs, 1)
+	assert.Equal(t, txns[0], evs[0].Txn.ID)
+	if streams {
+		assert.Zero(t, said(), "a server with change streams")
+	}
+}

@@ -83,6 +83,9 @@ type statement struct {
 	cmd    bson.D   // the command to explain: the statement alone
 	filter bson.Raw // the documents it reads or writes
 	write  bool
+	// changeStream marks an aggregate that opens a change stream: the
+	// router opens it on every shard, and explain does not take it.
+	changeStream bool
 }
 
 // statementsOf splits a recorded command into statements: an update or a
@@ -141,6 +144,8 @@ func statementsOf(t *testing.T, c startedCommand) []statement {
 		if pipeline, ok := c.cmd.Lookup("pipeline").ArrayOK(); ok {
 			if first, err := pipeline.IndexErr(0); err == nil {
 				st.filter = lookupDoc(first.Document(), "$match")
+				_, err := first.Document().LookupErr("$changeStream")
+				st.changeStream = err == nil
 			}
 		}
 	default: // find
@@ -189,10 +194,18 @@ func byID(filter bson.Raw) (string, int) {
 func broadcastOf(st statement) string {
 	elems, _ := st.filter.Elements()
 	fields := map[string]bool{}
+	tags := false
 	for _, e := range elems {
 		fields[e.Key()] = true
+		tags = tags || strings.HasPrefix(e.Key(), "fx_") || strings.HasPrefix(e.Key(), "fh_")
 	}
 	switch {
+	case st.changeStream:
+		return "change stream"
+	case tags:
+		return "feed tags"
+	case fields["_id"] && strings.HasSuffix(st.coll, "_feeds"):
+		return "feeds" // an _id range: the feeds, or a feed's groups
 	case fields["state"]:
 		return "state"
 	case fields["accounts"]:
@@ -205,6 +218,34 @@ func broadcastOf(st statement) string {
 		return "every account (audit)"
 	}
 	return ""
+}
+
+// routeClass is how st is routed on a collection sharded on {_id:
+// "hashed"}, read from its filter alone: "eq" (one shard), "in(n)" (at
+// most n shards), "broadcast: <what>" for a read PROTOCOL.md's Scale-out
+// lists as a broadcast, and "broadcast write: feeds" for the one write of
+// many it lists (a deleted feed's groups); "" for anything else: a write
+// not by _id, or a read it does not list.
+func routeClass(st statement) string {
+	kind, ids := byID(st.filter)
+	switch {
+	case st.changeStream:
+		return "broadcast: change stream"
+	case kind == "eq":
+		return "eq"
+	case kind == "in":
+		return fmt.Sprintf("in(%d)", ids)
+	}
+	b := broadcastOf(st)
+	switch {
+	case b == "":
+		return ""
+	case st.write && st.name == "delete" && b == "feeds":
+		return "broadcast write: feeds"
+	case st.write:
+		return ""
+	}
+	return "broadcast: " + b
 }
 
 // shapeOf is v with its values left out: the keys and operators of a

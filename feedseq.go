@@ -9,6 +9,7 @@ package twopc
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -52,13 +53,14 @@ func (f *Feed) Run(ctx context.Context) error {
 	}
 	l := newFeedLease(c, f.id(), f.cfg.lease, f.cfg.poll)
 	sq := &seq{f: f, l: l}
+	var quiet atomic.Bool // a missing change stream said
 	defer func() { l.release(!sq.dirty) }()
 	for {
 		raw, err := l.take(ctx, f.takeover)
 		if err != nil {
 			return errorf("twopc: feed %q: take the sequencer's lease: %w", f.name, err)
 		}
-		*sq = seq{f: f, l: l, stamped: time.Now(), refused: map[bson.ObjectID]bool{}}
+		*sq = seq{f: f, l: l, stamped: time.Now(), refused: map[bson.ObjectID]bool{}, quiet: &quiet}
 		err = f.step(feedTaken)
 		if err == nil {
 			err = sq.run(ctx, raw)
@@ -147,7 +149,7 @@ func (sq *seq) run(ctx context.Context, raw bson.Raw) error {
 		return err
 	}
 	watching, stop := context.WithCancel(ctx)
-	wake, watched := f.watch(watching)
+	wake, watched := f.watch(watching, sq.quiet)
 	defer func() { stop(); <-watched }()
 	for {
 		full, err := sq.round(ctx)
@@ -178,6 +180,7 @@ type seq struct {
 	// refused are the transactions whose tag the server refused in this
 	// epoch, left out of its scans.
 	refused map[bson.ObjectID]bool
+	quiet   *atomic.Bool // Run's: a missing change stream was said (see watch)
 }
 
 // maxRefused bounds the transactions an epoch leaves out of its scans.

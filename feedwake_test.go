@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/twopc/twopc"
 )
@@ -78,5 +80,36 @@ func TestFeedWakes(t *testing.T) {
 		assert.Zero(t, said(), "a server with change streams")
 	} else {
 		assert.LessOrEqual(t, said(), 3, "once a Run at most")
+	}
+}
+
+// TestFeedRenewsWhileWaiting: a sequencer whose poll is longer than its
+// lease renews the lease while it waits between rounds (a third of a
+// lease after the last stamp), so that another waiting for the lease does
+// not take it over: its epoch stays while the lease is renewed again and
+// again.
+func TestFeedRenewsWhileWaiting(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	lease := 3 * time.Second
+	feedRun(t, b, b.c.Feed("renew", twopc.WithFeedPoll(time.Hour), twopc.WithFeedLease(lease)))
+	var d struct {
+		Epoch        int64     `bson:"epoch"`
+		LastModified time.Time `bson:"lastModified"`
+	}
+	read := func() {
+		require.NoError(t, b.db.Collection("transactions_feeds").FindOne(ctx, bson.D{{Key: "_id", Value: "feed:renew"}}).Decode(&d))
+		require.NoError(t, ctx.Err())
+	}
+	for read(); d.Epoch == 0; read() { // until it took the lease
+	}
+	// Another, ready to take over the moment the lease lapses.
+	feedRun(t, b, b.coordinator().Feed("renew", twopc.WithFeedPoll(5*time.Millisecond), twopc.WithFeedLease(lease)))
+	seen := map[time.Time]bool{}
+	for len(seen) < 3 { // the take's stamp, then two renewals
+		read()
+		require.EqualValues(t, 1, d.Epoch, "taken over: the lease was not renewed")
+		seen[d.LastModified] = true
 	}
 }

@@ -54,45 +54,24 @@ var feedWakePipeline = mongo.Pipeline{
 // sequencer then polls.
 func (f *Feed) watch(ctx context.Context, quiet *atomic.Bool) (wake <-chan struct{}, done <-chan struct{}) {
 	w, d := make(chan struct{}, 1), make(chan struct{})
-	// The stream's commands run under a context that ctx's end does not
-	// cancel, so that its cursor is closed on the server (a canceled
-	// context sends nothing); each is bounded.
-	bounded := func(d time.Duration) (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), d)
-	}
 	go func() {
 		defer close(d)
 		for ctx.Err() == nil {
-			opening, cancel := bounded(30 * time.Second)
+			opening, cancel := uncanceled(ctx, 30*time.Second)
 			cs, err := f.c.log.txns.Watch(opening, feedWakePipeline, options.ChangeStream().SetMaxAwaitTime(feedWatchAwait))
 			cancel()
-			if err != nil {
+			switch {
+			case err != nil:
 				if quiet.CompareAndSwap(false, true) {
 					f.c.logger.Info("twopc: feed: no change stream on the log; the sequencer polls (WithFeedPoll) and tries again every 30s",
 						"feed", f.name, "err", err)
 				}
-			} else {
+			default:
 				_ = f.step(feedWatching)
-				for ctx.Err() == nil {
-					next, cancel := bounded(feedWatchAwait + 30*time.Second)
-					got := cs.TryNext(next)
-					cancel()
-					if got {
-						select {
-						case w <- struct{}{}:
-						default:
-						}
-					} else if cs.Err() != nil {
-						break
-					}
-				}
-				if err := cs.Err(); err != nil && ctx.Err() == nil {
+				if err := follow(ctx, cs, w); err != nil {
 					f.c.logger.Info("twopc: feed: the log's change stream ended; the sequencer polls (WithFeedPoll) and opens it again in 30s",
 						"feed", f.name, "err", err)
 				}
-				closing, cancel := bounded(5 * time.Second)
-				_ = cs.Close(closing)
-				cancel()
 			}
 			if sleepCtx(ctx, feedWatchRetry) != nil {
 				return
@@ -100,6 +79,38 @@ func (f *Feed) watch(ctx context.Context, quiet *atomic.Bool) (wake <-chan struc
 		}
 	}()
 	return w, d
+}
+
+// follow sends on w for each event of cs until ctx is done (nil) or the
+// stream fails (its error), and closes cs on the server.
+func follow(ctx context.Context, cs *mongo.ChangeStream, w chan<- struct{}) error {
+	defer func() {
+		closing, cancel := uncanceled(ctx, 5*time.Second)
+		_ = cs.Close(closing)
+		cancel()
+	}()
+	for ctx.Err() == nil {
+		next, cancel := uncanceled(ctx, feedWatchAwait+30*time.Second)
+		got := cs.TryNext(next)
+		cancel()
+		switch {
+		case got:
+			select {
+			case w <- struct{}{}:
+			default:
+			}
+		case cs.Err() != nil:
+			return cs.Err()
+		}
+	}
+	return nil
+}
+
+// uncanceled is a context for one of the stream's commands: bounded by
+// limit, and not canceled by ctx's end, so that a stream stopped is
+// closed on the server (a canceled context sends nothing).
+func uncanceled(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), limit)
 }
 
 // wait waits between rounds: until the poll passes, or the lease's next

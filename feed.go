@@ -174,8 +174,9 @@ type feedDoc struct {
 	// up to the next run's. One entry per run, so at most one more than
 	// the orphans.
 	Runs []feedRun `bson:"runs"`
-	// Orphans are, for each takeover mid-batch, the run it ended and the
-	// one batch number that run may have tagged without publishing.
+	// Orphans are, for each takeover of a lease not given up clean, the
+	// run it ended and the one batch number that run may have tagged
+	// without publishing.
 	Orphans []feedRun `bson:"orphans"`
 	// Gone is the highest batch that history moved or removed a
 	// transaction of: readers before it get ErrFeedTruncated.

@@ -53,7 +53,7 @@ func (w *feedWrites) monitor() *event.CommandMonitor {
 // The cost of the feed on the transfers is the ratio of ns/op, on and
 // off, measured in one run:
 //
-//	go test -run '^$' -bench 'Feed$' -benchtime 600x -count 2 .
+//	go test -run '^$' -bench 'Feed$' -benchtime 300x -count 2 .
 func BenchmarkFeed(b *testing.B) {
 	for _, workers := range []int{1, benchWorkers} {
 		for _, mode := range []string{"off", "indexes", "on"} {

@@ -30,10 +30,11 @@ import (
 // the scan for batch k began is in batch k or an earlier one, unless that
 // scan found WithFeedBatch transactions or more (the next round, at once,
 // takes the rest). It costs one write per transaction numbered (its held
-// and final events together when both wait), and per batch two reads of
-// the events waiting, one read per hundred takeovers the feed had, and
-// one write of the feed's document (its publication), with a renewal of
-// its lease every third of a lease. Rounds run every WithFeedPoll; on a
+// and final events together when both wait); per round two reads of the
+// events waiting and two per hundred orphans the feed had; per batch one
+// write of the feed's document (its publication, which stamps its lease),
+// with a renewal of its lease when a third of a lease passes without
+// one. Rounds run every WithFeedPoll; on a
 // server with change streams, a write of the log that may settle an event
 // wakes the sequencer sooner (the stream says only when to look, never
 // what: a stream lost costs latency, never an event).

@@ -314,15 +314,13 @@ func routingOf(out bson.Raw) (routing, error) {
 	return r, nil
 }
 
-// TestShardedExplainEachCommand: every kind of call the library makes is
-// run through a client that records each command; then every statement of
-// kind find, update, delete, findAndModify, aggregate or count is explained
-// through the router, each alone. A statement naming _id by equality goes
-// to one shard (SINGLE_SHARD: a read's stage, and a write's one shard; the
-// router names every write's stage SHARD_WRITE); one naming _id: {$in} to
-// at most as many shards as ids; every write names _id; every other read
-// is one of the broadcasts COMMANDS.md documents, told by its top-level
-// fields. The shapes seen and the shards each reached are logged.
+// TestUnitExplainRouting checks, without a server, how
+// TestShardedExplainEachCommand reads what it explains: a command as the
+// driver sends it split into statements without the fields explain
+// refuses, filters told apart by how they name _id or which broadcast
+// they are, and a router's explain of a find and of an aggregate read
+// for the shards they reach (a mongod's explain, which names none, is
+// refused).
 func TestUnitExplainRouting(t *testing.T) {
 	raw := func(d bson.D) bson.Raw {
 		b, err := bson.Marshal(d)

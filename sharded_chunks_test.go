@@ -19,6 +19,8 @@ import (
 	"github.com/twopc/twopc/internal/mongotest"
 )
 
+// chunkMover moves chunks of collections between the shards, one move a
+// tick, until stopped.
 type chunkMover struct {
 	t      *testing.T
 	client *mongo.Client // through a router
@@ -219,5 +221,3 @@ func TestShardedChunksMoveDuringTransfers(t *testing.T) {
 	auditTotal(ctx, t, b, total)
 	b.checkSettled(opening)
 }
-
-// helloPrimary is the part of hello that names the primary.

@@ -27,6 +27,15 @@ import (
 	"github.com/twopc/twopc/internal/mongotest"
 )
 
+// TestShardedExplainEachCommand: every kind of call the library makes is
+// run through a client that records each command; then every statement of
+// kind find, update, delete, findAndModify, aggregate or count is explained
+// through the router, each alone. A statement naming _id by equality goes
+// to one shard (SINGLE_SHARD: a read's stage, and a write's one shard; the
+// router names every write's stage SHARD_WRITE); one naming _id: {$in} to
+// at most as many shards as ids; every write names _id; every other read
+// is one of the broadcasts COMMANDS.md documents, told by its top-level
+// fields. The shapes seen and the shards each reached are logged.
 func TestShardedExplainEachCommand(t *testing.T) {
 	mongotest.RequireSharded(t)
 	ctx := shardedCtx(t)
@@ -221,5 +230,3 @@ func TestShardedExplainEachCommand(t *testing.T) {
 		assert.True(t, seen[want], "no %s was recorded", want)
 	}
 }
-
-// outcome is what a call reported of its transaction, and the transaction.

@@ -17,6 +17,12 @@ import (
 	"github.com/twopc/twopc/internal/mongotest"
 )
 
+// TestShardedKeyedTransfersFromSeveralRouters: one coordinator per router
+// (clients connected to each host of MONGODB_URI alone), and for each of
+// 40 idempotency keys, four calls at once, two through each router, with
+// the same transfer. Each key has exactly one transaction in the log,
+// every call that returned a transaction returned that one, and it moved
+// its money once.
 func TestShardedKeyedTransfersFromSeveralRouters(t *testing.T) {
 	mongotest.RequireSharded(t)
 	ctx := shardedCtx(t)
@@ -106,11 +112,3 @@ func TestShardedKeyedTransfersFromSeveralRouters(t *testing.T) {
 	}
 	b.checkSettled(opening)
 }
-
-// TestUnitExplainRouting checks, without a server, how
-// TestShardedExplainEachCommand reads what it explains: a command as the
-// driver sends it split into statements without the fields explain
-// refuses, filters told apart by how they name _id or which broadcast
-// they are, and a router's explain of a find and of an aggregate read
-// for the shards they reach (a mongod's explain, which names none, is
-// refused).

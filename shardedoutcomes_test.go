@@ -18,6 +18,7 @@ import (
 	"github.com/twopc/twopc"
 )
 
+// outcome is what a call reported of its transaction, and the transaction.
 type outcome struct {
 	kind string // transfer, batch, hold, capture, void
 	id   bson.ObjectID
@@ -160,6 +161,3 @@ func closed(ch <-chan struct{}) bool {
 		return false
 	}
 }
-
-// chunkMover moves chunks of collections between the shards, one move a
-// tick, until stopped.

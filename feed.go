@@ -265,7 +265,7 @@ func (f *Feed) Delete(ctx context.Context) error {
 		{Key: "$gte", Value: prefix}, {Key: "$lt", Value: prefix + "\xff"}}}}); err != nil {
 		return errorf("twopc: delete feed %q: its groups: %w", f.name, err)
 	}
-	for _, slot := range []string{slotHeld, slotFinal} {
+	for _, slot := range feedSlots {
 		err := f.c.log.txns.Indexes().DropOne(ctx, feedIndexName(f.name, slot))
 		var se mongo.ServerError
 		if err != nil && !(errors.As(err, &se) && (se.HasErrorCode(codeIndexNotFound) || se.HasErrorCode(codeNamespaceNotFound))) {
@@ -338,7 +338,7 @@ func (f *Feed) Status(ctx context.Context) (*FeedStatus, error) {
 	if d.Deleted {
 		return st, nil
 	}
-	for _, slot := range []string{slotHeld, slotFinal} {
+	for _, slot := range feedSlots {
 		n, err := f.scanWaiting(ctx, &d, slot, nil, func(bson.Raw) error { return nil })
 		if err != nil {
 			return nil, errorf("twopc: feed %q: %w", f.name, err)
@@ -350,7 +350,7 @@ func (f *Feed) Status(ctx context.Context) (*FeedStatus, error) {
 	}
 	if d.Run > 0 {
 		next := feedTag(d.Published+1, d.Run)
-		for _, slot := range []string{slotHeld, slotFinal} {
+		for _, slot := range feedSlots {
 			n, err := f.scan(ctx, bson.D{{Key: feedField(f.name, slot), Value: next}}, 0, func(bson.Raw) error { return nil })
 			if err != nil {
 				return nil, errorf("twopc: feed %q: %w", f.name, err)
@@ -364,27 +364,17 @@ func (f *Feed) Status(ctx context.Context) (*FeedStatus, error) {
 // Feeds returns the names of the log's feeds, deleted ones too (their
 // names are taken), sorted.
 func (c *Coordinator) Feeds(ctx context.Context) ([]string, error) {
-	var names []string
-	err := c.retry(ctx, func(ctx context.Context) error {
-		names = nil
-		cur, err := c.feeds.Find(ctx, bson.D{{Key: "_id", Value: feedIDs}},
-			options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
-		if err != nil {
-			return err
-		}
-		var docs []struct {
-			ID string `bson:"_id"`
-		}
-		if err := cur.All(ctx, &docs); err != nil {
-			return err
-		}
-		for _, d := range docs {
-			names = append(names, d.ID[len(feedIDPrefix):])
-		}
-		return nil
-	})
+	type idOnly struct {
+		ID string `bson:"_id"`
+	}
+	docs, err := findAll[idOnly](ctx, &c.config, c.feeds, bson.D{{Key: "_id", Value: feedIDs}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, errorf("twopc: feeds: %w", err)
+	}
+	var names []string
+	for _, d := range docs {
+		names = append(names, d.ID[len(feedIDPrefix):])
 	}
 	return names, nil
 }

@@ -47,6 +47,9 @@ const (
 	slotFinal = "x"
 )
 
+// feedSlots are the two places, in their order within a transaction.
+var feedSlots = [...]string{slotHeld, slotFinal}
+
 // tagNone is a slot's tag when the transaction has no event there: a
 // transaction that is not a hold has no held event; a placeholder, a late
 // copy, and a hold ended by its captures (which are the events) have no

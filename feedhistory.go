@@ -25,12 +25,8 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record
 	if len(recs) == 0 {
 		return recs, nil
 	}
-	var feeds []feedDoc
-	cur, err := c.feeds.Find(ctx, bson.D{{Key: "_id", Value: feedIDs},
+	feeds, err := findAll[feedDoc](ctx, &c.config, c.feeds, bson.D{{Key: "_id", Value: feedIDs},
 		{Key: "deleted", Value: bson.D{{Key: "$ne", Value: true}}}})
-	if err == nil {
-		err = cur.All(ctx, &feeds)
-	}
 	if err != nil {
 		return nil, errorf("read the feeds: %w", err)
 	}
@@ -44,21 +40,19 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record
 	}
 	for _, d := range feeds {
 		name := d.name()
-		for _, slot := range []string{slotHeld, slotFinal} {
+		for _, slot := range feedSlots {
 			proj = append(proj, bson.E{Key: feedField(name, slot), Value: 1})
 		}
 	}
-	tags := map[bson.ObjectID]bson.Raw{}
-	tc, err := c.log.txns.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find().SetProjection(proj))
+	found, err := findAll[bson.Raw](ctx, &c.config, c.log.txns, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(proj))
 	if err != nil {
 		return nil, errorf("read the feeds' tags: %w", err)
 	}
-	for tc.Next(ctx) {
-		id, _ := tc.Current.Lookup("_id").ObjectIDOK()
-		tags[id] = append(bson.Raw(nil), tc.Current...)
-	}
-	if err := tc.Err(); err != nil {
-		return nil, errorf("read the feeds' tags: %w", err)
+	tags := map[bson.ObjectID]bson.Raw{}
+	for _, raw := range found {
+		id, _ := raw.Lookup("_id").ObjectIDOK()
+		tags[id] = raw
 	}
 	gone := make([]int64, len(feeds))
 	var out []*record
@@ -74,7 +68,7 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record
 				continue // not this feed's
 			}
 			name := d.name()
-			for _, slot := range []string{slotHeld, slotFinal} {
+			for _, slot := range feedSlots {
 				tag, has := raw.Lookup(feedField(name, slot)).StringValueOK()
 				switch {
 				case !has:

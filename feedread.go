@@ -10,6 +10,7 @@ package twopc
 // many of its events were read.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -138,7 +139,7 @@ func (f *Feed) readBatch(ctx context.Context, d *feedDoc, b int64) ([]Event, err
 		slot string
 	}
 	var all []found
-	for _, slot := range []string{slotHeld, slotFinal} {
+	for _, slot := range feedSlots {
 		field := feedField(f.name, slot)
 		_, err := f.scan(ctx, bson.D{{Key: field, Value: tag}}, 0, func(raw bson.Raw) error {
 			var r record
@@ -166,7 +167,7 @@ func (f *Feed) readBatch(ctx context.Context, d *feedDoc, b int64) ([]Event, err
 		}
 	}
 	slices.SortFunc(all, func(x, y found) int {
-		if c := strings.Compare(x.e.Txn.ID.Hex(), y.e.Txn.ID.Hex()); c != 0 {
+		if c := bytes.Compare(x.e.Txn.ID[:], y.e.Txn.ID[:]); c != 0 {
 			return c
 		}
 		return strings.Compare(x.slot, y.slot) // "h" before "x"

@@ -112,7 +112,7 @@ func (f *Feed) ensureIndexes(ctx context.Context) error {
 	for _, s := range specs {
 		have[s.Name] = true
 	}
-	for _, slot := range []string{slotHeld, slotFinal} {
+	for _, slot := range feedSlots {
 		if err := ensureIndex(ctx, f.c.log.txns, have, feedIndexName(f.name, slot), feedIndexKeys(f.name, slot)); err != nil {
 			return err
 		}
@@ -230,7 +230,7 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 			return nil
 		}
 		cd := &candidate{rec: &r, tags: map[string]string{}}
-		for _, slot := range []string{slotHeld, slotFinal} {
+		for _, slot := range feedSlots {
 			if s, ok := raw.Lookup(feedField(f.name, slot)).StringValueOK(); ok {
 				cd.tags[slot] = s
 			}
@@ -246,7 +246,7 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 	if err := f.scanOrphans(ctx, d, add); err != nil {
 		return false, err
 	}
-	for _, slot := range []string{slotHeld, slotFinal} {
+	for _, slot := range feedSlots {
 		n, err := f.scanWaiting(ctx, d, slot, sq.refused, add)
 		if err != nil {
 			return false, err
@@ -291,7 +291,7 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 		// (a first attempt whose reply was lost wrote it), else nothing
 		// to publish.
 		n := 0
-		for _, slot := range []string{slotHeld, slotFinal} {
+		for _, slot := range feedSlots {
 			c, err := f.scan(ctx, bson.D{{Key: feedField(f.name, slot), Value: tag}}, 1, func(bson.Raw) error { return nil })
 			if err != nil {
 				return false, err
@@ -337,7 +337,7 @@ func (f *Feed) scanOrphans(ctx context.Context, d *feedDoc, add func(bson.Raw) e
 	}
 	for start := 0; start < len(tags); start += 100 {
 		chunk := tags[start:min(start+100, len(tags))]
-		for _, slot := range []string{slotHeld, slotFinal} {
+		for _, slot := range feedSlots {
 			if _, err := f.scan(ctx, bson.D{{Key: feedField(f.name, slot), Value: bson.D{{Key: "$in", Value: chunk}}}}, 0, add); err != nil {
 				return err
 			}
@@ -404,7 +404,7 @@ func (f *Feed) scan(ctx context.Context, filter bson.D, limit int, add func(bson
 func (f *Feed) tagModel(cd *candidate, tag string, orphans map[string]bool) mongo.WriteModel {
 	filter := bson.D{{Key: "_id", Value: cd.rec.ID}}
 	var set bson.D
-	for _, slot := range []string{slotHeld, slotFinal} {
+	for _, slot := range feedSlots {
 		field := feedField(f.name, slot)
 		cur, has := cd.tags[slot]
 		switch {

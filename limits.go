@@ -213,12 +213,8 @@ func (l *Ledger) setLimits(ctx context.Context, id any, cfg accountConfig) error
 		if attempt > 0 {
 			// Legs moved the account between the read and the write:
 			// wait a little, growing, then read again.
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return errorf("twopc: set limits of %v: %w", id, ctx.Err())
-			case <-t.C:
+			if err := sleepCtx(ctx, backoff); err != nil {
+				return errorf("twopc: set limits of %v: %w", id, err)
 			}
 			backoff = min(2*backoff, 64*time.Millisecond)
 		}

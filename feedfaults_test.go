@@ -294,6 +294,50 @@ func TestFeedHistoryWaits(t *testing.T) {
 	require.ErrorIs(t, c.Feed("hist").Run(ctx), twopc.ErrFeedDeleted)
 }
 
+// TestFeedHistoryKeepsForAnotherFeed: of two feeds, one published a
+// transaction's events and the other has not: history keeps the
+// transaction, and the first feed's gone stays where it was, so its
+// readers still read the event (from "" and from before it), which is
+// still in the log. Before, the pass raised that feed's gone for every
+// transaction it had published, moved or not, and its readers were told
+// ErrFeedTruncated of an event the log still held.
+func TestFeedHistoryKeepsForAnotherFeed(t *testing.T) {
+	b := newBank(t)
+	ctx := testCtx(t)
+	archive := b.db.Collection("archive")
+	c := b.coordinator(twopc.WithHistory(time.Millisecond, archive), twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	stall := newStallAt(t, twopc.FeedTagged)
+	behind := c.Feed("behind", twopc.WithFeedPoll(5*time.Millisecond), twopc.WithFeedHook(stall.hook))
+	feedRun(t, b, behind)
+	t.Cleanup(func() { close(stall.released) }) // before its Run is stopped
+	ahead := c.Feed("ahead", twopc.WithFeedPoll(5*time.Millisecond))
+	feedRun(t, b, ahead)
+	made := transfers(t, b, c, 1)
+	<-stall.stalled
+	_, start, err := ahead.Read(ctx, "", 1) // before the event, if it is not published yet
+	require.NoError(t, err)
+	evs, _ := readUntil(t, ahead, "", 1)
+	r := twopc.NewRecoverer(b.coordinator(twopc.WithApplication("recoverer"), twopc.WithHistory(time.Millisecond, archive)))
+	b.ageFinal()
+	_, err = r.RecoverOnce(ctx)
+	require.NoError(t, err)
+	n, err := b.db.Collection("transactions").CountDocuments(ctx, bson.D{{Key: "_id", Value: made[0]}})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n, "history took a transaction a feed had not published")
+	st, err := ahead.Status(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, st.Gone, "gone raised for a transaction still in the log")
+	again, _, err := ahead.Read(ctx, "", 10)
+	require.NoError(t, err)
+	assert.Equal(t, ids(evs), ids(again), `a reader from ""`)
+	if start != "" {
+		again, _, err = ahead.Read(ctx, start, 10)
+		require.NoError(t, err, "a reader from before the event")
+		assert.Equal(t, ids(evs), ids(again))
+	}
+}
+
 // batchOf returns the batch feed name numbered transaction id's final
 // event in, read from its tag.
 func batchOf(t *testing.T, b *bank, name string, id bson.ObjectID) int64 {

@@ -17,7 +17,8 @@ import (
 // log) that every feed lets go: a feed numbers a transaction created at or
 // after its since, and lets it go once both of its slots hold a tag the
 // feed published (or tagNone). Before it returns, each feed's gone is
-// raised to the highest batch among those let go; a transaction whose
+// raised to the highest batch among those let go (by every feed: one
+// another feed keeps stays readable in this one); a transaction whose
 // feed could not be so recorded is kept. A feed made after the feeds were
 // read here has a since after every transaction history takes (their
 // time to keep has passed), so it numbers none of them.
@@ -61,6 +62,9 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record
 		if !ok {
 			continue // gone meanwhile, or not readable: left for a later pass
 		}
+		// The batches r's events are in, a feed each: raised into gone
+		// only if every feed lets r go (one kept stays readable).
+		batches := make([]int64, len(feeds))
 		let := true
 		for i := range feeds {
 			d := &feeds[i]
@@ -76,7 +80,7 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record
 				case tag == tagNone:
 				case d.published(tag):
 					b, _, _ := parseTag(tag)
-					gone[i] = max(gone[i], b)
+					batches[i] = max(batches[i], b)
 				default:
 					let = false
 				}
@@ -84,6 +88,9 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record
 		}
 		if let {
 			out = append(out, r)
+			for i, b := range batches {
+				gone[i] = max(gone[i], b)
+			}
 		}
 	}
 	for i, d := range feeds {

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/url"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +13,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/twopc/twopc/examples/internal/interrupttest"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while run writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // checkRun checks what every run prints: the example's balances and
 // outcomes, each step with the state it left.
@@ -92,7 +75,7 @@ func TestBanks(t *testing.T) {
 // while the run holds, name servers that are up, with the log and the
 // accounts where the lines say.
 func TestBanksServe(t *testing.T) {
-	var out syncBuffer
+	var out interrupttest.Output
 	held := false
 	hold := func() {
 		held = true

@@ -25,6 +25,7 @@ import (
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/examples/devserver"
+	"github.com/twopc/twopc/examples/internal/interrupttest"
 )
 
 // TestWebhook delivers a feed's events to an httptest receiver that checks
@@ -67,7 +68,7 @@ func TestWebhook(t *testing.T) {
 	rec := &testReceiver{t: t, secret: secret}
 	srv := httptest.NewServer(rec)
 	defer srv.Close()
-	var out lockedBuffer
+	var out interrupttest.Output
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the command's output:\n%s", out.String())
@@ -398,22 +399,4 @@ func (r *testReceiver) idsFrom(i int) []string {
 		out = append(out, d.id)
 	}
 	return out
-}
-
-// lockedBuffer is the command's output, written by its goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

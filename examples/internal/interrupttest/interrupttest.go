@@ -46,20 +46,20 @@ func MakeCommand(t *testing.T, dir, target string, vars ...string) []string {
 	return append([]string{"make", "-s", "-C", root, target, "BIN=" + dir}, vars...)
 }
 
-// lockedBuilder is a strings.Builder that a process's output and the test
-// may use at the same time.
-type lockedBuilder struct {
+// Output is a strings.Builder that a command's output (its process, or
+// its goroutines) and the test may use at the same time.
+type Output struct {
 	mu sync.Mutex
 	b  strings.Builder
 }
 
-func (l *lockedBuilder) Write(p []byte) (int, error) {
+func (l *Output) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuilder) String() string {
+func (l *Output) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
@@ -91,7 +91,7 @@ func InterruptAfter(t *testing.T, ready *regexp.Regexp, use func(line string), a
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	var out lockedBuilder
+	var out Output
 	cmd.Stderr = &out
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)

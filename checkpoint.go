@@ -67,14 +67,11 @@ type moved struct {
 	Archive string    `bson:"archive"` // database.collection
 }
 
-// fullName is coll's database.collection.
-func fullName(coll *mongo.Collection) string { return coll.Database().Name() + "." + coll.Name() }
-
 // markMoved records, before transactions committed through at move to
 // archive, that entries through at may be there (see moved). An error
 // means the pass must not move them.
 func (c *Coordinator) markMoved(ctx context.Context, archive *mongo.Collection, at time.Time) error {
-	name := fullName(archive)
+	name := schema.Namespace(archive)
 	write := func(ctx context.Context) error {
 		_, err := c.checkpoints.UpdateOne(ctx, bson.D{{Key: "_id", Value: movedKey + "|" + name}},
 			bson.D{
@@ -137,7 +134,7 @@ func (s *statement) gone(ctx context.Context) (gone, error) {
 	}
 	own := ""
 	if s.archive != nil {
-		own = fullName(s.archive)
+		own = schema.Namespace(s.archive)
 	}
 	for _, m := range ms {
 		if m.Archive != own && m.At.After(g.moved) {

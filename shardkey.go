@@ -155,8 +155,7 @@ func (g *shardCheck) check(ctx context.Context) error {
 		if err != nil {
 			return errorf("twopc: shard keys: %w", err)
 		}
-		ns := sc.coll.Database().Name() + "." + sc.coll.Name()
-		if why := sc.rule.Problem(sc.role+" "+ns, key); why != "" {
+		if why := sc.rule.Problem(sc.role+" "+schema.Namespace(sc.coll), key); why != "" {
 			refused = append(refused, why)
 		}
 	}

@@ -404,7 +404,7 @@ func shardKeys(ctx context.Context, cn *conn) (bool, string) {
 	ok, routers := true, 0
 	said := make([]string, 0, len(targets))
 	for _, tg := range targets {
-		ns := tg.coll.Database().Name() + "." + tg.coll.Name()
+		ns := schema.Namespace(tg.coll)
 		isRouter, err := schema.Router(ctx, tg.coll.Database())
 		if err != nil {
 			ok = false

@@ -99,7 +99,7 @@ func Router(ctx context.Context, db *mongo.Database) (bool, error) {
 // collection's). The user needs read access to the config
 // database (the clusterMonitor role, or read on config).
 func ShardKey(ctx context.Context, coll *mongo.Collection) (bson.Raw, error) {
-	ns := coll.Database().Name() + "." + coll.Name()
+	ns := Namespace(coll)
 	entry, err := coll.Database().Client().Database("config").Collection("collections").
 		FindOne(ctx, bson.D{{Key: "_id", Value: ns}}).Raw()
 	switch {
@@ -131,3 +131,7 @@ func catalogKey(entry bson.Raw) (bson.Raw, error) {
 	}
 	return e.Key, nil
 }
+
+// Namespace is coll's namespace, database.collection, as the server names
+// it (config.collections' _id, its errors).
+func Namespace(coll *mongo.Collection) string { return coll.Database().Name() + "." + coll.Name() }

@@ -31,6 +31,10 @@ type feedLease struct {
 	lease  time.Duration // written with each take: how long others wait once it stops renewing
 	poll   time.Duration // how often a waiting taker looks again
 	epoch  int64         // the epoch it holds; 0 before it took one
+	// stamped is the host's clock at the holder's last write that stamped
+	// the lease (its take, a renewal, or a write of its own that sets
+	// lastModified): the next renewal is due a third of a lease later.
+	stamped time.Time
 }
 
 // newFeedLease returns a lease on document id for a new holder.
@@ -115,7 +119,7 @@ func (l *feedLease) take(ctx context.Context, more func(leaseFields) (bson.D, er
 		case err != nil:
 			return nil, err
 		}
-		l.epoch = cur.Epoch + 1
+		l.epoch, l.stamped = cur.Epoch+1, time.Now()
 		return raw, nil
 	}
 }
@@ -135,7 +139,25 @@ func (l *feedLease) renew(ctx context.Context) (bson.Raw, error) {
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, errLeaseLost
 	}
+	if err == nil {
+		l.stamped = time.Now()
+	}
 	return raw, err
+}
+
+// due is how long until the lease's next renewal is due (0: now): a
+// third of a lease after it was last stamped.
+func (l *feedLease) due() time.Duration {
+	return max(0, l.lease/3-time.Since(l.stamped))
+}
+
+// keep renews the lease if its renewal is due, and returns the document
+// as the renewal left it; nil, nil if none was due.
+func (l *feedLease) keep(ctx context.Context) (bson.Raw, error) {
+	if l.due() > 0 {
+		return nil, nil
+	}
+	return l.renew(ctx)
 }
 
 // guard is the filter of every write of the holder: its epoch, and a

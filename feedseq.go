@@ -61,7 +61,7 @@ func (f *Feed) Run(ctx context.Context) error {
 		if err != nil {
 			return errorf("twopc: feed %q: take the sequencer's lease: %w", f.name, err)
 		}
-		*sq = seq{f: f, l: l, stamped: time.Now(), refused: map[bson.ObjectID]bool{}, quiet: &quiet}
+		*sq = seq{f: f, l: l, refused: map[bson.ObjectID]bool{}, quiet: &quiet}
 		err = f.step(feedTaken)
 		if err == nil {
 			err = sq.run(ctx, raw)
@@ -169,12 +169,11 @@ func (sq *seq) run(ctx context.Context, raw bson.Raw) error {
 }
 
 // seq is a sequencer's state under one epoch: the feed's document as its
-// own writes left it, and when its lease was last stamped.
+// own writes left it.
 type seq struct {
-	f       *Feed
-	l       *feedLease
-	d       feedDoc
-	stamped time.Time // the host's clock at the last write that stamped the lease
+	f *Feed
+	l *feedLease
+	d feedDoc
 	// dirty says tags were sent that no publication covers yet: the epoch
 	// may have left some, and is not given up clean.
 	dirty bool
@@ -192,18 +191,15 @@ const maxRefused = 1000
 // within a round before its tags and before its publication, so that a
 // long round is not taken over for want of a renewal.
 func (sq *seq) keep(ctx context.Context) error {
-	if time.Since(sq.stamped) < sq.f.cfg.lease/3 {
-		return nil
-	}
-	raw, err := sq.l.renew(ctx)
-	if err != nil {
+	raw, err := sq.l.keep(ctx)
+	if err != nil || raw == nil {
 		return err
 	}
 	var d feedDoc
 	if err := bson.Unmarshal(raw, &d); err != nil {
 		return err
 	}
-	sq.d, sq.stamped = d, time.Now()
+	sq.d = d
 	return nil
 }
 
@@ -316,7 +312,7 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 		return false, err
 	}
 	sq.dirty = false
-	sq.stamped = time.Now() // the publication stamped the lease
+	l.stamped = time.Now() // the publication stamped the lease
 	return full, f.step(feedPublished)
 }
 

@@ -74,7 +74,8 @@ func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Conte
 
 // deliver hands events to h under lease l (whose take returned raw) and
 // saves the position after each slice (or when it moved over batches with
-// no event), until an error: errLeaseLost when the group was taken over
+// no event), renewing the lease when a third of it passed since it was
+// last stamped, until an error: errLeaseLost when the group was taken over
 // (or the feed deleted).
 func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(context.Context, []Event) error) error {
 	p, _ := raw.Lookup("pos").StringValueOK()
@@ -100,14 +101,14 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 			if res.MatchedCount == 0 {
 				return errLeaseLost
 			}
-			pos = next
+			pos, l.stamped = next, time.Now() // the save stamped the lease
 		}
 		if len(evs) == 0 {
-			if err := sleepCtx(ctx, f.cfg.poll); err != nil {
+			if err := sleepCtx(ctx, min(f.cfg.poll, l.due())); err != nil {
 				return err
 			}
 		}
-		if _, err = l.renew(ctx); err != nil {
+		if _, err = l.keep(ctx); err != nil {
 			return err
 		}
 	}
@@ -122,8 +123,9 @@ func (f *Feed) handle(ctx context.Context, l *feedLease, h func(context.Context,
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lost := make(chan struct{})
-	done := make(chan struct{})
+	done, renewing := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(renewing)
 		t := time.NewTicker(max(f.cfg.lease/3, time.Millisecond))
 		defer t.Stop()
 		for {
@@ -141,6 +143,7 @@ func (f *Feed) handle(ctx context.Context, l *feedLease, h func(context.Context,
 	}()
 	err := h(hctx, evs)
 	close(done)
+	<-renewing // its renewals and their stamps are over
 	select {
 	case <-lost:
 		return errLeaseLost

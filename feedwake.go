@@ -120,7 +120,7 @@ func uncanceled(ctx context.Context, limit time.Duration) (context.Context, cont
 func (sq *seq) wait(ctx context.Context, wake <-chan struct{}) error {
 	cfg := &sq.f.cfg
 	start := time.Now()
-	d := min(cfg.poll, max(0, cfg.lease/3-time.Since(sq.stamped)))
+	d := min(cfg.poll, sq.l.due())
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

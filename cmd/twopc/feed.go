@@ -26,7 +26,8 @@ event's own, by the log server's clock), transaction, legs and ID. A
 feed's events are numbered into batches by its sequencer (Feed.Run, run
 by the application that owns the feed; the tool never runs one), and
 readers read only the batches published: feed prints them in batch
-order, and within a batch by time, then transaction id. twopc status
+order, and within a batch by transaction id, a hold's held event before
+its end (never by time, which can move). twopc status
 lists the feeds, each with how far its sequencer is behind.
 
 --after POS prints the events after position POS (default: the start).

@@ -55,6 +55,14 @@ const (
 	// see engine.refuseMissing). It is never deleted: its
 	// fence line keeps refusing late legs, and OpenAccount adopts it.
 	fieldTombstone = schema.Tombstone
+	// fieldAdopted is true on an account adopted (adoptModel) or opened
+	// (OpenAccount), the only writes that set it: such an account's line
+	// is a date from then on, and one whose line is not (a hand edit
+	// removed it, or set it to null) is refused, never adopted again at
+	// an older mark (see adoptable). An account fenced before its first
+	// leg (a rollback's fence, a tombstone's) has fences and no line, and
+	// no marker: it is adopted.
+	fieldAdopted = "adopted"
 	// fieldOpening is what OpenAccount opened the account with:
 	// {balance, at}, where a statement starts.
 	fieldOpening = schema.Opening
@@ -114,6 +122,7 @@ type account struct {
 	PendingDebit  bson.RawValue `bson:"pendingDebit"`
 	FencedBefore  bson.RawValue `bson:"fencedBefore"`
 	Tombstone     bool          `bson:"tombstone"`
+	Adopted       bson.RawValue `bson:"adopted"`
 	Asset         bson.RawValue `bson:"asset"`
 	Floor         bson.RawValue `bson:"floor"`
 	Ceiling       bson.RawValue `bson:"ceiling"`
@@ -127,7 +136,7 @@ type account struct {
 var accountProjection = bson.D{
 	{Key: fieldBalance, Value: 1}, {Key: fieldPending, Value: 1}, {Key: fieldFencedLegs, Value: 1},
 	{Key: fieldPendingCredit, Value: 1}, {Key: fieldPendingDebit, Value: 1},
-	{Key: fieldFencedBefore, Value: 1}, {Key: fieldTombstone, Value: 1},
+	{Key: fieldFencedBefore, Value: 1}, {Key: fieldTombstone, Value: 1}, {Key: fieldAdopted, Value: 1},
 	{Key: fieldAsset, Value: 1}, {Key: fieldFloor, Value: 1}, {Key: fieldCeiling, Value: 1},
 	{Key: fieldFloorRoom, Value: 1}, {Key: fieldCeilingRoom, Value: 1}, {Key: fieldLimitsSeq, Value: 1},
 }

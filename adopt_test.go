@@ -194,3 +194,124 @@ func TestAdoptionDeliveredAgain(t *testing.T) {
 	assert.Equal(t, bson.TypeInt64, b.rawAccount("H").Lookup("balance").Type)
 	assert.Equal(t, int64(940), b.balance("H"))
 }
+
+// TestAdoptedAccountLineRemoved: an adopted account whose fence line a
+// hand edit set to null or removed (its fences with it, or not) is not
+// adopted again (adoption marks what it adopts, adopted: true): a transfer
+// on it is refused with ErrInvalidAccount, and an earlier transfer's writes
+// delivered again, its adoption's included, move nothing. Adopted again at
+// an idle coordinator's older mark, or by its own adoption delivered again,
+// the account took a late duplicate of the earlier transfer's credit a
+// second time: money from nowhere.
+func TestAdoptedAccountLineRemoved(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	b.open(map[string]int64{"S": 1000})
+	opening := map[string]int64{"S": 1000}
+	// An idle coordinator: its mark, read now, is the one it keeps.
+	idle := b.coordinator(twopc.WithSyncSettle(), twopc.WithFrozenMark())
+	_, err := twopc.ReadMark(ctx, idle)
+	require.NoError(t, err)
+	rec := &writeRecorder{}
+	c, err := twopc.NewCoordinator(rec.database(b), twopc.WithSyncSettle())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	for _, edit := range []struct {
+		name   string
+		update bson.D
+	}{
+		{"line null", bson.D{{Key: "$set", Value: bson.D{{Key: "fencedBefore", Value: nil}}}}},
+		{"line removed", bson.D{{Key: "$unset", Value: bson.D{{Key: "fencedBefore", Value: ""}}}}},
+		{"line and fences removed", bson.D{{Key: "$unset", Value: bson.D{{Key: "fencedBefore", Value: ""}, {Key: "fencedLegs", Value: ""}}}}},
+	} {
+		id := "H " + edit.name
+		b.insertByHand(map[string]any{id: int64(100)})
+		opening[id] = 100
+		n := len(rec.recorded())
+		first, err := c.Transfer(ctx, "S", id, 10) // adopts id
+		require.NoError(t, err)
+		writes := rec.recorded()[n:]
+		// Later writes moved the line past the transfer, dropping its fence.
+		b.moveLine(first.Created, id)
+		_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, edit.update)
+		require.NoError(t, err)
+		edited := b.rawAccount(id)
+
+		resendAll(t, b.db, writes)
+		assert.Equalf(t, money(edited), money(b.rawAccount(id)), "%s: the transfer's writes again, its adoption's included: nothing", id)
+		_, err = idle.Transfer(ctx, "S", id, 5)
+		assert.ErrorIsf(t, err, twopc.ErrInvalidAccount, "%s: not adopted again", id)
+		resendAll(t, b.db, writes)
+		assert.Equalf(t, money(edited), money(b.rawAccount(id)), "%s: nothing moved", id)
+	}
+	b.checkSettled(opening) // no credit applied twice
+}
+
+// TestAdoptFencedBeforeFirstLeg: an account a rollback fenced before any
+// leg adopted it (fences, no line, not marked adopted) is adopted by its
+// first leg, which applies: a hand-inserted account fenced by a transfer
+// that rolled back, and a tombstone OpenAccount opened. Adoption and
+// OpenAccount mark the account adopted.
+func TestAdoptFencedBeforeFirstLeg(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	b.open(map[string]int64{"P": 5, "R": 100})
+	b.insertByHand(map[string]any{"H": int64(1000)})
+	b.seenThenDeleted(b.c, "ghost")
+	_, err := b.c.TransferLegs(ctx, []twopc.Leg{{Account: "P", Amount: -50}, {Account: "H", Amount: 50}})
+	require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+	_, err = b.c.Transfer(ctx, "R", "ghost", 10)
+	require.ErrorIs(t, err, twopc.ErrAccountNotFound)
+	for _, id := range []string{"H", "ghost"} {
+		raw := b.rawAccount(id)
+		fences, _ := raw.Lookup("fencedLegs").ArrayOK()
+		values, _ := fences.Values()
+		assert.Lenf(t, values, 1, "%s: fenced by the rollback", id)
+		assert.Equalf(t, bson.Type(0), raw.Lookup("adopted").Type, "%s: not adopted", id)
+	}
+	assert.Equal(t, bson.Type(0), b.rawAccount("H").Lookup("fencedBefore").Type, "H: no line")
+
+	require.NoError(t, b.c.OpenAccount(ctx, "ghost", 0))
+	_, err = b.c.Transfer(ctx, "R", "H", 10)
+	require.NoError(t, err, "H is adopted by its first leg")
+	_, err = b.c.Transfer(ctx, "R", "ghost", 20)
+	require.NoError(t, err)
+	for _, id := range []string{"H", "ghost", "R"} {
+		raw := b.rawAccount(id)
+		adopted, ok := raw.Lookup("adopted").BooleanOK()
+		assert.Truef(t, ok && adopted, "%s: marked adopted", id)
+		assert.Equalf(t, bson.TypeDateTime, raw.Lookup("fencedBefore").Type, "%s: a date line", id)
+	}
+	b.checkSettled(map[string]int64{"P": 5, "R": 100, "H": 1000, "ghost": 0})
+	assert.Equal(t, []int64{1010, 20, 70}, []int64{b.balance("H"), b.balance("ghost"), b.balance("R")})
+}
+
+// TestAdoptedAccountHandEditsCapture: a hold's account whose balance a
+// hand edit made a double after the hold applied takes no capture's leg,
+// as it takes no other leg: the capture is refused with
+// ErrInvalidAccount, nothing moves on either account, and the hold stays
+// held. The capture's apply used to require no integer balance, and the
+// capture settled on the double.
+func TestAdoptedAccountHandEditsCapture(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	for _, side := range []string{"payer", "payee"} {
+		payer, payee := "payer of "+side, "payee of "+side
+		b.open(map[string]int64{payer: 1000, payee: 0})
+		hold, err := b.c.Hold(ctx, payer, payee, 100)
+		require.NoError(t, err)
+		edited := side + " of " + side
+		bal := float64(b.balance(edited))
+		_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: edited}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "balance", Value: bal}}}})
+		require.NoError(t, err)
+		before := map[string][4]bson.RawValue{payer: money(b.rawAccount(payer)), payee: money(b.rawAccount(payee))}
+
+		_, err = b.c.Capture(ctx, hold.ID, 50, twopc.WithFinalCapture(false))
+		assert.ErrorIsf(t, err, twopc.ErrInvalidAccount, "%s's balance a double", side)
+		for id, want := range before {
+			assert.Equalf(t, want, money(b.rawAccount(id)), "%s: nothing moved", id)
+		}
+		assert.Equalf(t, twopc.StateHeld, b.txn(hold.ID).State, "%s: still held", side)
+	}
+}

@@ -93,16 +93,17 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ..
 		l.kinds.opened(id, cfg.limited())
 		return nil
 	}
-	// Opened adopted (see adoptModel): no fences yet, and a line below
-	// every transaction.
-	adopted := bson.D{{Key: fieldFencedLegs, Value: bson.A{}}, {Key: fieldFencedBefore, Value: time.UnixMilli(0).UTC()}}
+	// Opened adopted (see adoptModel): no fences yet, a line below every
+	// transaction, and the mark.
+	marked := bson.E{Key: fieldAdopted, Value: true}
+	adopted := bson.D{{Key: fieldFencedLegs, Value: bson.A{}}, {Key: fieldFencedBefore, Value: time.UnixMilli(0).UTC()}, marked}
 	_, err := l.accounts.InsertOne(ctx, append(append(bson.D{{Key: "_id", Value: id}}, set...), adopted...))
 	if mongo.IsDuplicateKeyError(err) {
 		// A tombstone keeps its fences and its line (the $max sets one
 		// where it has none).
 		res, uerr := l.accounts.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: fieldTombstone, Value: true},
 			{Key: fieldFencedLegs, Value: bson.D{{Key: "$type", Value: "array"}}}}, bson.D{
-			{Key: "$set", Value: set},
+			{Key: "$set", Value: append(set, marked)},
 			{Key: "$max", Value: bson.D{{Key: fieldFencedBefore, Value: time.UnixMilli(0).UTC()}}},
 			{Key: "$unset", Value: bson.D{{Key: fieldTombstone, Value: ""}}},
 		})

@@ -305,8 +305,9 @@ func applyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
 // least a debit's part, pendingCredit a credit's), besides what every leg
 // write requires of the account: l's own marker and fence absent, the
 // line before r's own time (never the hold's: a hold older than the line
-// is captured as a new one), the asset and the kind. It moves the line as
-// an apply does.
+// is captured as a new one), the asset, the kind, and an integer balance
+// (a balance a hand edit made a double takes no leg: its settle would add
+// to the double). It moves the line as an apply does.
 func captureApplyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
 	held := bson.E{Key: fieldPendingCredit, Value: bson.D{{Key: "$gte", Value: l.delta}, integer}}
 	if l.debit() {
@@ -319,6 +320,7 @@ func captureApplyModel(r *record, l leg, mark time.Time) mongo.WriteModel {
 		lineBefore(r.Created),
 		l.assetCond(),
 		l.kind(),
+		{Key: fieldBalance, Value: bson.D{integer}},
 		held,
 	}
 	update := bson.D{{Key: "$push", Value: bson.D{{Key: fieldPending, Value: l.marker}}}}

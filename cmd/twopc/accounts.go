@@ -38,7 +38,10 @@ which the output says once; --json prints minor units, with the asset.
 
 An account the library cannot read (a balance that is not an integer,
 an asset or limits that are not valid) stops the listing with exit
-status 1, naming it: see it with twopc account ID.
+status 1, naming it: see it with twopc account ID. A database that holds
+none of the collections the flags name in it (the accounts, the
+transactions, each --ledger NAME=COLLECTION) is refused, exit status 1,
+as every read command refuses it, rather than listed as no accounts.
 
 Examples:
   twopc accounts
@@ -94,7 +97,7 @@ func runAccounts(ctx context.Context, cl *cli, cmd *command, args []string) erro
 	default:
 		return cl.usage(cmd, fs, "one --ledger NAME at a time")
 	}
-	cn, err := g.connect(ctx, cl)
+	cn, err := g.connectExisting(ctx, cl)
 	if err != nil {
 		return err
 	}

@@ -78,15 +78,15 @@
 // recoverer that has it, untouched, and exits 1 naming the ledger; cancel
 // and reverse refuse such a transaction.
 //
-// The read commands audit, list, statement, balance and account refuse a
-// database that holds none of the collections the flags name in it (the
-// accounts, the transactions, and, where given, the archive and each
-// --ledger NAME=COLLECTION): they say so, naming the collections the
-// database has, and exit 1, rather than report no account, no transfer
-// or a clean audit of a database that is the wrong one. One collection of
-// them is enough: after EnsureIndexes both the accounts and the
-// transactions exist. status refuses a database with no transactions
-// collection (see Status).
+// The read commands audit, list, statement, balance, account and
+// accounts refuse a database that holds none of the collections the flags
+// name in it (the accounts, the transactions, and, where given, the
+// archive and each --ledger NAME=COLLECTION): they say so, naming the
+// collections the database has, and exit 1, rather than report no
+// account, no transfer or a clean audit of a database that is the wrong
+// one. One collection of them is enough: after EnsureIndexes both the
+// accounts and the transactions exist. status refuses a database with no
+// transactions collection (see Status).
 //
 // # Amounts
 //
@@ -428,10 +428,10 @@
 //	   unfit), or the operation was refused: past its commit point, owned by
 //	   a live process, no such transaction or account, a reversal that
 //	   cannot apply, no transactions collection (status), none of the
-//	   collections named (audit, list, statement, balance, account), a
-//	   ledger's --total over several assets (audit), a balance before the
-//	   account was opened (balance), no such feed, a feed deleted or read
-//	   from before what it keeps (feed)
+//	   collections named (audit, list, statement, balance, account,
+//	   accounts), a ledger's --total over several assets (audit), a
+//	   balance before the account was opened (balance), no such feed, a
+//	   feed deleted or read from before what it keeps (feed)
 //	2  usage error: an unknown command or flag, a bad argument, no database
 //	   named, a ledger needed and not given, an amount not written as its
 //	   asset's are shown (capture, audit --total), a feed's name or

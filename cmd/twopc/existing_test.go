@@ -14,11 +14,13 @@ var readCommands = [][]string{
 	{"statement", "alice"},
 	{"balance", "alice"},
 	{"account", "alice"},
+	{"accounts"},
 }
 
-// TestReadCommandsNoCollections: audit, list, statement, balance and
-// account on a database with neither the accounts nor the transactions
-// collection say so and exit 1, rather than report nothing found; on
+// TestReadCommandsNoCollections: audit, list, statement, balance, account
+// and accounts on a database with neither the accounts nor the
+// transactions collection say so and exit 1, rather than report nothing
+// found (accounts said "No accounts."); on
 // the fixture's database (EnsureIndexes made both) they run.
 func TestReadCommandsNoCollections(t *testing.T) {
 	f := newFixture(t)

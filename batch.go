@@ -62,6 +62,16 @@ type TransferResult struct {
 // or with a key an earlier request of the batch has) gets ErrInvalidTransfer
 // and nothing of it is written. The call's own error, with no results, is
 // ErrInvalidTransfer for more than MaxBatch requests, or ErrClosed.
+//
+// Errors: the call's, ErrInvalidTransfer or ErrClosed, with no results;
+// each result's, TransferLegs' (see there): ErrInvalidTransfer (with
+// ErrInvalidAccountID for an id, ErrUnknownLedger for a ledger),
+// ErrAccountNotFound, ErrShardKey or ErrClosed, nothing written;
+// ErrInsufficientFunds, ErrLimitExceeded, ErrAssetMismatch,
+// ErrAccountNotFound, ErrBalanceOverflow, ErrInvalidAccount or ErrTooLate,
+// the transaction canceled, nothing moved; ErrCanceled, ErrInProgress,
+// ErrKeyConflict; ErrUnknownState, ErrMalformedTxn or ErrTxnNotFound for a
+// transaction document edited or deleted by hand.
 func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest) ([]TransferResult, error) {
 	if len(reqs) > MaxBatch {
 		return nil, errorf("%w: %d transfers in one batch, more than MaxBatch (%d)", ErrInvalidTransfer, len(reqs), MaxBatch)

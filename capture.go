@@ -14,9 +14,12 @@ import (
 )
 
 // ErrCaptureExceeded reports a capture of more of a hold's leg than is
-// left of it (what its captures made or in flight took), or past
-// MaxCaptures. Nothing is written (the call may first have given back the
-// reservations of captures that can no longer move money).
+// left of it: more than the leg holds at all (a Capture of more than the
+// hold's Value, a CaptureLegs part past its leg), refused before the
+// hold's book is read, or more than what its captures made or in flight
+// left of it; or a capture past MaxCaptures. Nothing is written (the call
+// may first have given back the reservations of captures that can no
+// longer move money).
 var ErrCaptureExceeded = errors.New("twopc: capture exceeds what is left of the hold")
 
 // MaxCaptures bounds the captures of one hold made or in flight: the
@@ -36,6 +39,10 @@ func WithFinalCapture(final bool) TransferOption {
 // for a hold of more legs, amount must be its Value and no capture made
 // yet: it is captured whole (CaptureLegs takes a part of each leg). See
 // CaptureLegs.
+//
+// Errors: CaptureLegs', where an amount past what is left of the hold,
+// or more than its Value, is ErrCaptureExceeded, and one not positive,
+// or not the Value of a hold of more than two legs, ErrInvalidTransfer.
 func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int64, opts ...TransferOption) (_ *Txn, err error) {
 	if amount <= 0 {
 		return nil, errorf("%w: capture %s of %d: not positive", ErrInvalidTransfer, id.Hex(), amount)
@@ -45,7 +52,7 @@ func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int6
 		parts := make([]int64, len(legs))
 		switch {
 		case amount > r.Value:
-			return nil, errorf("%w: capture %s of %d: more than the %d held", ErrInvalidTransfer, id.Hex(), amount, r.Value)
+			return nil, errorf("%w: capture %s of %d: more than the %d held", ErrCaptureExceeded, id.Hex(), amount, r.Value)
 		case len(legs) > 2 && amount != r.Value:
 			return nil, errorf("%w: capture %s of %d: a hold of %d legs is captured whole (%d) by Capture; CaptureLegs takes a part of each leg",
 				ErrInvalidTransfer, id.Hex(), amount, len(legs), r.Value)
@@ -87,12 +94,25 @@ func (c *Coordinator) Capture(ctx context.Context, id bson.ObjectID, amount int6
 //
 // It returns the capture, committed (applied, settling in the background
 // unless WithSyncSettle; its credits are spendable at once), or with the
-// error that refused it. A hold voided gets ErrHoldVoided, expired
-// ErrHoldExpired (one past its expiry by the server's clock is voided by
-// the call), ended by its captures ErrHoldCaptured; a transaction that is
-// not a hold ErrNotHold; parts not of their legs' signs, past their legs,
-// or not summing to zero per asset ErrInvalidTransfer. Capture is bounded
-// as Transfer is (WithCallTimeout).
+// error that refused it; a hold past its expiry by the server's clock is
+// voided by the call. Capture is bounded as Transfer is (WithCallTimeout).
+//
+// Errors: with nothing written, ErrInvalidTransfer (parts not of their
+// legs' signs, all 0, or not summing to zero per asset; a key or metadata
+// Transfer refuses), ErrCaptureExceeded (a part past what is left of its
+// leg, or past the leg itself), ErrTxnNotFound, ErrNotHold, ErrKeyConflict
+// (a key of another transaction, or reserved for other parts), ErrShardKey
+// and ErrClosed; the hold decided otherwise, ErrHoldCaptured (ended by its
+// captures, or its final capture made or in flight), ErrHoldVoided,
+// ErrHoldExpired, or for one canceled before it was held the error that
+// canceled it (one of Hold's: ErrCanceled, ErrInsufficientFunds, ...);
+// ErrInProgress for a hold not yet held, or a capture under the key still
+// running elsewhere; the capture itself canceled, its reservation given
+// back, ErrAccountNotFound, ErrAssetMismatch, ErrInvalidAccount (an
+// account that no longer holds its part of the hold), ErrTooLate or
+// ErrCanceled; ErrUnknownLedger for a hold with a leg on a ledger this
+// coordinator was not given; ErrUnknownState or ErrMalformedTxn for a
+// document edited by hand.
 func (c *Coordinator) CaptureLegs(ctx context.Context, id bson.ObjectID, amounts []int64, opts ...TransferOption) (*Txn, error) {
 	return c.capture(ctx, id, func(r *record) ([]int64, error) {
 		return captureParts(r, amounts)
@@ -112,12 +132,10 @@ func captureParts(r *record, amounts []int64) ([]int64, error) {
 		switch {
 		case a == 0:
 			continue
-		case a == math.MinInt64:
-			return nil, errorf("%w: capture %s: leg %d (%v) takes %d, past any leg", ErrInvalidTransfer, r.ID.Hex(), i, l, a)
 		case (a < 0) != (l.Amount < 0):
 			return nil, errorf("%w: capture %s: leg %d (%v) takes %+d, not of its sign", ErrInvalidTransfer, r.ID.Hex(), i, l, a)
-		case max(a, -a) > max(l.Amount, -l.Amount):
-			return nil, errorf("%w: capture %s: leg %d (%v) takes %+d, more than it holds", ErrInvalidTransfer, r.ID.Hex(), i, l, a)
+		case a == math.MinInt64 || max(a, -a) > max(l.Amount, -l.Amount):
+			return nil, errorf("%w: capture %s: leg %d (%v) takes %+d, more than it holds", ErrCaptureExceeded, r.ID.Hex(), i, l, a)
 		}
 		some = true
 		sums[l.Asset] += a

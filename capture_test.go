@@ -3,6 +3,8 @@ package twopc_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -88,8 +90,10 @@ func TestCaptureSplitHoldInParts(t *testing.T) {
 	require.ErrorIs(t, err, twopc.ErrHoldCaptured)
 }
 
-// TestCaptureBadPartsWriteNothing: parts of the wrong count, sign or size,
-// or not summing to zero, are ErrInvalidTransfer, and nothing is written.
+// TestCaptureBadPartsWriteNothing: parts of the wrong count or sign, or
+// not summing to zero, are ErrInvalidTransfer (parts past their legs,
+// ErrCaptureExceeded: TestCapturePastTheLegIsExceeded), and nothing is
+// written.
 func TestCaptureBadPartsWriteNothing(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	ctx := testCtx(t)
@@ -98,7 +102,7 @@ func TestCaptureBadPartsWriteNothing(t *testing.T) {
 	require.NoError(t, err)
 	before := b.accountStates()
 	held := b.txn(hold.ID)
-	for _, parts := range [][]int64{{-10, 10}, {10, -5, -5}, {-200, 160, 40}, {-10, 5, 4}, {0, 0, 0}, {-41, 0, 41}} {
+	for _, parts := range [][]int64{{-10, 10}, {10, -5, -5}, {-10, 5, 4}, {0, 0, 0}} {
 		_, err := b.c.CaptureLegs(ctx, hold.ID, parts)
 		require.ErrorIs(t, err, twopc.ErrInvalidTransfer, "%v", parts)
 	}
@@ -397,4 +401,53 @@ func TestCapturesDeliveredAgain(t *testing.T) {
 		}
 		assert.NotEmptyf(t, s.Pending, "account %s holds pending amounts with no leg in flight", id)
 	}
+}
+
+// TestCapturePastTheLegIsExceeded: a capture of more than a hold's leg
+// holds at all (11.00 of a 10.00 hold; a part past its leg, MinInt64
+// included) is ErrCaptureExceeded, as one of more than its captures left
+// of it is (5.00 after 6.00), never ErrInvalidTransfer; each is refused
+// before anything is written: nothing reserved in the hold's book, no
+// capture inserted, no account touched.
+func TestCapturePastTheLegIsExceeded(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 5000, "B": 0, "C": 0})
+	hold, err := b.c.Hold(ctx, "A", "B", 1000)
+	require.NoError(t, err)
+	legs, err := b.c.HoldLegs(ctx, []twopc.Leg{{Account: "A", Amount: -100}, {Account: "B", Amount: 60}, {Account: "C", Amount: 40}})
+	require.NoError(t, err)
+	_, err = b.c.Capture(ctx, hold.ID, 600, twopc.WithFinalCapture(false))
+	require.NoError(t, err)
+	raw := func(id bson.ObjectID) bson.Raw {
+		doc, err := b.db.Collection("transactions").FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+		require.NoError(t, err)
+		return doc
+	}
+	accounts, n, held, heldLegs := b.accountStates(), len(b.txns()), raw(hold.ID), raw(legs.ID)
+
+	exceeded := func(err error, what string) {
+		t.Helper()
+		assert.ErrorIs(t, err, twopc.ErrCaptureExceeded, what)
+		assert.NotErrorIs(t, err, twopc.ErrInvalidTransfer, what)
+	}
+	_, err = b.c.Capture(ctx, hold.ID, 1100)
+	exceeded(err, "11.00 of a 10.00 hold")
+	_, err = b.c.Capture(ctx, hold.ID, 500)
+	exceeded(err, "5.00 after 6.00 was captured")
+	for _, parts := range [][]int64{{-200, 160, 40}, {-41, 0, 41}, {math.MinInt64, 60, 40}} {
+		_, err := b.c.CaptureLegs(ctx, legs.ID, parts)
+		exceeded(err, fmt.Sprint(parts))
+	}
+	assert.Equal(t, accounts, b.accountStates(), "no account touched")
+	assert.Len(t, b.txns(), n, "no capture inserted")
+	assert.Equal(t, held, raw(hold.ID), "nothing reserved in the hold's book")
+	assert.Equal(t, heldLegs, raw(legs.ID), "nothing reserved in the hold's book")
+
+	_, err = b.c.Capture(ctx, hold.ID, 400)
+	require.NoError(t, err, "what is left is captured")
+	_, err = b.c.Void(ctx, legs.ID)
+	require.NoError(t, err)
+	b.checkSettled(map[string]int64{"A": 5000, "B": 0, "C": 0})
+	assert.EqualValues(t, 1000, b.balance("B"))
 }

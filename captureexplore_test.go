@@ -234,7 +234,8 @@ func TestExploreEndHoldsUnknownLedger(t *testing.T) {
 }
 
 // TestExploreCaptureMinInt: parts of MinInt64, which sum to zero only by
-// wrapping around, are ErrInvalidTransfer and reserve nothing (review).
+// wrapping around, are past any leg, ErrCaptureExceeded, and reserve
+// nothing (review).
 func TestExploreCaptureMinInt(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	ctx := testCtx(t)
@@ -242,6 +243,6 @@ func TestExploreCaptureMinInt(t *testing.T) {
 	hold, err := b.c.HoldLegs(ctx, []twopc.Leg{{Account: "A", Amount: -50}, {Account: "C", Amount: -50}, {Account: "B", Amount: 100}})
 	require.NoError(t, err)
 	_, err = b.c.CaptureLegs(ctx, hold.ID, []int64{math.MinInt64, math.MinInt64, 0})
-	require.ErrorIs(t, err, twopc.ErrInvalidTransfer, "parts that sum to zero only by wrapping around")
+	require.ErrorIs(t, err, twopc.ErrCaptureExceeded, "parts that sum to zero only by wrapping around")
 	assert.Equal(t, []int64{0, 0, 0}, b.txn(hold.ID).CapturedLegs, "nothing reserved")
 }

@@ -15,9 +15,12 @@ var (
 	// refuses (see Transfer); to TransferLegs and HoldLegs, legs that break
 	// its rules; an idempotency key that is empty, not valid UTF-8 or longer
 	// than MaxKeyLen; metadata past WithMetadata's limits; WithExpiry on a
-	// transfer that is not a hold; a Capture
-	// amount a hold cannot take; a TransferBatch of more than MaxBatch, or a
-	// request of it that repeats an earlier one's key. Nothing is written.
+	// transfer that is not a hold; a Capture amount that is not positive,
+	// or not the whole Value of a hold of more than two legs, and
+	// CaptureLegs parts of the wrong count or sign, all 0, or not summing
+	// to zero (a capture past what a leg holds is ErrCaptureExceeded); a
+	// TransferBatch of more than MaxBatch, or a request of it that repeats
+	// an earlier one's key. Nothing is written.
 	ErrInvalidTransfer = errors.New("twopc: invalid transfer")
 
 	// ErrInvalidAccountID reports an account id that is nil or cannot be
@@ -178,6 +181,18 @@ var (
 	// it with Coordinator.Reverse.
 	ErrNotCancelable = errors.New("twopc: transaction is past its commit point")
 
+	// ErrNotRefundable reports a Refund, Reverse or Refundable of a
+	// transaction that moved nothing to give back: one not yet at its
+	// commit point (initial or pending: let it finish, by waiting or by
+	// repeating its call with its key, and read it with Get), a held hold
+	// (it moves nothing until captured: release it with Void), one
+	// canceling or canceled (a voided or expired hold, a placeholder of
+	// Cancel: it moved nothing), or a hold, whatever its state, whose
+	// captures moved what it took (refund or reverse each capture: its
+	// CaptureOf names the hold; for a hold captured, applied or done, the
+	// error also wraps ErrInvalidTransfer). Nothing is written.
+	ErrNotRefundable = errors.New("twopc: transaction not refundable")
+
 	// ErrTxnNotFound reports a transaction id that names no transaction.
 	ErrTxnNotFound = errors.New("twopc: transaction not found")
 
@@ -212,7 +227,7 @@ var (
 
 	// ErrClosed reports a call that would start or decide a transfer
 	// (Transfer, TransferLegs, TransferBatch, Hold, HoldLegs, Capture,
-	// Void, Reverse) on a Coordinator after Close.
+	// CaptureLegs, Void, Refund, Reverse) on a Coordinator after Close.
 	ErrClosed = errors.New("twopc: coordinator closed")
 )
 

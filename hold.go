@@ -58,14 +58,8 @@ const MaxHolds = 500
 // PendingCredit of the hold; Void and expiry return value to the source's
 // Balance and clear them too.
 //
-// Hold validates and refuses as Transfer does: ErrInvalidTransfer, and
-// ErrAccountNotFound for an id with no account, with nothing written;
-// ErrInsufficientFunds, ErrAccountNotFound (an account gone after the
-// coordinator read it),
-// ErrBalanceOverflow, ErrInvalidAccount, ErrTooLate, and ErrTooManyHolds
-// for an account already carrying MaxHolds legs in flight, each with the
-// hold rolled back and nothing moved; keys as with WithKey (a repeat with
-// another expiry is ErrKeyConflict).
+// Hold validates and refuses as Transfer does, and keys work as with
+// WithKey (a repeat with another expiry is ErrKeyConflict).
 //
 // A held transfer is decided: no Recoverer rolls it back for being old,
 // and a crash of the process that made it changes nothing. It ends only by
@@ -81,6 +75,17 @@ const MaxHolds = 500
 // An error with a Txn whose State is StateHeld means the hold was made.
 // With WithKey, Hold can be repeated safely after any error: it returns
 // the first attempt's transaction in whatever state it reached.
+//
+// Errors: ErrInvalidTransfer (with ErrInvalidAccountID for an id; a
+// WithExpiry under a millisecond), ErrAccountNotFound, ErrShardKey or
+// ErrClosed, nothing written; ErrInsufficientFunds, ErrLimitExceeded,
+// ErrAssetMismatch, ErrAccountNotFound (an account gone after the
+// coordinator read it), ErrBalanceOverflow, ErrInvalidAccount, ErrTooLate
+// or ErrTooManyHolds (an account already carrying MaxHolds legs in
+// flight), the hold rolled back, nothing moved; ErrCanceled, ErrInProgress,
+// ErrKeyConflict; for a keyed repeat of a hold since voided or expired,
+// ErrHoldVoided or ErrHoldExpired; ErrUnknownState, ErrMalformedTxn or
+// ErrTxnNotFound for a transaction document edited or deleted by hand.
 func (c *Coordinator) Hold(ctx context.Context, source, destination any, value int64, opts ...TransferOption) (*Txn, error) {
 	if err := validateTransfer(source, destination, value); err != nil {
 		return nil, err
@@ -92,6 +97,16 @@ func (c *Coordinator) Hold(ctx context.Context, source, destination any, value i
 // TransferLegs and Hold): every debit comes off its account's balance at
 // once, every credit waits. Capture takes the whole Value of a hold of
 // more than two legs.
+//
+// Errors: Hold's, with ErrUnknownLedger: ErrInvalidTransfer (with
+// ErrInvalidAccountID for an id, ErrUnknownLedger for a ledger this
+// coordinator was not given), ErrAccountNotFound, ErrShardKey or
+// ErrClosed, nothing written; ErrInsufficientFunds, ErrLimitExceeded,
+// ErrAssetMismatch, ErrAccountNotFound, ErrBalanceOverflow,
+// ErrInvalidAccount, ErrTooLate or ErrTooManyHolds, the hold rolled back,
+// nothing moved; ErrCanceled, ErrInProgress, ErrKeyConflict; ErrHoldVoided
+// or ErrHoldExpired for a keyed repeat; ErrUnknownState, ErrMalformedTxn or
+// ErrTxnNotFound for a transaction document edited or deleted by hand.
 func (c *Coordinator) HoldLegs(ctx context.Context, legs []Leg, opts ...TransferOption) (*Txn, error) {
 	t, err := c.legsTxn(legs)
 	if err != nil {
@@ -162,6 +177,17 @@ func (r *record) expired(now time.Time) bool {
 // that is not a hold gets ErrNotHold, a hold still being made
 // ErrInProgress. Void is bounded, and answers after its context's end, as
 // Capture does.
+//
+// Errors: ErrInvalidTransfer (an option other than WithKey and
+// WithMetadata, or a key or metadata Transfer refuses) or ErrClosed,
+// nothing written; ErrTxnNotFound, ErrNotHold; ErrHoldCaptured,
+// ErrHoldExpired, or for a hold canceled before it was held the error that
+// canceled it (one of Hold's: ErrCanceled, ErrInsufficientFunds, ...);
+// ErrInProgress (a hold still being made, a capture of it in flight, a
+// hold that kept moving); ErrKeyConflict; ErrUnknownLedger for a hold with
+// a leg on a ledger this coordinator was not given (its rollback is left
+// to a coordinator that has it); ErrUnknownState or ErrMalformedTxn for a
+// document edited by hand.
 func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (_ *Txn, err error) {
 	if c.settler.isClosed() {
 		return nil, ErrClosed

@@ -200,9 +200,9 @@ func TestHoldBadInput(t *testing.T) {
 
 	held, err := b.c.Hold(ctx, "A", "B", 100)
 	require.NoError(t, err)
-	for _, amount := range []int64{0, -1, 101} {
+	for amount, want := range map[int64]error{0: twopc.ErrInvalidTransfer, -1: twopc.ErrInvalidTransfer, 101: twopc.ErrCaptureExceeded} {
 		_, err := b.c.Capture(ctx, held.ID, amount)
-		require.ErrorIs(t, err, twopc.ErrInvalidTransfer, "capture of %d", amount)
+		require.ErrorIs(t, err, want, "capture of %d", amount)
 	}
 	assert.Equal(t, twopc.StateHeld, b.txn(held.ID).State, "refused captures change nothing")
 	transfer, err := b.c.Transfer(ctx, "A", "B", 10)

@@ -26,6 +26,15 @@ const MaxLegs = 32
 // account in two legs (as the server sees ids: see Transfer), any id
 // Transfer refuses, and a ledger the coordinator was not given (the error
 // also matches ErrUnknownLedger).
+//
+// Errors: Transfer's, with ErrUnknownLedger: ErrInvalidTransfer (with
+// ErrInvalidAccountID for an id, ErrUnknownLedger for a ledger),
+// ErrAccountNotFound, ErrShardKey or ErrClosed, nothing written;
+// ErrInsufficientFunds, ErrLimitExceeded, ErrAssetMismatch,
+// ErrAccountNotFound, ErrBalanceOverflow, ErrInvalidAccount or ErrTooLate,
+// the transaction canceled, nothing moved; ErrCanceled, ErrInProgress,
+// ErrKeyConflict; ErrUnknownState, ErrMalformedTxn or ErrTxnNotFound for a
+// transaction document edited or deleted by hand.
 func (c *Coordinator) TransferLegs(ctx context.Context, legs []Leg, opts ...TransferOption) (*Txn, error) {
 	t, err := c.legsTxn(legs)
 	if err != nil {

@@ -57,8 +57,8 @@ type refundEntry struct {
 	LeaseMs int64 `bson:"leaseMs,omitempty"`
 }
 
-// Refund returns amount of committed transfer id (applied or done; a hold
-// once captured, of what it captured) to where it came from: a transfer
+// Refund returns amount of committed transfer id (applied or done; a
+// capture of a hold, not the hold itself) to where it came from: a transfer
 // of its own, from the original's destination back to its source, or for
 // a transfer of legs every leg turned, in proportion to amount over what
 // the transfer credited (each leg rounded down, the units left given to
@@ -85,12 +85,20 @@ type refundEntry struct {
 // out, after Cancel has settled it. A refund keyed by the caller and
 // refused before its insert leaves its key canceled: repeat with a new
 // key. The book is kept for good (at most MaxRefunds entries), whatever
-// WithHistory does to the transfer.
+// WithHistory does to the transfer. The whole call is bounded as Transfer
+// is (WithCallTimeout).
 //
-// An id that names no transaction gives ErrTxnNotFound; one not applied or
-// done gives an error saying so; an amount not positive,
-// ErrInvalidTransfer. Nothing is written then. The whole call is bounded
-// as Transfer is (WithCallTimeout).
+// Errors: with nothing written, ErrInvalidTransfer (an amount not
+// positive, a key or metadata Transfer refuses, a transfer of several
+// assets, a leg on a ledger this coordinator was not given: with
+// ErrUnknownLedger), ErrTxnNotFound, ErrNotRefundable (a transaction not
+// applied or done, or a hold: see ErrNotRefundable), ErrRefundExceeded,
+// ErrKeyConflict, ErrShardKey and ErrClosed; the refund itself canceled,
+// its reservation given back, Transfer's refusals (ErrInsufficientFunds,
+// ErrLimitExceeded, ErrAssetMismatch, ErrAccountNotFound,
+// ErrBalanceOverflow, ErrInvalidAccount, ErrTooLate, ErrCanceled);
+// ErrInProgress; ErrUnknownState or ErrMalformedTxn for a document edited
+// by hand.
 func (c *Coordinator) Refund(ctx context.Context, id bson.ObjectID, amount int64, opts ...TransferOption) (_ *Txn, err error) {
 	ctx, b := c.bound(ctx)
 	defer func() { err = b.explain(err); b.end() }()
@@ -118,7 +126,9 @@ func (c *Coordinator) Refund(ctx context.Context, id bson.ObjectID, amount int64
 
 // Refundable returns what is left to refund of committed transfer id (see
 // Refund): what it moved, less its refunds made or in flight. It first
-// gives back the reservations of refunds known canceled.
+// gives back the reservations of refunds known canceled. A transaction
+// Refund refuses is refused as Refund refuses it: ErrTxnNotFound,
+// ErrNotRefundable, ErrInvalidTransfer for a transfer of several assets.
 func (c *Coordinator) Refundable(ctx context.Context, id bson.ObjectID) (int64, error) {
 	r, err := c.refundable(ctx, id, "refundable")
 	if err != nil {
@@ -141,20 +151,59 @@ func (c *Coordinator) Refundable(ctx context.Context, id bson.ObjectID) (int64, 
 	return book.Left, nil
 }
 
-// refundable reads transfer id for op, and refuses one not committed.
+// refundable reads transfer id for op (refund, reverse or refundable),
+// and refuses one that moved nothing to give back (notRefundable).
 func (c *Coordinator) refundable(ctx context.Context, id bson.ObjectID, op string) (*record, error) {
 	r, _, err := c.log.lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if r.Placeholder || !r.State.Committed() {
-		return r, errorf("twopc: %s %s: it is %s, not applied or done; cancel it instead", op, id.Hex(), r.State)
+	return r, notRefundable(r, op)
+}
+
+// notRefundable is the refusal of op (refund, reverse or refundable) of
+// transaction r, ErrNotRefundable with advice that fits its state; nil
+// for a committed transfer, which moved what it is to give back.
+func notRefundable(r *record, op string) error {
+	verb := op // what the caller does instead, spliced into the advice
+	if op == "refundable" {
+		verb = "refund"
 	}
-	if r.Hold {
-		return r, errorf("%w: %s %s: a hold moves nothing itself: its captures do; %s them (each capture's CaptureOf names the hold)",
-			ErrInvalidTransfer, op, id.Hex(), op)
+	captures := fmt.Sprintf("%s its captures instead (each capture's CaptureOf names the hold)", verb)
+	var why string
+	switch {
+	case r.Placeholder:
+		why = "it was canceled before it was made (Cancel's placeholder): it moved nothing"
+	case r.State.Committed() && !r.Hold:
+		return nil
+	case r.State.Committed():
+		return errorf("twopc: %s %s: %w: %w: a hold moves nothing itself, its captures moved what it took: %s",
+			op, r.ID.Hex(), ErrNotRefundable, ErrInvalidTransfer, captures)
+	case r.State == StateHeld:
+		why = "it is a hold, still held: it moves nothing until captured; release it with Void"
+		if len(r.Captures) > 0 {
+			why += ", and " + captures
+		}
+	case r.State == StateCanceling || r.State == StateCanceled:
+		state := string(r.State)
+		if r.Reason != "" {
+			state += " (" + r.Reason + ")"
+		}
+		switch {
+		case r.Hold && len(r.Captures) > 0:
+			why = fmt.Sprintf("it is a hold, %s: it moved nothing itself, its captures moved what they took: %s", state, captures)
+		case r.Hold:
+			why = fmt.Sprintf("it is a hold, %s: it moved nothing", state)
+		default:
+			why = fmt.Sprintf("it is %s: it moved nothing", state)
+		}
+	default: // initial or pending
+		why = fmt.Sprintf("it is %s, not yet at its commit point: let it finish (wait, or repeat its call with its key), read it with Get, and %s it once it is applied or done", r.State, verb)
+		if r.Hold {
+			why = fmt.Sprintf("it is a hold, %s: it moves nothing itself; once it is held, release it with Void or capture it", r.State)
+		}
 	}
-	return r, nil
+	return errorf("twopc: %s %s: %w: %s", op, r.ID.Hex(), ErrNotRefundable, why)
 }
 
 // refundBase is what transfer r moved: what it credited, by its settled

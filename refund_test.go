@@ -2,6 +2,8 @@ package twopc_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -238,4 +240,83 @@ func TestUnitProportional(t *testing.T) {
 		assert.Equal(t, c.want, got, "%v, %d", c.legs, c.amount)
 		assert.Zero(t, sum)
 	}
+}
+
+// TestRefundNotRefundable: Refund, Reverse and Refundable of a transaction
+// that moved nothing that can be given back (pending, canceling, canceled,
+// a placeholder, a hold held, voided or captured) are ErrNotRefundable,
+// with advice that fits its state, and write nothing: no reservation in
+// the refund book, no transaction, no account touched.
+func TestRefundNotRefundable(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	id := func(txn *twopc.Txn, err error) bson.ObjectID {
+		t.Helper()
+		require.NotNil(t, txn, "%v", err)
+		return txn.ID
+	}
+	pending := id(b.coordinator(twopc.WithStepHook(crashAt(twopc.StepCommit))).Transfer(ctx, "A", "B", 10))
+	pendingHold := id(b.coordinator(twopc.WithStepHook(crashAt(twopc.StepCommit))).Hold(ctx, "A", "B", 10))
+	var canceling bson.ObjectID
+	stuck := b.coordinator(twopc.WithStepHook(func(_ context.Context, s twopc.Step, tx *twopc.Txn) error {
+		if s == twopc.StepCanceled {
+			canceling = tx.ID
+			return errCrash
+		}
+		return nil
+	}))
+	_, err := stuck.Transfer(ctx, "A", "B", 5000)
+	require.Error(t, err)
+	canceled := id(b.c.Transfer(ctx, "A", "B", 5000))
+	placeholder := id(twopc.NewCanceler(b.c).Cancel(ctx, bson.NewObjectID()))
+	held := id(b.c.Hold(ctx, "A", "B", 10))
+	voided := id(b.c.Hold(ctx, "A", "B", 10))
+	_ = id(b.c.Void(ctx, voided))
+	captureThenVoid := id(b.c.Hold(ctx, "A", "B", 10))
+	_ = id(b.c.Capture(ctx, captureThenVoid, 4, twopc.WithFinalCapture(false)))
+	_ = id(b.c.Void(ctx, captureThenVoid))
+	captured := id(b.c.Hold(ctx, "A", "B", 10))
+	_ = id(b.c.Capture(ctx, captured, 6))
+	for txn, state := range map[bson.ObjectID]twopc.State{pending: twopc.StatePending, pendingHold: twopc.StatePending,
+		canceling: twopc.StateCanceling, canceled: twopc.StateCanceled, held: twopc.StateHeld, voided: twopc.StateCanceled,
+		captureThenVoid: twopc.StateCanceled, captured: twopc.StateDone} {
+		require.Equal(t, state, b.txn(txn).State)
+	}
+
+	refunds := func() int64 {
+		n, err := b.db.Collection("transactions_refunds").CountDocuments(ctx, bson.D{})
+		require.NoError(t, err)
+		return n
+	}
+	accounts, txns, books := b.accountStates(), len(b.txns()), refunds()
+	for _, c := range []struct {
+		name   string
+		id     bson.ObjectID
+		advice string
+	}{
+		{"pending", pending, "repeat its call with its key"},
+		{"a hold being made", pendingHold, "once it is held, release it with Void"},
+		{"canceling", canceling, "it moved nothing"},
+		{"canceled", canceled, "it moved nothing"},
+		{"a placeholder", placeholder, "it moved nothing"},
+		{"held", held, "Void"},
+		{"voided", voided, "a hold, canceled (voided): it moved nothing"},
+		{"voided after a capture", captureThenVoid, "refund its captures"},
+		{"captured", captured, "refund its captures"},
+	} {
+		_, err := b.c.Refund(ctx, c.id, 1)
+		assert.ErrorIs(t, err, twopc.ErrNotRefundable, "refund of %s", c.name)
+		assert.ErrorContains(t, err, c.advice, "refund of %s", c.name)
+		assert.NotContains(t, fmt.Sprint(err), "cancel it instead", "refund of %s", c.name)
+		_, err = b.c.Reverse(ctx, c.id)
+		assert.ErrorIs(t, err, twopc.ErrNotRefundable, "reverse of %s", c.name)
+		assert.ErrorContains(t, err, strings.ReplaceAll(c.advice, "refund", "reverse"), "reverse of %s", c.name)
+		_, err = b.c.Refundable(ctx, c.id)
+		assert.ErrorIs(t, err, twopc.ErrNotRefundable, "refundable of %s", c.name)
+		assert.NotContains(t, fmt.Sprint(err), "refundable them", "refundable of %s", c.name)
+	}
+	assert.Equal(t, accounts, b.accountStates(), "no account touched")
+	assert.Len(t, b.txns(), txns, "no transaction written")
+	assert.Equal(t, books, refunds(), "no refund book written")
 }

@@ -17,7 +17,7 @@ import (
 // Transfer, the same value from its destination back to its source; for
 // TransferLegs, every leg with its sign turned; a capture of a hold is a
 // transfer of its parts, reversed so (a hold itself moves nothing, and is
-// not reversed: ErrInvalidTransfer). Its idempotency key is derived from id
+// not reversed: ErrNotRefundable). Its idempotency key is derived from id
 // ("reverse:<id>", then "reverse:<id>:2", ...), so reversing twice moves
 // the money back once: a reversal that committed or is in progress is
 // returned, and one that was canceled (say the destination lacked the
@@ -27,12 +27,24 @@ import (
 // in opts is used as it is. The reversal is a transfer of its own, with
 // Transfer's errors (ErrInsufficientFunds if the destination cannot cover
 // it now, ...). An id that names no transaction gives ErrTxnNotFound; a
-// transaction not applied or done gives an error saying so (cancel it
-// instead: see Canceler.Cancel), and nothing is written. What it moves is
+// transaction not applied or done, ErrNotRefundable, saying what to do
+// instead (a pending one is finished first, a held hold voided, a
+// canceled one moved nothing), and nothing is written. What it moves is
 // reserved in the transfer's refund book (see Refund): a transfer
 // refunded in part is not reversed whole (ErrRefundExceeded). The whole
 // call, its reads and the reversal, is bounded as Transfer is
 // (WithCallTimeout).
+//
+// Errors: with nothing written, ErrInvalidTransfer (a key or metadata
+// Transfer refuses, a WithAsset other than the assets it moved, a leg on a
+// ledger this coordinator was not given: with ErrUnknownLedger),
+// ErrTxnNotFound, ErrNotRefundable (see there), ErrRefundExceeded
+// (refunded in part already), ErrKeyConflict, ErrShardKey and ErrClosed;
+// the reversal itself canceled, Transfer's refusals (ErrInsufficientFunds,
+// ErrLimitExceeded, ErrAssetMismatch, ErrAccountNotFound,
+// ErrBalanceOverflow, ErrInvalidAccount, ErrTooLate, ErrCanceled);
+// ErrInProgress; ErrUnknownState or ErrMalformedTxn for a document edited
+// by hand.
 func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...TransferOption) (_ *Txn, err error) {
 	ctx, b := c.bound(ctx)
 	defer func() { err = b.explain(err); b.end() }()
@@ -40,16 +52,9 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 	if err != nil {
 		return nil, err
 	}
-	r, _, err := c.log.lookup(ctx, id)
+	r, err := c.refundable(ctx, id, "reverse")
 	if err != nil {
-		return nil, err
-	}
-	if r.Placeholder || !r.State.Committed() {
-		return r.txn(), errorf("twopc: reverse %s: it is %s, not applied or done; cancel it instead", id.Hex(), r.State)
-	}
-	if r.Hold {
-		return r.txn(), errorf("%w: reverse %s: a hold moves nothing itself: its captures do; reverse them (each capture's CaptureOf names the hold)",
-			ErrInvalidTransfer, id.Hex())
+		return r.txn(), err
 	}
 	if tc.assetSet {
 		for _, l := range r.AllLegs() {

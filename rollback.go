@@ -60,6 +60,16 @@ func NewCanceler(c *Coordinator) *Canceler { return &Canceler{c: c} }
 // Cancel is bounded as Transfer is (WithCallTimeout: its coordinator's),
 // and a call whose context ends after its move to canceling was sent reads
 // the transaction back and answers by what the log holds.
+//
+// Errors: ErrTxnNotFound (the zero id) or ErrShardKey (before a
+// placeholder), nothing written; ErrNotCancelable (applied or done);
+// ErrInProgress (a fresh transaction another owns, or one that kept
+// moving); ErrMalformedTxn (no transaction time, or a document the
+// protocol could not have written) or ErrUnknownState, left alone;
+// ErrUnknownLedger for a leg on a ledger this coordinator was not given
+// (its rollback is left to a coordinator that has it); for a held hold,
+// Void's: ErrHoldCaptured, ErrHoldExpired, ErrInProgress, ErrClosed.
+// A canceled transaction is returned with no error, whatever canceled it.
 func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (_ *Txn, err error) {
 	if k == nil || k.c == nil {
 		return nil, errors.New("twopc: cancel: Canceler has no Coordinator (use NewCanceler)")

@@ -270,6 +270,14 @@ func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
 // applied is rolled back by recovery once stale (ErrCanceled, reason
 // "stale_pending"): the money did not move, and a new transfer needs a new
 // key.
+//
+// Errors: ErrInvalidTransfer (with ErrInvalidAccountID for an id),
+// ErrAccountNotFound, ErrShardKey or ErrClosed, nothing written;
+// ErrInsufficientFunds, ErrLimitExceeded, ErrAssetMismatch,
+// ErrAccountNotFound, ErrBalanceOverflow, ErrInvalidAccount or ErrTooLate,
+// the transaction canceled, nothing moved; ErrCanceled, ErrInProgress,
+// ErrKeyConflict; ErrUnknownState, ErrMalformedTxn or ErrTxnNotFound for a
+// transaction document edited or deleted by hand.
 func (c *Coordinator) Transfer(ctx context.Context, source, destination any, value int64, opts ...TransferOption) (*Txn, error) {
 	if err := validateTransfer(source, destination, value); err != nil {
 		return nil, err

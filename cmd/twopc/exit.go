@@ -52,7 +52,7 @@ var refusals = []error{
 	twopc.ErrInsufficientFunds, twopc.ErrAccountNotFound, twopc.ErrBalanceOverflow,
 	twopc.ErrInvalidAccount, twopc.ErrTooLate, twopc.ErrInvalidTransfer, twopc.ErrAuditFailed,
 	twopc.ErrHoldExpired, twopc.ErrHoldVoided, twopc.ErrHoldCaptured, twopc.ErrNotHold, twopc.ErrTooManyHolds, twopc.ErrCaptureExceeded,
-	twopc.ErrBeforeOpening,
+	twopc.ErrBeforeOpening, twopc.ErrNotRefundable,
 }
 
 // exitCode is the exit status err stands for.

@@ -101,7 +101,9 @@ type accountToken struct {
 // another ledger or asset, ErrInvalidQuery. A document whose balance is
 // not an integer, or whose asset or limits are not valid, fails the page
 // with ErrInvalidAccount naming it (Ledger.Account refuses it too).
-func (c *Coordinator) Accounts(ctx context.Context, ledger string, q AccountQuery) (AccountPage, error) {
+func (c *Coordinator) Accounts(ctx context.Context, ledger string, q AccountQuery) (_ AccountPage, err error) {
+	ctx, b := c.readBound(ctx, "accounts")
+	defer func() { err = b.explain(err); b.end() }()
 	l, err := c.ledgers.get(ledger)
 	if err != nil {
 		return AccountPage{}, errorf("twopc: accounts: %w", err)

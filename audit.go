@@ -39,8 +39,11 @@ import (
 //
 // It reads at majority, in batches, and writes nothing. The error is for
 // an audit that could not read; what it found is in the report (see
-// AuditReport.Err).
-func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditReport, error) {
+// AuditReport.Err). The audit as a whole is not bounded: each of its
+// round trips is, by the read bound (WithReadTimeout): each count, each
+// batch its cursors fetch, and each batch's lookups (its accounts'
+// markers' transactions, its holds' accounts).
+func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (_ *AuditReport, err error) {
 	cfg := auditConfig{batch: DefaultAuditBatch, pendingBound: DefaultPendingBound, fencedBound: DefaultFencedBound,
 		grace: DefaultInterval, totals: map[totalKey]int64{}}
 	for _, o := range opts {
@@ -53,13 +56,15 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 			return nil, errorf("twopc: audit: %w", err)
 		}
 	}
-	now, err := c.log.serverNow(ctx)
+	b := c.readTrips(ctx, "audit")
+	defer func() { err = b.explain(err) }()
+	now, err := roundTrip(ctx, b, c.log.serverNow)
 	if err != nil {
 		return nil, errorf("twopc: audit: %w", err)
 	}
 	rep := &AuditReport{Started: now, Transactions: map[State]int{}, Accounts: map[string]int{}, Tombstones: map[string]int{},
 		Assets: map[string][]string{}}
-	au := &audit{c: c, cfg: cfg, rep: rep}
+	au := &audit{c: c, cfg: cfg, rep: rep, b: b}
 	if err := au.transactions(ctx); err != nil {
 		return nil, errorf("twopc: audit: %w", err)
 	}
@@ -83,10 +88,12 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 		// Nothing was in flight at the start. Was anything by the end, or
 		// did a transfer run from start to end while the accounts were
 		// read? Either way it was written since the audit began.
-		n, err := c.log.txns.CountDocuments(ctx, bson.D{{Key: "$or", Value: bson.A{
-			bson.D{{Key: fieldState, Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
-			bson.D{{Key: fieldLastModified, Value: bson.D{{Key: "$gte", Value: rep.Started}}}},
-		}}})
+		n, err := roundTrip(ctx, b, func(ctx context.Context) (int64, error) {
+			return c.log.txns.CountDocuments(ctx, bson.D{{Key: "$or", Value: bson.A{
+				bson.D{{Key: fieldState, Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
+				bson.D{{Key: fieldLastModified, Value: bson.D{{Key: "$gte", Value: rep.Started}}}},
+			}}})
+		})
 		if err != nil {
 			return nil, errorf("twopc: audit: %w", err)
 		}
@@ -105,7 +112,7 @@ func (c *Coordinator) Audit(ctx context.Context, opts ...AuditOption) (*AuditRep
 		}
 		rep.Totals = append(rep.Totals, tc)
 	}
-	if rep.Finished, err = c.log.serverNow(ctx); err != nil {
+	if rep.Finished, err = roundTrip(ctx, b, c.log.serverNow); err != nil {
 		return nil, errorf("twopc: audit: %w", err)
 	}
 	return rep, nil
@@ -122,9 +129,10 @@ func (c *config) ledgerNames() []string {
 }
 
 // audit is one Audit call's state: the coordinator it reads, its options,
-// and the report it fills in.
+// the report it fills in, and the bound of its round trips.
 type audit struct {
 	c   *Coordinator
 	cfg auditConfig
 	rep *AuditReport
+	b   *callBound
 }

@@ -20,22 +20,24 @@ import (
 // their balances and held debits.
 func (au *audit) ledger(ctx context.Context, l *Ledger) (int64, map[string]int64, error) {
 	cfg, rep := &au.cfg, au.rep
-	cur, err := l.accounts.Find(ctx, bson.D{},
-		options.Find().SetProjection(accountProjection).SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(cfg.batch)))
+	cur, err := roundTrip(ctx, au.b, func(ctx context.Context) (*mongo.Cursor, error) {
+		return l.accounts.Find(ctx, bson.D{},
+			options.Find().SetProjection(accountProjection).SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(cfg.batch)))
+	})
 	if err != nil {
 		return 0, nil, err
 	}
-	defer cur.Close(ctx)
+	defer au.b.close(ctx, cur)
 	var sum int64
 	perAsset := map[string]int64{}
 	overflow := false
 	batch := make([]*account, 0, cfg.batch)
 	flush := func() error {
-		err := au.markers(ctx, l, batch)
+		err := au.b.trip(ctx, func(ctx context.Context) error { return au.markers(ctx, l, batch) })
 		batch = batch[:0]
 		return err
 	}
-	for cur.Next(ctx) {
+	for au.b.next(ctx, cur) {
 		var a account
 		if err := cur.Decode(&a); err != nil {
 			rep.add(Violation{Kind: ViolationMalformed, Ledger: l.name, Account: cur.Current.Lookup("_id"), Detail: err.Error()})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -22,14 +23,21 @@ import (
 // read again: one captured or voided since is not a violation.
 func (au *audit) holds(ctx context.Context) error {
 	c, cfg, rep := au.c, &au.cfg, au.rep
-	cur, err := c.log.txns.Find(ctx, bson.D{{Key: fieldState, Value: StateHeld}},
-		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(cfg.batch)))
+	cur, err := roundTrip(ctx, au.b, func(ctx context.Context) (*mongo.Cursor, error) {
+		return c.log.txns.Find(ctx, bson.D{{Key: fieldState, Value: StateHeld}},
+			options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(cfg.batch)))
+	})
 	if err != nil {
 		return err
 	}
-	defer cur.Close(ctx)
+	defer au.b.close(ctx, cur)
 	batch := make([]*record, 0, cfg.batch)
-	for cur.Next(ctx) {
+	// onAccounts checks a batch of holds against their accounts, a round
+	// trip (see roundTrip) of the audit.
+	onAccounts := func() error {
+		return au.b.trip(ctx, func(ctx context.Context) error { return au.holdsOnAccounts(ctx, batch) })
+	}
+	for au.b.next(ctx, cur) {
 		var r record
 		if err := cur.Decode(&r); err != nil || r.check() != nil {
 			continue // reported as malformed by the markers' check, if it has any
@@ -37,7 +45,7 @@ func (au *audit) holds(ctx context.Context) error {
 		rep.Held++
 		rep.HeldValue += r.Value
 		if batch = append(batch, &r); len(batch) == cfg.batch {
-			if err := au.holdsOnAccounts(ctx, batch); err != nil {
+			if err := onAccounts(); err != nil {
 				return err
 			}
 			batch = batch[:0]
@@ -47,7 +55,7 @@ func (au *audit) holds(ctx context.Context) error {
 		return err
 	}
 	if len(batch) > 0 {
-		return au.holdsOnAccounts(ctx, batch)
+		return onAccounts()
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -23,19 +24,23 @@ var unfinishedStates = bson.A{StateInitial, StatePending, StateApplied, StateCan
 func (au *audit) transactions(ctx context.Context) error {
 	c, cfg, rep := au.c, &au.cfg, au.rep
 	for _, s := range []State{StateInitial, StatePending, StateApplied, StateDone, StateCanceling, StateCanceled, StateHeld} {
-		n, err := c.log.txns.CountDocuments(ctx, bson.D{{Key: fieldState, Value: s}})
+		n, err := roundTrip(ctx, au.b, func(ctx context.Context) (int64, error) {
+			return c.log.txns.CountDocuments(ctx, bson.D{{Key: fieldState, Value: s}})
+		})
 		if err != nil {
 			return err
 		}
 		rep.Transactions[s] = int(n)
 	}
-	cur, err := c.log.txns.Find(ctx, bson.D{{Key: fieldState, Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
-		options.Find().SetSort(bson.D{{Key: fieldLastModified, Value: 1}}).SetBatchSize(int32(cfg.batch)))
+	cur, err := roundTrip(ctx, au.b, func(ctx context.Context) (*mongo.Cursor, error) {
+		return c.log.txns.Find(ctx, bson.D{{Key: fieldState, Value: bson.D{{Key: "$in", Value: unfinishedStates}}}},
+			options.Find().SetSort(bson.D{{Key: fieldLastModified, Value: 1}}).SetBatchSize(int32(cfg.batch)))
+	})
 	if err != nil {
 		return err
 	}
-	defer cur.Close(ctx)
-	for cur.Next(ctx) {
+	defer au.b.close(ctx, cur)
+	for au.b.next(ctx, cur) {
 		rep.Unfinished++
 		var r record
 		if err := cur.Decode(&r); err != nil {

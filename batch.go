@@ -53,10 +53,12 @@ type TransferResult struct {
 // write, goes on alone, beside the others, with the commands it would take
 // alone.
 //
-// The whole batch is one call under one bound, as Transfer is (see
-// WithCallTimeout, default 10 s): when it passes, the transfers not yet
-// committed fail with its error; give a batch of many transfers against a
-// slow server a larger bound.
+// The whole batch is one call under one bound, which grows with its size:
+// WithCallTimeout's (default 10 s) and 50 ms for each transfer it makes,
+// 60 s for a full batch of MaxBatch at the default (a full batch took from
+// 5 s to 53 s on a busy dev server: PROTOCOL.md, "Errors and bad input").
+// When it passes, the transfers not yet committed fail with its error;
+// give a batch against a slower server a larger WithCallTimeout.
 //
 // A request that is not valid (as Transfer or TransferLegs would refuse it,
 // or with a key an earlier request of the batch has) gets ErrInvalidTransfer
@@ -108,7 +110,7 @@ func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest)
 		ts = append(ts, c.newTransfer(t, q.Key))
 		at = append(at, i)
 	}
-	ctx, b := c.bound(ctx)
+	ctx, b := c.batchBound(ctx, len(ts))
 	defer b.end()
 	newEngine(c).run(ctx, ts)
 	for j, t := range ts {

@@ -150,7 +150,9 @@ func (c *Coordinator) OpenAccount(ctx context.Context, id any, balance int64, op
 // and, from the log, by the account's markers, its CommittedCredit: what
 // committed transfers will add to Balance once settled, which a debit
 // may already spend.
-func (c *Coordinator) Account(ctx context.Context, id any) (*Account, error) {
+func (c *Coordinator) Account(ctx context.Context, id any) (_ *Account, err error) {
+	ctx, b := c.readBound(ctx, "account")
+	defer func() { err = b.explain(err); b.end() }()
 	a, pending, err := c.ledger.account(ctx, id)
 	if err != nil || len(pending) == 0 {
 		return a, err

@@ -119,7 +119,10 @@
 // within it. A call whose context ends after it sent its commit (or
 // another write of the transaction's state) reads the transaction back,
 // for at most 2 s more on a context of its own, and answers by what the
-// log holds: a committed transfer is never reported pending.
+// log holds: a committed transfer is never reported pending. Every read
+// is bounded the same way, by [WithReadTimeout] ([DefaultReadTimeout],
+// 10 s): Account, Statement, Get and the others as a whole, the
+// iterators and the calls that run on per page or round trip.
 //
 // PROTOCOL.md, in the repository, describes how: the documents, each
 // step's guarded write, what each guarantee rests on, batching, holds,

@@ -121,6 +121,32 @@ func TestMoneyCallDefaultBound(t *testing.T) {
 	assert.Nil(t, txn)
 }
 
+// TestTransferBatchBoundGrows: a TransferBatch's bound is WithCallTimeout's
+// and 50 ms for each transfer of the batch: with no server answering, a
+// batch of 20 fails when that bound passes, not before, with an error
+// that names it.
+func TestTransferBatchBoundGrows(t *testing.T) {
+	const bound, n = 300 * time.Millisecond, 20
+	grown := bound + n*50*time.Millisecond
+	c, err := twopc.NewCoordinator(unreachable(t), twopc.WithCallTimeout(bound))
+	require.NoError(t, err)
+	reqs := make([]twopc.TransferRequest, n)
+	for i := range reqs {
+		reqs[i] = twopc.TransferRequest{Source: "A", Destination: "B", Value: int64(i + 1)}
+	}
+	start := time.Now()
+	res, err := c.TransferBatch(testCtx(t), reqs)
+	elapsed := time.Since(start)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, elapsed, grown, "the bound grew with the batch")
+	assert.Less(t, elapsed, grown+boundSlack)
+	for _, r := range res {
+		assert.ErrorIs(t, r.Err, context.DeadlineExceeded)
+		assert.Contains(t, r.Err.Error(), "the batch's bound of "+grown.String()+" (WithCallTimeout and 50ms a transfer)")
+	}
+	t.Logf("after %v: %v", elapsed.Round(time.Millisecond), res[0].Err)
+}
+
 // delayReplyAt returns a step hook that, the first time step is reached,
 // has the server's front hold back the reply of the next command named
 // command (the coordinator must be made WithFrozenMark, so that this is

@@ -316,12 +316,14 @@ type FeedStatus struct {
 
 // Status returns the feed's status; a feed never run has none yet
 // (Published 0, no Since).
-func (f *Feed) Status(ctx context.Context) (*FeedStatus, error) {
+func (f *Feed) Status(ctx context.Context) (_ *FeedStatus, err error) {
 	if f.err != nil {
 		return nil, f.err
 	}
+	ctx, b := f.c.readBound(ctx, f.readName()+": status")
+	defer func() { err = b.explain(err); b.end() }()
 	var d feedDoc
-	err := f.c.retry(ctx, func(ctx context.Context) error {
+	err = f.c.retry(ctx, func(ctx context.Context) error {
 		return f.coll().FindOne(ctx, bson.D{{Key: "_id", Value: f.id()}}).Decode(&d)
 	})
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -363,7 +365,9 @@ func (f *Feed) Status(ctx context.Context) (*FeedStatus, error) {
 
 // Feeds returns the names of the log's feeds, deleted ones too (their
 // names are taken), sorted.
-func (c *Coordinator) Feeds(ctx context.Context) ([]string, error) {
+func (c *Coordinator) Feeds(ctx context.Context) (_ []string, err error) {
+	ctx, b := c.readBound(ctx, "feeds")
+	defer func() { err = b.explain(err); b.end() }()
 	type idOnly struct {
 		ID string `bson:"_id"`
 	}

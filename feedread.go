@@ -49,8 +49,11 @@ func (p feedPosition) String() Position { return Position(fmt.Sprintf("%d.%d", p
 // and resumes from it, gets every event, in the same order every time
 // (Event.ID tells a repeat). ErrFeedTruncated if history moved or removed
 // transactions of a batch at or after the position (the reader fell
-// behind what the log keeps): never a silent gap.
-func (f *Feed) Read(ctx context.Context, after Position, limit int) ([]Event, Position, error) {
+// behind what the log keeps): never a silent gap. The call, every batch
+// it reads, is bounded by the read bound (WithReadTimeout).
+func (f *Feed) Read(ctx context.Context, after Position, limit int) (_ []Event, _ Position, err error) {
+	ctx, b := f.c.readBound(ctx, f.readName())
+	defer func() { err = b.explain(err); b.end() }()
 	for try := 0; ; try++ {
 		evs, pos, err := f.read1(ctx, after, limit)
 		if after == "" && errors.Is(err, ErrFeedTruncated) && try < 10 {
@@ -59,6 +62,9 @@ func (f *Feed) Read(ctx context.Context, after Position, limit int) ([]Event, Po
 		return evs, pos, err
 	}
 }
+
+// readName names the feed's reads in their errors (see plain).
+func (f *Feed) readName() string { return fmt.Sprintf("feed %q", f.name) }
 
 // read1 is one attempt of Read.
 func (f *Feed) read1(ctx context.Context, after Position, limit int) ([]Event, Position, error) {
@@ -182,7 +188,8 @@ func (f *Feed) readBatch(ctx context.Context, d *feedDoc, b int64) ([]Event, err
 // All returns the events after position after, following the feed: when
 // it has read every published batch it waits (WithFeedPoll) and reads
 // again, until ctx is done or the loop stops. An error ends it, yielded
-// with a zero Event (ctx's error when ctx is done).
+// with a zero Event (ctx's error when ctx is done). Each read is a Read,
+// bounded as Read is (WithReadTimeout): the loop as a whole is not.
 func (f *Feed) All(ctx context.Context, after Position) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		pos := after

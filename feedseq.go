@@ -38,6 +38,12 @@ import (
 // server with change streams, a write of the log that may settle an event
 // wakes the sequencer sooner (the stream says only when to look, never
 // what: a stream lost costs latency, never an event).
+//
+// Run is not bounded as a whole: each scan of a round (the events
+// waiting, the orphans' tags) is bounded by the read bound
+// (WithReadTimeout), and one it ends ends Run with its error, as any
+// error of a round does; its writes (the tags, the publication, the
+// lease) are not bounded by it.
 func (f *Feed) Run(ctx context.Context) error {
 	if f.err != nil {
 		return f.err
@@ -367,9 +373,12 @@ func (f *Feed) scanWaiting(ctx context.Context, d *feedDoc, slot string, skip ma
 }
 
 // scan reads the transactions filter matches (at most limit, 0: all) and
-// adds each; it returns how many it read.
+// adds each; it returns how many it read. It is bounded by the read bound
+// (WithReadTimeout), unless ctx's deadline comes first (a Read's).
 func (f *Feed) scan(ctx context.Context, filter bson.D, limit int, add func(bson.Raw) error) (int, error) {
 	n := 0
+	ctx, b := f.c.readBound(ctx, f.readName())
+	defer b.end()
 	err := f.c.retry(ctx, func(ctx context.Context) error {
 		n = 0
 		opts := options.Find()
@@ -389,7 +398,7 @@ func (f *Feed) scan(ctx context.Context, filter bson.D, limit int, add func(bson
 		}
 		return cur.Err()
 	})
-	return n, err
+	return n, b.explain(err)
 }
 
 // tagModel is the write that tags cd's slots for the batch of tag: each

@@ -29,6 +29,11 @@ func groupPrefix(name string) string { return "group:" + name + ":" }
 // Event.ID. A handler that keeps its effects and e.Pos of the last event
 // together, and skips the IDs it has, handles each exactly once. group is
 // 1 to 32 of a-z, 0-9 and _.
+//
+// Subscribe is not bounded as a whole: each page of events it reads is a
+// Read, bounded as Read is (WithReadTimeout), and one that fails, the
+// bound's end included, ends Subscribe with its error; its lease's writes
+// and its position's saves are not bounded by it.
 func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Context, []Event) error) error {
 	if f.err != nil {
 		return f.err

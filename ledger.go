@@ -183,8 +183,10 @@ type Account struct {
 // Account reads account id: ErrAccountNotFound if there is none,
 // ErrInvalidAccountID for an id that cannot be an account's.
 func (l *Ledger) Account(ctx context.Context, id any) (*Account, error) {
-	out, _, err := l.account(ctx, id)
-	return out, err
+	return readWithin(ctx, l.config, "account", func(ctx context.Context) (*Account, error) {
+		out, _, err := l.account(ctx, id)
+		return out, err
+	})
 }
 
 // account reads account id as Account does, and returns with it the leg
@@ -250,9 +252,11 @@ func (a *account) public(id any) (*Account, error) {
 
 // Balance returns an account's available balance (see Account).
 func (l *Ledger) Balance(ctx context.Context, id any) (int64, error) {
-	a, err := l.Account(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	return a.Balance, nil
+	return readWithin(ctx, l.config, "balance", func(ctx context.Context) (int64, error) {
+		a, _, err := l.account(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		return a.Balance, nil
+	})
 }

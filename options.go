@@ -23,6 +23,7 @@ const (
 	DefaultRecoveryBatch = 100
 	DefaultWriteBatch    = 1000
 	DefaultCallTimeout   = 10 * time.Second // WithCallTimeout's: a money call ends within it
+	DefaultReadTimeout   = 10 * time.Second // WithReadTimeout's: a read ends within it
 )
 
 // Option configures a Coordinator.
@@ -39,6 +40,7 @@ type config struct {
 	syncSettle     bool
 	retries        int
 	callTimeout    time.Duration
+	readTimeout    time.Duration
 	writeBatch     int
 	logger         *slog.Logger
 	observers      []Observer
@@ -91,6 +93,7 @@ func defaultConfig() config {
 		transactions:      DefaultTransactions,
 		retries:           DefaultRetries,
 		callTimeout:       DefaultCallTimeout,
+		readTimeout:       DefaultReadTimeout,
 		writeConcern:      writeconcern.Majority(),
 		writeBatch:        DefaultWriteBatch,
 		logger:            slog.New(slog.DiscardHandler),
@@ -398,15 +401,63 @@ func WithRetries(n int) Option {
 // context of its own, for at most 2 s more, and answers by what the log
 // holds (committed: no error). Background settling is not bounded by it.
 //
-// Give a larger d to a call that needs it: a TransferBatch of many
-// transfers against a slow server, or a call that waits on purpose (a
-// step hook that stalls). d must be positive.
+// A TransferBatch's bound grows with its size: d and 50 ms for each
+// transfer it makes (60 s for a full batch of MaxBatch at the default),
+// since a full batch took from 5 s to 53 s on a busy dev server
+// (PROTOCOL.md, "Errors and bad input", gives the measures). Give a
+// larger d to a call that needs it: a call against a slower server, or
+// one that waits on purpose (a step hook that stalls). d must be
+// positive.
 func WithCallTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return errorf("WithCallTimeout: %v is not positive", d)
 		}
 		c.callTimeout = d
+		return nil
+	}
+}
+
+// WithReadTimeout bounds every read call of the coordinator to d (default
+// 10 s, DefaultReadTimeout), as WithCallTimeout bounds the money calls:
+// from the moment it is called, its retries and waits included; a
+// caller's earlier deadline ends it first, a later one does not lift it.
+// It bounds each of these as a whole: Account, Balance (and a Ledger's),
+// BalanceAt, Statement, Transactions, Accounts, Get, GetByKey,
+// Refundable, Feeds, and a Feed's Read and Status. What runs on is
+// bounded per page or per round trip, never as a whole: Entries and Txns
+// each page they read (the first with what it reads before it); a Feed's
+// All and Subscribe each Read of theirs, its Run each scan of its rounds
+// (their writes are not bounded by it); Audit each of its round trips
+// (each count, each batch its cursors fetch, each batch's lookups).
+//
+// What it guarantees: when no server answers, such a read fails within d
+// (with the driver at its defaults it would otherwise wait its server
+// selection timeout, 30 s, once for each of WithRetries' attempts), with
+// an error that names the read and says so plainly, with the driver's
+// error: "twopc: statement: the server could not be reached within the
+// read bound of 10s (WithReadTimeout): server selection error: ...". It
+// names no step of the read, and wraps the driver's error and
+// context.DeadlineExceeded (errors.Is, errors.As). A read the server
+// answered too slowly says the server did not answer within the bound. A
+// read cut by it leaves nothing half done: it writes nothing, or only
+// guarded writes a later read makes again (a statement's checkpoint,
+// Refundable's return of a canceled refund's reservation).
+//
+// The default is the money calls' (DefaultCallTimeout): a caller sees one
+// bound, and the reads whose cost grows with an account's history
+// (BalanceAt, a statement's page, each summing the entries since the
+// account's last checkpoint) keep room under load (PROTOCOL.md, "Errors
+// and bad input", gives the times measured). Give a larger d for a
+// Feed's Read of many batches, or a first BalanceAt of an account with
+// tens of thousands of entries since its last checkpoint; d must be
+// positive.
+func WithReadTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return errorf("WithReadTimeout: %v is not positive", d)
+		}
+		c.readTimeout = d
 		return nil
 	}
 }

@@ -129,7 +129,9 @@ func (c *Coordinator) Refund(ctx context.Context, id bson.ObjectID, amount int64
 // gives back the reservations of refunds known canceled. A transaction
 // Refund refuses is refused as Refund refuses it: ErrTxnNotFound,
 // ErrNotRefundable, ErrInvalidTransfer for a transfer of several assets.
-func (c *Coordinator) Refundable(ctx context.Context, id bson.ObjectID) (int64, error) {
+func (c *Coordinator) Refundable(ctx context.Context, id bson.ObjectID) (_ int64, err error) {
+	ctx, b := c.readBound(ctx, "refundable")
+	defer func() { err = b.explain(err); b.end() }()
 	r, err := c.refundable(ctx, id, "refundable")
 	if err != nil {
 		return 0, err

@@ -137,24 +137,33 @@ const statementHorizon = time.Second
 // by other programs or other logs shows only this log's entries, and its
 // running balance does not count those moves.
 func (c *Coordinator) Statement(ctx context.Context, ledger string, account any, q StatementQuery) (StatementPage, error) {
-	s, err := c.statement(ctx, ledger, account)
-	if err != nil {
-		return StatementPage{}, err
-	}
-	return s.page(ctx, q)
+	return readWithin(ctx, &c.config, "statement", func(ctx context.Context) (StatementPage, error) {
+		s, err := c.statement(ctx, ledger, account)
+		if err != nil {
+			return StatementPage{}, err
+		}
+		return s.page(ctx, q)
+	})
 }
 
 // Entries returns account's entries selected by q, page after page (q.Limit
 // entries a read), as Statement lists them; it ends at the first error.
+// Each page is a read of its own, under the read bound (WithReadTimeout),
+// the first with the account's read before it: the iteration as a whole
+// is not bounded.
 func (c *Coordinator) Entries(ctx context.Context, ledger string, account any, q StatementQuery) iter.Seq2[Entry, error] {
 	return func(yield func(Entry, error) bool) {
-		s, err := c.statement(ctx, ledger, account)
-		if err != nil {
-			yield(Entry{}, err)
-			return
-		}
+		var s *statement
 		for {
-			p, err := s.page(ctx, q)
+			p, err := readWithin(ctx, &c.config, "statement", func(ctx context.Context) (StatementPage, error) {
+				if s == nil {
+					var err error
+					if s, err = c.statement(ctx, ledger, account); err != nil {
+						return StatementPage{}, err
+					}
+				}
+				return s.page(ctx, q)
+			})
 			if err != nil {
 				yield(Entry{}, err)
 				return
@@ -201,11 +210,13 @@ func (c *Coordinator) Entries(ctx context.Context, ledger string, account any, q
 // runs during the read makes it read again: an answer never misses an
 // entry it counts.
 func (c *Coordinator) BalanceAt(ctx context.Context, ledger string, account any, at time.Time) (int64, error) {
-	s, err := c.statement(ctx, ledger, account)
-	if err != nil {
-		return 0, err
-	}
-	return s.balanceAt(ctx, at)
+	return readWithin(ctx, &c.config, "balance at", func(ctx context.Context) (int64, error) {
+		s, err := c.statement(ctx, ledger, account)
+		if err != nil {
+			return 0, err
+		}
+		return s.balanceAt(ctx, at)
+	})
 }
 
 // statement is one account's statement reader.

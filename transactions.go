@@ -114,25 +114,34 @@ const maxTokenSkips = 1000
 // account, query or direction, ErrInvalidQuery. A document the protocol
 // could not have written gives ErrMalformedTxn, naming its id.
 func (c *Coordinator) Transactions(ctx context.Context, ledger string, account any, q TransactionQuery) (TransactionPage, error) {
-	r, tok, err := newTxnReader(ctx, c, ledger, account, q)
-	if err != nil {
-		return TransactionPage{}, err
-	}
-	return r.page(ctx, tok)
+	return readWithin(ctx, &c.config, "transactions", func(ctx context.Context) (TransactionPage, error) {
+		r, tok, err := newTxnReader(ctx, c, ledger, account, q)
+		if err != nil {
+			return TransactionPage{}, err
+		}
+		return r.page(ctx, tok)
+	})
 }
 
 // Txns returns account's transactions selected by q, page after page
 // (q.Limit transactions a read), as Transactions lists them; it ends at
-// the first error, or at the first page with no transactions.
+// the first error, or at the first page with no transactions. Each page
+// is a read of its own, under the read bound (WithReadTimeout): the
+// iteration as a whole is not bounded.
 func (c *Coordinator) Txns(ctx context.Context, ledger string, account any, q TransactionQuery) iter.Seq2[*Txn, error] {
 	return func(yield func(*Txn, error) bool) {
-		r, tok, err := newTxnReader(ctx, c, ledger, account, q)
-		if err != nil {
-			yield(nil, err)
-			return
-		}
+		var r *txnReader
+		var tok *txnResume
 		for {
-			p, err := r.page(ctx, tok)
+			p, err := readWithin(ctx, &c.config, "transactions", func(ctx context.Context) (TransactionPage, error) {
+				if r == nil {
+					var err error
+					if r, tok, err = newTxnReader(ctx, c, ledger, account, q); err != nil {
+						return TransactionPage{}, err
+					}
+				}
+				return r.page(ctx, tok)
+			})
 			if err != nil {
 				yield(nil, err)
 				return

@@ -137,7 +137,9 @@ func (t *Txn) SettledLegs() []Leg {
 // archive. A document whose state is not one of the seven gives
 // ErrUnknownState, one the protocol could not have written
 // ErrMalformedTxn, with the Txn as read.
-func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
+func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (_ *Txn, err error) {
+	ctx, b := c.readBound(ctx, "get")
+	defer func() { err = b.explain(err); b.end() }()
 	r, _, err := c.log.lookup(ctx, id)
 	if r == nil {
 		return nil, err
@@ -152,10 +154,12 @@ func (c *Coordinator) Get(ctx context.Context, id bson.ObjectID) (*Txn, error) {
 // before it arrived, GetByKey returns the canceled placeholder Cancel
 // wrote. ErrTxnNotFound if no transaction has the key; a key WithKey would
 // refuse gets ErrInvalidTransfer.
-func (c *Coordinator) GetByKey(ctx context.Context, key string) (*Txn, error) {
+func (c *Coordinator) GetByKey(ctx context.Context, key string) (_ *Txn, err error) {
 	if err := validateKey(key); err != nil {
 		return nil, errorf("twopc: get by key: %w", err)
 	}
+	ctx, b := c.readBound(ctx, "get by key")
+	defer func() { err = b.explain(err); b.end() }()
 	r, _, err := c.log.lookup(ctx, keyID(key))
 	if r == nil {
 		return nil, err

@@ -90,15 +90,17 @@ func (e *engine) applyLegs(ctx context.Context, o *owned, todo []leg, round int)
 	return nil, errorf("legs of %s did not apply in %d rounds: the accounts keep changing", o.rec.ID.Hex(), maxApplyRounds)
 }
 
-// renew refreshes the owner's claim when an eighth of StaleAfter has
-// passed since it was taken (by this process's monotonic clock, from when
-// the claiming write was sent, so never later than the server's view). A
-// leg write, sent with a deadline of half of StaleAfter after the claim, is
-// therefore never sent on a claim another application may already have
-// taken over. errLost if the claim is gone.
+// renew refreshes the owner's claim when an eighth of its takeover lease
+// (the one recorded in it: see WithTakeoverAfter) has passed since it was taken (by this process's
+// monotonic clock, from when the claiming write was sent, so never later
+// than the server's view). A leg write, sent with a deadline of half of
+// the takeover lease after the claim, is therefore never sent on a claim a
+// repeat of the call in another process may already have taken over, nor
+// one another application's Recoverer may (StaleAfter is never shorter).
+// errLost if the claim is gone.
 func (e *engine) renew(ctx context.Context, o *owned) error {
 	c := e.c
-	if c.now().Sub(o.claimedAt) < c.staleAfter/8 {
+	if c.now().Sub(o.claimedAt) < o.rec.takeoverLease(c.staleAfter)/8 {
 		return nil
 	}
 	sent := c.now()
@@ -122,11 +124,12 @@ func (e *engine) renew(ctx context.Context, o *owned) error {
 // that cannot apply fails only its own transfer.
 //
 // The write carries a deadline at which the oldest claim among the calls
-// could start to look stale (half of StaleAfter after it was taken): the
-// driver will not send it later, and passes the rest as maxTimeMS so that
-// the server gives up too. A call whose claim is within a quarter of
-// StaleAfter of that deadline is not sent (unsent): its caller renews the
-// claim and tries again, so a group's deadline is never closer than that.
+// could start to look taken over (half of the takeover lease after it was
+// taken: see WithTakeoverAfter): the driver will not send it later, and
+// passes the rest as maxTimeMS so that the server gives up too. A call
+// whose claim is within a quarter of the takeover lease of that deadline
+// is not sent (unsent): its caller renews the claim and tries again, so a
+// group's deadline is never closer than that.
 // A write that fails by the group's deadline leaves each call's outcome
 // unknown and transient: its caller applies again, alone, under its own.
 func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
@@ -136,12 +139,13 @@ func (c *Coordinator) applyRound(ctx context.Context, calls []*applyCall) {
 	var recs []*record
 	var owner []*applyCall
 	for _, q := range calls {
-		// Not sent on a claim a quarter of StaleAfter from its deadline:
+		// Not sent on a claim a quarter of its lease from its deadline:
 		// its caller renews it first (renew does, long before that age:
 		// at an eighth), so that one old claim never gives a group's
 		// write less than that.
-		d := q.o.claimedAt.Add(c.staleAfter / 2)
-		if d.Sub(now) < c.staleAfter/4 {
+		lease := q.o.rec.takeoverLease(c.staleAfter)
+		d := q.o.claimedAt.Add(lease / 2)
+		if d.Sub(now) < lease/4 {
 			q.unsent = true
 			continue
 		}

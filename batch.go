@@ -110,6 +110,16 @@ func (c *Coordinator) TransferBatch(ctx context.Context, reqs []TransferRequest)
 		ts = append(ts, c.newTransfer(t, q.Key))
 		at = append(at, i)
 	}
+	// Its transfers' leg writes are sent in the batch's shared commands,
+	// which take longer the more legs they carry: each records a takeover
+	// lease grown to fit them (see takeoverFor).
+	legs := 0
+	for _, t := range ts {
+		legs += len(t.rec.AllLegs())
+	}
+	for _, t := range ts {
+		t.rec.TakeoverMs = c.takeoverFor(legs).Milliseconds()
+	}
 	ctx, b := c.batchBound(ctx, len(ts))
 	defer b.end()
 	newEngine(c).run(ctx, ts)

@@ -361,7 +361,7 @@ func (bk captureBook) end(ctx context.Context, hid bson.ObjectID) error {
 	}
 	cur, moved, err := c.log.advance(ctx, h, move{
 		step: StepCapture, from: StateHeld, to: StateApplied, anyClaim: true, heldAt: h.HeldAt, book: true, seq: h.CapturesSeq,
-		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
+		newClaim: c.claims.issue(), application: c.application, lease: c.staleAfter, takeover: c.takeover(),
 		set: bson.D{{Key: fieldCaptured, Value: captured}},
 	})
 	if err != nil || !moved {

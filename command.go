@@ -210,6 +210,8 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.Claim, ok = v.ObjectIDOK()
 	case fieldLease:
 		r.LeaseMs, ok = v.Int64OK()
+	case fieldTakeover:
+		r.TakeoverMs, ok = v.Int64OK()
 	case fieldKeep:
 		r.KeepMs, ok = v.Int64OK()
 	case fieldArchive:

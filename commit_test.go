@@ -255,6 +255,7 @@ func TestGroupCommit(t *testing.T) {
 	_, err := c.Transfer(ctx, "A", "B", 5)
 	require.ErrorIs(t, err, errCrash, "a failing hook stops its own commit")
 
+	b.backdate(idx.id(4), time.Hour) // a canceler of another Coordinator takes over only a stale transaction
 	got, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, idx.id(4))
 	require.NoError(t, err)
 	require.Equal(t, twopc.StateCanceled, got.State)

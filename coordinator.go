@@ -38,6 +38,7 @@ type Coordinator struct {
 	applies *applyStages               // see applyRound
 	commits *stage[*commitCall]        // see commitAll
 	keys    keyCalls                   // the keyed calls running, one at a time a key
+	claims  *claims                    // the claims this instance issues, and the transactions its calls drive
 	indexes *logIndexes                // the library's indexes, made or checked once (indexes.go)
 	shards  *shardKeys                 // the collections' shard keys, read and allowed once (shardkey.go)
 	// checkpoints holds statements' checkpoints: an account's balance
@@ -107,6 +108,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	c := &Coordinator{
 		config: cfg,
 		db:     db,
+		claims: newClaims(),
 	}
 	c.log = &txnLog{config: &c.config, txns: db.Collection(cfg.transactions, majority)}
 	c.checkpoints = db.Collection(cfg.transactions+checkpointsSuffix, majority)

@@ -8,8 +8,6 @@ package twopc
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -35,6 +33,9 @@ type transfer struct {
 	txn  *Txn
 	err  error
 	over bool // answered
+	// driven ends the registration of a transaction this call took over
+	// as driven by it (see resume); nil if none.
+	driven func()
 }
 
 func (t *transfer) answer(txn *Txn, err error) { t.txn, t.err, t.over = txn, err, true }
@@ -55,9 +56,10 @@ func (c *Coordinator) newTransfer(t Txn, key string) *transfer {
 	t.Created = c.now().UTC().Truncate(time.Millisecond)
 	return &transfer{rec: &record{
 		Txn:           t,
-		Claim:         bson.NewObjectID(),
+		Claim:         c.claims.issue(),
 		AllowNegative: c.allowNegative,
 		LeaseMs:       c.staleAfter.Milliseconds(),
+		TakeoverMs:    c.takeover().Milliseconds(),
 		KeepMs:        c.history.keep.Milliseconds(),
 		Archive:       c.history.archiveName(),
 	}}
@@ -111,8 +113,13 @@ func (e *engine) run(ctx context.Context, ts []*transfer) {
 // on one set of ledgers, from the check of their accounts to their end.
 func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 	c := e.c
-	// An id with no account is refused here, with nothing written.
+	// What can be known before the insert is refused here, with nothing
+	// written: an amount above the ceiling, an id with no account, an
+	// asset no account of the legs holds (a leg naming none takes its
+	// account's: so before a repeat's legs are compared with its key's).
+	e.refuseAbove(ctx, ts)
 	e.refuseMissing(ctx, ts)
+	e.fitAssets(ctx, ts)
 	// On a sharded cluster, the shard keys of the log's collections and
 	// of these ledgers' accounts are read once, before the first write
 	// that needs them: a key the protocol does not rest on is refused,
@@ -148,6 +155,20 @@ func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 		rec := *t.rec
 		calls = append(calls, &insertCall{t: t, rec: &rec})
 	}
+	// A keyed transaction counts as driven by this call from before its
+	// insert is sent: a repeat in this coordinator (keys that overlap:
+	// one insert group) waits for it, not for its claim to be seen.
+	driven := make(map[*transfer]func(), len(calls))
+	for _, q := range calls {
+		if q.rec.Key != "" {
+			driven[q.t] = c.claims.drive(q.rec.ID)
+		}
+	}
+	defer func() {
+		for _, stop := range driven {
+			stop()
+		}
+	}()
 	if err := c.inserts.join(ctx, calls...); err != nil {
 		// Left before its write (not sent), or given up on while a write
 		// may still be filling calls in (unknown; the write's stamp is
@@ -158,7 +179,8 @@ func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 		}
 		return
 	}
-	var mine []*transfer
+	var mine, repeated []*transfer
+	var priors []*record
 	for _, q := range calls {
 		t, r, cur, err := q.t, q.rec, q.cur, q.err
 		t.rec = r // as written: stamped
@@ -174,7 +196,12 @@ func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 		case err != nil:
 			insertFailed(t, q.sent, err)
 		case cur.Claim != r.Claim:
-			t.answer(c.replay(cur, r))
+			// A repeat: its key's transaction, made by an earlier call,
+			// which this call does not drive.
+			if stop := driven[t]; stop != nil {
+				stop()
+			}
+			repeated, priors = append(repeated, t), append(priors, cur)
 		case cur.State != StatePending:
 			t.answer(c.outcome(cur))
 		default:
@@ -182,6 +209,19 @@ func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 			mine = append(mine, t)
 		}
 	}
+	_ = parallel(len(repeated), func(i int) error {
+		e.repeats(ctx, repeated[i], priors[i])
+		return nil
+	})
+	for _, t := range repeated {
+		if t.driven != nil {
+			defer t.driven()
+		}
+		if t.o != nil {
+			mine = append(mine, t)
+		}
+	}
+	defer e.driving(mine)() // those it inserted unkeyed, too
 	e.driveAll(ctx, mine, c.syncSettle)
 }
 
@@ -208,6 +248,7 @@ type owned struct {
 // background.
 func (e *engine) drive(ctx context.Context, o *owned, sync bool) (*Txn, error) {
 	t := &transfer{rec: o.rec, o: o}
+	defer e.driving([]*transfer{t})()
 	e.driveAll(ctx, []*transfer{t}, sync)
 	return t.txn, t.err
 }
@@ -489,9 +530,7 @@ func (c *Coordinator) replay(prior, asked *record) (*Txn, error) {
 	if prior.Placeholder {
 		return c.outcome(prior) // canceled before it arrived
 	}
-	if prior.Key != asked.Key || prior.Hold != asked.Hold || prior.ExpiryMs != asked.ExpiryMs || !sameLegs(prior.legs(), asked.legs()) ||
-		!maps.Equal(prior.Metadata, asked.Metadata) || prior.RefundOf != asked.RefundOf ||
-		prior.CaptureOf != asked.CaptureOf || !slices.Equal(prior.HoldLegs, asked.HoldLegs) {
+	if sameCall(prior, asked) != nil {
 		return prior.txn(), errorf("%w: key %q is transaction %s (legs %v)",
 			ErrKeyConflict, asked.Key, prior.ID.Hex(), prior.AllLegs())
 	}

@@ -177,17 +177,18 @@ func ledgerLabel(name string) string {
 }
 
 // existsProjection is what the existence read returns of an account.
-var existsProjection = bson.D{{Key: "_id", Value: 1}, {Key: fieldTombstone, Value: 1}}
+var existsProjection = bson.D{{Key: "_id", Value: 1}, {Key: fieldTombstone, Value: 1}, {Key: fieldAsset, Value: 1}}
 
 // missing reads accounts ids of l (one find, _id $in) and returns, by
 // canonical id, those that do not exist: no document, or a tombstone. It
-// records what it found in l.kinds. The server's equality of _ids decides
+// records what it found in l.kinds, with each account's asset. The server's equality of _ids decides
 // which document answers which id: an int32 1, an int64 1 and a double 1.0
 // are one account.
 func (l *Ledger) missing(ctx context.Context, ids bson.A) (map[string]bool, error) {
 	found, err := findIDs[struct {
 		ID        bson.RawValue `bson:"_id"`
 		Tombstone bool          `bson:"tombstone"`
+		Asset     bson.RawValue `bson:"asset"`
 	}](ctx, l, ids, existsProjection)
 	if err != nil {
 		return nil, err
@@ -200,7 +201,8 @@ func (l *Ledger) missing(ctx context.Context, ids bson.A) (map[string]bool, erro
 			continue
 		}
 		exists[key] = true
-		l.kinds.exists(key)
+		asset, ok := (&account{Asset: f.Asset}).assetOf()
+		l.kinds.exists(key, asset, ok)
 	}
 	missing := map[string]bool{}
 	for _, id := range ids {

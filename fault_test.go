@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -76,6 +77,7 @@ func TestLostRepliesInCancelAndRecovery(t *testing.T) {
 				return hook(ctx, s, tx)
 			})))
 			hook = faultAt(t, b, step, mongotest.DropAfterForward)
+			b.backdate(txn.ID, time.Hour) // another Coordinator's canceler takes over only a stale transaction
 			got, err := k.Cancel(ctx, txn.ID)
 			require.NoError(t, err)
 			assert.Equal(t, twopc.StateCanceled, got.State)

@@ -309,6 +309,7 @@ func TestReview8OpenAccountOnUnfencedTombstone(t *testing.T) {
 	b.seenThenDeleted(b.c, "B") // the transfer's insert is not refused
 	res := stalledTransfer(t, b, s, "A", "B", 60)
 	id := b.txns()[0].ID
+	b.backdate(id, time.Hour) // another Coordinator's canceler takes over only a stale transaction
 	_, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, id)
 	require.NoError(t, err)
 	b.moveLine(b.txn(id).Created, "B")

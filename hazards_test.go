@@ -62,6 +62,7 @@ func TestHazardAccountOpenedAfterRollback(t *testing.T) {
 			b.seenThenDeleted(b.c, tc.missing)
 			res := stalledTransfer(t, b, s, "A", "B", 60)
 			id := b.txns()[0].ID
+			b.backdate(id, time.Hour) // another Coordinator's canceler takes over only a stale transaction
 			got, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, id)
 			require.NoError(t, err)
 			require.Equal(t, twopc.StateCanceled, got.State)

@@ -300,7 +300,7 @@ func (c *Coordinator) resolved(r *record, op string) error {
 func voidMove(c *Coordinator, r *record, reason string) move {
 	return move{
 		step: StepVoid, from: StateHeld, to: StateCanceling, anyClaim: true, book: true, seq: r.CapturesSeq,
-		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
+		newClaim: c.claims.issue(), application: c.application, lease: c.staleAfter, takeover: c.takeover(),
 		set: bson.D{{Key: fieldReason, Value: reason}},
 	}
 }

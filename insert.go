@@ -290,6 +290,7 @@ func insertWrite(r *record) (filter, update bson.D) {
 		{Key: fieldApplication, Value: r.Application},
 		{Key: fieldCreated, Value: r.Created},
 		{Key: fieldLease, Value: r.LeaseMs},
+		{Key: fieldTakeover, Value: r.TakeoverMs},
 	}...)
 	if r.AllowNegative {
 		doc = append(doc, bson.E{Key: fieldAllowNegative, Value: true})

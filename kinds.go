@@ -1,9 +1,11 @@
 package twopc
 
 // The accounts a ledger has seen: that they exist, so that a transfer
-// naming them is not read for them again (see engine.refuseMissing),
-// and which of them have limits, so that the writes that move money on
-// them are written for their kind the first time (see leg.limited).
+// naming them is not read for them again (see engine.refuseMissing);
+// their asset, so that a transfer naming none takes theirs, and one naming
+// another is refused, before its insert (see engine.fitAssets); and which
+// of them have limits, so that the writes that move money on them are
+// written for their kind the first time (see leg.limited).
 
 import (
 	"sync"
@@ -19,7 +21,8 @@ import (
 const maxKinds = 1 << 16
 
 // accountKinds is the set of accounts of one ledger last seen to exist, by
-// canonical id, each with whether it was seen with limits. An account is
+// canonical id, each with whether it was seen with limits, and its asset
+// if a read or a write gave it. An account is
 // added when a read finds it (a tombstone is not an account) or a write
 // opens it, and removed when a read finds it missing. It is a hint: every
 // write requires the account and the kind it was written for, so a stale
@@ -29,7 +32,16 @@ const maxKinds = 1 << 16
 // PROTOCOL.md, Fences).
 type accountKinds struct {
 	mu   sync.Mutex
-	seen map[string]bool // canonical id → seen with limits
+	seen map[string]kind // canonical id → what was seen
+}
+
+// kind is what a ledger last saw of an account.
+type kind struct {
+	limited bool
+	asset   string // its asset code; "" for none
+	// assetKnown says asset was read or written; else it is to be read
+	// before a transfer names the account.
+	assetKnown bool
 }
 
 // of returns leg l with the kind last seen for its account.
@@ -39,42 +51,71 @@ func (k *accountKinds) of(l leg) leg {
 		return l
 	}
 	k.mu.Lock()
-	l.limited = k.seen[key]
+	l.limited = k.seen[key].limited
 	k.mu.Unlock()
 	return l
 }
 
 // known reports whether the account of canonical id key was last seen to
-// exist.
+// exist, and its asset with it.
 func (k *accountKinds) known(key string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	_, ok := k.seen[key]
-	return ok
+	return k.seen[key].assetKnown
+}
+
+// assetOf returns the asset last seen of the account of canonical id key,
+// and whether one was.
+func (k *accountKinds) assetOf(key string) (string, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := k.seen[key]
+	return s.asset, s.assetKnown
+}
+
+// forgetAsset records that the asset of the account of canonical id key is
+// to be read again: a transfer was about to be refused by it.
+func (k *accountKinds) forgetAsset(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if s, ok := k.seen[key]; ok {
+		s.assetKnown = false
+		k.seen[key] = s
+	}
 }
 
 // limitedNow records that account id exists with limits: a write just
 // gave them.
-func (k *accountKinds) limitedNow(id any) { k.opened(id, true) }
-
-// opened records that account id exists, with limits or not: a write just
-// made it so.
-func (k *accountKinds) opened(id any, limited bool) {
+func (k *accountKinds) limitedNow(id any) {
 	key, err := schema.IDKey(id)
 	if err != nil {
 		return
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.add(key, limited)
+	s := k.seen[key]
+	s.limited = true
+	k.add(key, s)
 }
 
-// add records key as existing, limited or not; k.mu is held.
-func (k *accountKinds) add(key string, limited bool) {
-	if _, ok := k.seen[key]; !ok && (k.seen == nil || len(k.seen) >= maxKinds) {
-		k.seen = map[string]bool{}
+// opened records that account id exists, of asset and with limits or
+// not: a write just made it so.
+func (k *accountKinds) opened(id any, asset string, limited bool) {
+	key, err := schema.IDKey(id)
+	if err != nil {
+		return
 	}
-	k.seen[key] = limited
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.add(key, kind{limited: limited, asset: asset, assetKnown: true})
+}
+
+// add records key as existing, as s says; k.mu is held.
+func (k *accountKinds) add(key string, s kind) {
+	if _, ok := k.seen[key]; !ok && (k.seen == nil || len(k.seen) >= maxKinds) {
+		k.seen = map[string]kind{}
+	}
+	k.seen[key] = s
 }
 
 // gone records that a read found no account under canonical id key
@@ -96,21 +137,24 @@ func (k *accountKinds) saw(a *account) {
 		k.gone(key)
 		return
 	}
+	asset, ok := a.assetOf()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if limited, ok := k.seen[key]; !ok || limited != a.limited() {
-		k.add(key, a.limited())
+	if s := (kind{limited: a.limited(), asset: asset, assetKnown: ok}); k.seen[key] != s {
+		k.add(key, s)
 	}
 }
 
-// exists records that a read found the account of canonical id key, of a
-// kind it did not read: one seen before keeps the kind it was seen with,
-// one not seen is taken to have no limits (a write for the other kind
-// then matches nothing and reads it).
-func (k *accountKinds) exists(key string) {
+// exists records that a read found the account of canonical id key, of
+// asset (known: a code or none; else the account's asset field is of
+// another type, which every leg write refuses) and of a kind it did not
+// read: one seen before keeps the kind it was seen with, one not seen is
+// taken to have no limits (a write for the other kind then matches
+// nothing and reads it).
+func (k *accountKinds) exists(key, asset string, known bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if _, ok := k.seen[key]; !ok {
-		k.add(key, false)
-	}
+	s := k.seen[key]
+	s.asset, s.assetKnown = asset, known
+	k.add(key, s)
 }

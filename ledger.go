@@ -90,7 +90,7 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ..
 	// Opened: a transfer naming it is not read for it, and an account
 	// with limits has its legs' writes written for its kind at once.
 	opened := func() error {
-		l.kinds.opened(id, cfg.limited())
+		l.kinds.opened(id, cfg.asset, cfg.limited())
 		return nil
 	}
 	// Opened adopted (see adoptModel): no fences yet, a line below every

@@ -73,20 +73,36 @@ func TestAssetsAreNeverMixed(t *testing.T) {
 	}{
 		{"USD to EUR", "alice", "bob", []twopc.TransferOption{twopc.WithAsset("USD/2")}},
 		{"EUR to USD", "desk-eur", "desk-usd", []twopc.TransferOption{twopc.WithAsset("EUR/2")}},
-		{"no asset from an account with one", "alice", "desk-usd", nil},
 		{"an asset to an account with none", "alice", "plain", []twopc.TransferOption{twopc.WithAsset("USD/2")}},
 		{"no asset to an account with one", "plain", "alice", nil},
 		{"the scale is part of the code", "alice", "desk-usd", []twopc.TransferOption{twopc.WithAsset("USD")}},
 	} {
-		txn, err := b.c.Transfer(ctx, tc.from, tc.to, 10, tc.opts...)
-		require.ErrorIsf(t, err, twopc.ErrAssetMismatch, tc.name)
-		require.NotNil(t, txn, tc.name)
-		got, err := b.c.Get(ctx, txn.ID)
-		require.NoError(t, err)
-		assert.Equalf(t, twopc.StateCanceled, got.State, tc.name)
-		assert.Equalf(t, "asset_mismatch", got.Reason, tc.name)
+		// Known before the insert (the accounts' assets as last read or
+		// written): refused with nothing written.
+		for _, c := range []*twopc.Coordinator{b.c, b.coordinator()} {
+			txn, err := c.Transfer(ctx, tc.from, tc.to, 10, tc.opts...)
+			require.ErrorIsf(t, err, twopc.ErrAssetMismatch, tc.name)
+			require.Nil(t, txn, tc.name)
+		}
 	}
+	assert.Empty(t, b.txns(), "nothing written")
 	assert.Equal(t, before, b.accountStates(), "nothing moved")
+
+	// An account whose asset changed after the coordinator read it: the
+	// server's own condition refuses the leg, after the insert.
+	_, err := b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "desk-usd"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "asset", Value: "EUR/2"}}}})
+	require.NoError(t, err)
+	before = b.accountStates()
+	txn, err := b.c.Transfer(ctx, "alice", "desk-usd", 10, twopc.WithAsset("USD/2"))
+	require.ErrorIs(t, err, twopc.ErrAssetMismatch)
+	require.NotNil(t, txn)
+	got, err := b.c.Get(ctx, txn.ID)
+	require.NoError(t, err)
+	assert.Equal(t, twopc.StateCanceled, got.State)
+	assert.Equal(t, "asset_mismatch", got.Reason)
+	assert.Equal(t, before, b.accountStates(), "nothing moved")
+	_, err = b.db.Collection("accounts").UpdateOne(ctx, bson.D{{Key: "_id", Value: "desk-usd"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "asset", Value: "USD/2"}}}})
+	require.NoError(t, err)
 
 	// The exchange: alice pays 100 USD to the desk, the desk pays bob 92
 	// EUR, in one transfer.
@@ -96,7 +112,7 @@ func TestAssetsAreNeverMixed(t *testing.T) {
 		{Account: "desk-eur", Amount: -92, Asset: "EUR/2"},
 		{Account: "bob", Amount: 92, Asset: "EUR/2"},
 	}
-	txn, err := b.c.TransferLegs(ctx, exchange)
+	txn, err = b.c.TransferLegs(ctx, exchange)
 	require.NoError(t, err)
 	assert.Equal(t, int64(100), txn.Value, "Value: what the first leg's asset credits")
 	assert.Equal(t, exchange, txn.AllLegs())
@@ -107,10 +123,15 @@ func TestAssetsAreNeverMixed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "EUR/2", a.Asset)
 
-	// A keyed repeat with another asset is another transfer.
-	_, err = b.c.Transfer(ctx, "alice", "desk-usd", 5, twopc.WithAsset("USD/2"), twopc.WithKey("k"))
+	// A keyed repeat naming no asset takes the accounts' (before its legs
+	// are compared with the key's): the same transfer. One naming
+	// another asset is another transfer.
+	first, err := b.c.Transfer(ctx, "alice", "desk-usd", 5, twopc.WithAsset("USD/2"), twopc.WithKey("k"))
 	require.NoError(t, err)
-	_, err = b.c.Transfer(ctx, "alice", "desk-usd", 5, twopc.WithKey("k"))
+	again, err := b.c.Transfer(ctx, "alice", "desk-usd", 5, twopc.WithKey("k"))
+	require.NoError(t, err)
+	assert.Equal(t, first.ID, again.ID)
+	_, err = b.c.TransferLegs(ctx, []twopc.Leg{{Account: "desk-eur", Amount: -5}, {Account: "bob", Amount: 5}}, twopc.WithKey("k"))
 	require.ErrorIs(t, err, twopc.ErrKeyConflict)
 
 	// Reverse moves the original's assets.

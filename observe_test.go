@@ -250,6 +250,7 @@ func TestObserverSeesGroupCommit(t *testing.T) {
 	mu.Lock()
 	four := ids[4]
 	mu.Unlock()
+	b.backdate(four, time.Hour) // another Coordinator's canceler takes over only a stale transaction
 	_, err = twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, four)
 	require.NoError(t, err)
 	g.release <- struct{}{}

@@ -24,6 +24,10 @@ const (
 	DefaultWriteBatch    = 1000
 	DefaultCallTimeout   = 10 * time.Second // WithCallTimeout's: a money call ends within it
 	DefaultReadTimeout   = 10 * time.Second // WithReadTimeout's: a read ends within it
+	// DefaultTakeoverAfter is WithTakeoverAfter's: how long a transfer's
+	// owner may go without a sign of life before a repeat of its call in
+	// another process takes it over.
+	DefaultTakeoverAfter = 5 * time.Second
 )
 
 // Option configures a Coordinator.
@@ -32,6 +36,7 @@ type Option func(*config) error
 type config struct {
 	application    string
 	staleAfter     time.Duration
+	takeoverAfter  time.Duration
 	fenceRetention time.Duration
 	hook           func(ctx context.Context, step Step, t *Txn) error
 	accounts       string
@@ -40,6 +45,7 @@ type config struct {
 	syncSettle     bool
 	retries        int
 	callTimeout    time.Duration
+	maxAmount      int64 // WithMaxAmount's ceiling; 0: none
 	readTimeout    time.Duration
 	writeBatch     int
 	logger         *slog.Logger
@@ -89,6 +95,7 @@ func defaultConfig() config {
 	return config{
 		application:       fmt.Sprintf("%s:%d:%s", host, os.Getpid(), bson.NewObjectID().Hex()[18:]),
 		staleAfter:        DefaultStaleAfter,
+		takeoverAfter:     DefaultTakeoverAfter,
 		accounts:          DefaultAccounts,
 		transactions:      DefaultTransactions,
 		retries:           DefaultRetries,
@@ -109,8 +116,10 @@ func defaultConfig() config {
 
 // WithApplication sets the owner name written on the transactions this
 // coordinator claims (the tutorial's application field). The default is
-// host:pid:random, unique per Coordinator. Coordinators with the same name
-// may cancel each other's fresh transactions; see Canceler.
+// host:pid:random, unique per Coordinator. It names the owner in the log
+// and its messages; it decides nothing: ownership is per Coordinator (the
+// claims it issued), so Coordinators sharing a name neither cancel nor
+// take over each other's fresh transactions (see Canceler, WithKey).
 func WithApplication(name string) Option {
 	return func(c *config) error {
 		if name == "" {
@@ -125,11 +134,11 @@ func WithApplication(name string) Option {
 // may take over a transaction (default one minute). It is recorded in every
 // transaction this coordinator claims, and a takeover waits for the longest
 // recorded, so a process configured shorter cannot take a transaction its
-// owner still holds by its own rule. The owner renews its claim before a
-// leg write once an eighth of it has passed, and a leg write must finish
-// within half of it after the claim, so keep it far above the latency of a
-// write under load (ten times at least): too short, and transfers time out
-// and are left to recovery. Staleness is judged by the server's clock
+// owner still holds by its own rule. It is the abort lease: a pending
+// transaction untouched for it is rolled back by a Recoverer (presumed
+// abort), unless a repeat of its call finished it first; the owner's
+// renewals and its leg writes' deadlines follow the shorter takeover lease
+// (WithTakeoverAfter, never longer than StaleAfter). Staleness is judged by the server's clock
 // (hello's localTime against lastModified, which the server writes): keep
 // StaleAfter well above the clock skew between the members of a replica
 // set, which matters across a failover, and between the mongos routers of a
@@ -142,6 +151,50 @@ func WithStaleAfter(d time.Duration) Option {
 			return errorf("WithStaleAfter: %v is not positive", d)
 		}
 		c.staleAfter = d
+		return nil
+	}
+}
+
+// WithTakeoverAfter sets the takeover lease (default 5 s,
+// DefaultTakeoverAfter; never longer than StaleAfter): how long a
+// transaction's owner may go without renewing its claim before a repeat of
+// its call with the same key, made in another process, takes it over and
+// finishes it (see WithKey). It is recorded in every transaction this
+// coordinator claims, and that recorded value is what a repeat waits out.
+// The owner renews its claim before a leg write once an eighth of it has
+// passed, and sends every leg write, grouped ones included, with a
+// deadline of half of it after the claim; so keep it several times above
+// the latency of a write under load. A repeat in the coordinator that made
+// the attempt does not wait: it takes over as soon as none of its own calls
+// drives the transaction. Money does not rest on it: a takeover is a
+// guarded change of the claim, and the first owner's late writes meet the
+// claim, the markers, the fences and the line. StaleAfter stays the abort
+// lease, after which a Recoverer rolls back a pending transfer no one
+// repeated.
+func WithTakeoverAfter(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return errorf("WithTakeoverAfter: %v is not positive", d)
+		}
+		c.takeoverAfter = d
+		return nil
+	}
+}
+
+// WithMaxAmount sets the largest amount one leg of a money call may move
+// (default: none). A call with a leg above it (a transfer's value, a
+// leg's amount or its negation, a capture's or a refund's part) is
+// refused with ErrInvalidTransfer before anything is written, so its key,
+// if it has one, stays free. It guards against an amount mistyped by
+// orders of magnitude; what only the accounts can judge (funds, floors,
+// ceilings, int64 headroom) is still refused by the server's own
+// conditions, after the insert.
+func WithMaxAmount(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return errorf("WithMaxAmount: %d is not positive", n)
+		}
+		c.maxAmount = n
 		return nil
 	}
 }

@@ -260,7 +260,7 @@ func (r *Recoverer) recover(ctx context.Context, t *record, rep *RecoveryReport)
 	cur, moved, err := c.log.advance(ctx, t, move{
 		step: StepTakeover, from: t.State, to: t.State,
 		claim: t.Claim, lastModified: t.LastModified,
-		newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
+		newClaim: c.claims.issue(), application: c.application, lease: c.staleAfter, takeover: c.takeover(),
 	})
 	r.report(ctx, t.ID, t.State, RecoveryTakeover, start, outcomeOf(moved, err), StepTakeover, err)
 	if err != nil {

@@ -290,19 +290,20 @@ func TestSettleWriteErrorInABatch(t *testing.T) {
 }
 
 // TestKeyedRetryAfterCrash: the first call with a key dies half way; a
-// retry returns that transaction, in progress, and moves nothing; once
-// recovery finished it, the retry returns it done.
+// retry takes that transaction over and finishes it (see repeat_test.go),
+// the debit applied once; once settled, a retry returns it done.
 func TestKeyedRetryAfterCrash(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepCommit)))
 	b.open(map[string]int64{"A": 100, "B": 0})
 	first, err := b.c.Transfer(ctx, "A", "B", 60, twopc.WithKey("k"))
 	require.ErrorIs(t, err, errCrash)
+	assert.Equal(t, int64(40), b.balance("A"), "the debit applied")
 	retry, err := b.c.Transfer(ctx, "A", "B", 60, twopc.WithKey("k"))
-	require.ErrorIs(t, err, twopc.ErrInProgress)
+	require.NoError(t, err)
 	assert.Equal(t, first.ID, retry.ID)
-	assert.Equal(t, twopc.StatePending, retry.State)
-	assert.Equal(t, int64(40), b.balance("A"), "the retry moved nothing")
+	assert.True(t, retry.State.Committed())
+	assert.Equal(t, int64(40), b.balance("A"), "the retry applied nothing twice")
 	b.recoverAll()
 	retry, err = b.c.Transfer(ctx, "A", "B", 60, twopc.WithKey("k"))
 	require.NoError(t, err)
@@ -535,6 +536,7 @@ func TestCancelCrashAtEveryStepThenRecover(t *testing.T) {
 			txn, err := b.c.Transfer(ctx, "A", "B", 60)
 			require.ErrorIs(t, err, errCrash)
 			k := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"), twopc.WithStepHook(crashAt(step))))
+			b.backdate(txn.ID, time.Hour) // another Coordinator's canceler takes over only a stale transaction
 			_, err = k.Cancel(ctx, txn.ID)
 			require.ErrorIs(t, err, errCrash)
 			b.recoverAll()
@@ -548,20 +550,35 @@ func TestCancelCrashAtEveryStepThenRecover(t *testing.T) {
 	}
 }
 
-// TestOwnerRacesCanceler cancels a live transfer of the same application
-// while its owner is between applying the legs and committing.
+// TestOwnerRacesCanceler cancels a live transfer while its owner is
+// between applying the legs and committing: by a canceler of its own
+// Coordinator, which takes over at once, and by one of another process of
+// the same application name, which waits until the transfer is stale
+// (ownership is per Coordinator; backdated here).
 func TestOwnerRacesCanceler(t *testing.T) {
-	ctx := testCtx(t)
-	s := newStall(twopc.StepCommit)
-	b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("app"))
-	b.open(map[string]int64{"A": 100, "B": 0})
-	res := stalledTransfer(t, b, s, "A", "B", 60)
-	id := b.txns()[0].ID
-	_, err := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app"))).Cancel(ctx, id)
-	require.NoError(t, err)
-	close(s.release)
-	require.ErrorIs(t, (<-res).err, twopc.ErrCanceled)
-	b.checkSettled(map[string]int64{"A": 100, "B": 0})
+	for _, same := range []bool{true, false} {
+		t.Run(fmt.Sprintf("same=%v", same), func(t *testing.T) {
+			ctx := testCtx(t)
+			s := newStall(twopc.StepCommit)
+			b := newBank(t, twopc.WithStepHook(s.hook), twopc.WithApplication("app"))
+			b.open(map[string]int64{"A": 100, "B": 0})
+			res := stalledTransfer(t, b, s, "A", "B", 60)
+			id := b.txns()[0].ID
+			k := twopc.NewCanceler(b.c)
+			if !same {
+				other := twopc.NewCanceler(b.coordinator(twopc.WithApplication("app")))
+				_, err := other.Cancel(ctx, id)
+				require.ErrorIs(t, err, twopc.ErrInProgress, "a fresh transaction another Coordinator claimed")
+				b.backdate(id, time.Hour)
+				k = other
+			}
+			_, err := k.Cancel(ctx, id)
+			require.NoError(t, err)
+			close(s.release)
+			require.ErrorIs(t, (<-res).err, twopc.ErrCanceled)
+			b.checkSettled(map[string]int64{"A": 100, "B": 0})
+		})
+	}
 }
 
 func TestRunRecoversUntilCanceled(t *testing.T) {

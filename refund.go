@@ -83,8 +83,15 @@ type refundEntry struct {
 // (its insert lost, its caller gone) is given back by the next refund or
 // Refundable of the transfer that needs the room, once its lease has run
 // out, after Cancel has settled it. A refund keyed by the caller and
-// refused before its insert leaves its key canceled: repeat with a new
-// key. The book is kept for good (at most MaxRefunds entries), whatever
+// refused before its insert (an account missing, an asset it does not
+// hold) records nothing under the key in the log, and keeps its
+// reservation: a repeat with the key within the refund's lease
+// (StaleAfter) reuses it and is made; past the lease, the next refund of
+// the transfer that needs the room cancels the key (Cancel's placeholder)
+// and gives the reservation back. (Giving it back at once could let a
+// refund of the same key made meanwhile by another process go unreserved.)
+// A refund refused by the book (ErrRefundExceeded) reserves and writes
+// nothing, and leaves its key free. The book is kept for good (at most MaxRefunds entries), whatever
 // WithHistory does to the transfer. The whole call is bounded as Transfer
 // is (WithCallTimeout).
 //

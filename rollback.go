@@ -23,11 +23,13 @@ func NewCanceler(c *Coordinator) *Canceler { return &Canceler{c: c} }
 // Cancel cancels transaction id and returns it canceled.
 //
 // A transaction that is initial or pending is claimed for this application
-// and moved to canceling by one guarded write, if its owner is this
-// application or it is stale: its lastModified older, by the server's
-// clock, than its lease (the longest StaleAfter recorded in it, or this
-// coordinator's, if longer). A fresh transaction of another application
-// gives ErrInProgress. The owner, if it is still running, then finds its
+// and moved to canceling by one guarded write, if its claim is one this
+// canceler's Coordinator issued (ownership is judged per Coordinator, not
+// per application name: processes may share one) or it is stale: its
+// lastModified older, by the server's clock, than its lease (the longest
+// StaleAfter recorded in it, or this coordinator's, if longer). A fresh
+// transaction another Coordinator claimed gives ErrInProgress, whatever
+// its application name. The owner, if it is still running, then finds its
 // claim gone and can neither move the state nor apply a leg: the rollback
 // fences every account before undoing.
 //
@@ -123,7 +125,7 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (_ *Txn, err er
 			}
 			return cur.txn(), nil
 		}
-		if r.Application != c.application {
+		if !c.claims.issued(r.Claim) {
 			stale, err := c.log.stale(ctx, r)
 			if err != nil {
 				return r.txn(), errorf("twopc: cancel %s: %w", id.Hex(), err)
@@ -135,7 +137,7 @@ func (k *Canceler) Cancel(ctx context.Context, id bson.ObjectID) (_ *Txn, err er
 		cur, moved, err := c.log.advance(ctx, r, move{
 			step: StepCancel, from: r.State, to: StateCanceling,
 			claim: r.Claim, lastModified: r.LastModified,
-			newClaim: bson.NewObjectID(), application: c.application, lease: c.staleAfter,
+			newClaim: c.claims.issue(), application: c.application, lease: c.staleAfter, takeover: c.takeover(),
 			set: bson.D{{Key: fieldReason, Value: reasonCanceled}},
 		})
 		if err != nil {

@@ -97,6 +97,7 @@ const (
 	fieldCommittedAt   = schema.CommittedAt
 	fieldEntryKeys     = schema.EntryKeys
 	fieldLease         = schema.Lease
+	fieldTakeover      = schema.Takeover
 	fieldKeep          = schema.Keep
 	fieldArchive       = schema.Archive
 	fieldCreated       = schema.Created
@@ -139,6 +140,10 @@ type record struct {
 	// configured with a short StaleAfter cannot take a transaction another
 	// process still holds by its own rules.
 	LeaseMs int64 `bson:"leaseMs,omitempty"`
+	// TakeoverMs is the takeover lease of the transaction's current owner
+	// (WithTakeoverAfter): a repeat of its call with the key, in another
+	// process, takes it over once it is untouched for that long.
+	TakeoverMs int64 `bson:"takeoverMs,omitempty"`
 	// KeepMs is how long the transaction is kept once final
 	// (WithHistory), written with it; 0: for good.
 	KeepMs int64 `bson:"keepMs,omitempty"`
@@ -225,6 +230,7 @@ type move struct {
 	newClaim     bson.ObjectID // a claim to take; zero: keep the current one
 	application  string        // the application taking the claim, with newClaim
 	lease        time.Duration // recorded in the transaction if longer than its lease
+	takeover     time.Duration // with newClaim: the taker's takeover lease, recorded
 	book         bool          // guarded by the hold's capturesSeq as read: seq
 	seq          int64
 }
@@ -257,6 +263,9 @@ func (m move) update() bson.D {
 	set := bson.D{{Key: fieldState, Value: m.to}}
 	if !m.newClaim.IsZero() {
 		set = append(set, bson.E{Key: fieldClaim, Value: m.newClaim}, bson.E{Key: fieldApplication, Value: m.application})
+		if m.takeover > 0 {
+			set = append(set, bson.E{Key: fieldTakeover, Value: m.takeover.Milliseconds()})
+		}
 	}
 	set = append(set, m.set...)
 	stamps := bson.D{{Key: fieldLastModified, Value: true}}

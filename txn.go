@@ -243,12 +243,17 @@ func (c *Coordinator) GetByKey(ctx context.Context, key string) (_ *Txn, err err
 // it, or while the transfer was in flight: the rollback's fence then
 // leaves a tombstone under its id), ErrBalanceOverflow, ErrInvalidAccount
 // or ErrTooLate (an account's fence line is past the transaction's time). If a
-// Canceler canceled it first, ErrCanceled; if another application took it
-// over while this call stalled, or a call of another Coordinator with the
-// same key is still running, ErrInProgress (a call of this one with the
-// same key is waited for). A key an earlier,
+// Canceler canceled it first, ErrCanceled; if another process took it
+// over while this call stalled (a Recoverer, or a repeat of the call with
+// its key), or a repeat of the call found its first attempt still driven
+// elsewhere when its context ended, ErrInProgress (a call of this
+// Coordinator with the same key is waited for). A key an earlier,
 // different transaction holds gives ErrKeyConflict; a call after Close,
-// ErrClosed.
+// ErrClosed. What is known before the insert is refused with nothing
+// written: an amount above WithMaxAmount (ErrInvalidTransfer), an id with
+// no account (ErrAccountNotFound), an asset the accounts do not hold as
+// this Coordinator last read them (ErrAssetMismatch; a transfer naming no
+// asset takes the one both accounts hold).
 //
 // If nothing this call sent can have reached the server (the context
 // ended before the insert was sent, or while the call waited to be grouped
@@ -269,14 +274,17 @@ func (c *Coordinator) GetByKey(ctx context.Context, key string) (_ *Txn, err err
 // money moved. If the insert's outcome is unknown (its reply was lost),
 // the error gives the transaction's id: Cancel(id) settles the question
 // for good (see Canceler.Cancel). With WithKey, Transfer can be repeated
-// safely after any error: it returns the first attempt's transaction in
-// whatever state it reached. A first attempt abandoned before any leg
-// applied is rolled back by recovery once stale (ErrCanceled, reason
-// "stale_pending"): the money did not move, and a new transfer needs a new
-// key.
+// safely after any error, with a fresh context: the repeat finishes what
+// the first attempt started and answers with its outcome (see WithKey,
+// and WithTakeoverAfter for how long a repeat in another process waits
+// for a live owner). A first attempt abandoned before any leg applied and
+// not repeated within StaleAfter is rolled back by recovery (ErrCanceled,
+// reason "stale_pending"): the money did not move, and a new transfer
+// needs a new key.
 //
 // Errors: ErrInvalidTransfer (with ErrInvalidAccountID for an id),
-// ErrAccountNotFound, ErrShardKey or ErrClosed, nothing written;
+// ErrAccountNotFound, ErrAssetMismatch, ErrShardKey or ErrClosed, nothing
+// written;
 // ErrInsufficientFunds, ErrLimitExceeded, ErrAssetMismatch,
 // ErrAccountNotFound, ErrBalanceOverflow, ErrInvalidAccount or ErrTooLate,
 // the transaction canceled, nothing moved; ErrCanceled, ErrInProgress,
@@ -407,21 +415,38 @@ type transferConfig struct {
 	notFinal  bool // WithFinalCapture(false)
 }
 
-// WithKey sets an idempotency key: a Transfer (or TransferLegs, Hold,
-// HoldLegs) repeated with the same key returns the first transaction, in
-// whatever state it reached, and never moves money twice; of concurrent
-// calls with one key, exactly one owns the transaction, as if they had come
-// one after the other, and a call made while a call of the same
+// WithKey sets an idempotency key: a call (Transfer, TransferLegs, a
+// keyed request of TransferBatch, Hold, HoldLegs, Capture, CaptureLegs,
+// Refund, Reverse) repeated with the same key answers with the first
+// transaction made under it, and never moves money twice. A repeat
+// finishes what the first attempt started: one that finds it pending (its
+// first call timed out, lost its reply or died) takes it over, once no
+// owner is alive, and rolls it forward, committed (held, for a hold), or
+// rolled back with the server's refusal if a leg cannot apply. In the
+// Coordinator that made the attempt it takes over as soon as none of its
+// calls drives the transaction; from another Coordinator (another
+// application, or another process sharing its name), once the attempt has
+// been untouched for its owner's takeover lease (WithTakeoverAfter, 5 s by
+// default); a repeat whose context ends first gets ErrInProgress and
+// spends nothing. Of concurrent calls with one key, exactly one owns the
+// transaction at a time, and a call made while a call of the same
 // Coordinator with the same key is still running waits for that call to
-// end and returns the transaction it left. Keys are unique across the
-// transactions collection: a key used by a different transaction gets
-// ErrKeyConflict, so give each transfer its own. Keyed transactions are
-// kept for good, even under WithHistory. A keyed transfer refused before
-// its insert (ErrInvalidTransfer, or ErrAccountNotFound for an id with no
-// account) records nothing under the key, so the same key may succeed
-// later, once the account exists; if the key already names a
-// transaction, a repeat returns that one even after its accounts are
-// gone. A key is valid UTF-8, not empty,
+// end. Keys are unique across the transactions collection: a key used by
+// a different transaction gets ErrKeyConflict, so give each transfer its
+// own. Keyed transactions are kept for good, even under WithHistory.
+//
+// Which outcomes leave the key free: a call refused before its insert
+// (ErrInvalidTransfer, an amount above WithMaxAmount included;
+// ErrAccountNotFound for an id with no account; ErrAssetMismatch for an
+// asset the accounts do not hold, as the coordinator last read them; a
+// leg naming no asset takes its account's) or that sent nothing records
+// nothing under the key, so the corrected call may use it; if the key
+// already names a transaction, a repeat returns that one even after its
+// accounts are gone. A call refused by the accounts after its insert
+// (funds, limits, overflow, an account changed since it was read) ends
+// canceled under the key, and a repeat answers the same refusal; so does
+// one rolled back by a Recoverer after StaleAfter with no repeat
+// (ErrCanceled, reason stale_pending). A key is valid UTF-8, not empty,
 // and at most MaxKeyLen bytes; any other gets ErrInvalidTransfer, and
 // nothing is written. A step hook or an observer must not make a call with
 // the key of the call it is called from: that call waits for itself until

@@ -44,6 +44,7 @@ const (
 	EntryKeys     = "accounts"    // a key per account a leg is on (see statement.go)
 	Opening       = "opening"     // an account's opening {balance, at}, by OpenAccount
 	Lease         = "leaseMs"
+	Takeover      = "takeoverMs"
 	Keep          = "keepMs"
 	Archive       = "archive"
 	Created       = "created"

@@ -112,6 +112,17 @@ func (c *config) takeoverFor(legs int) time.Duration {
 	return min(max(c.takeover(), time.Duration(legs)*takeoverPerLeg), c.staleAfter)
 }
 
+// shortestLease is the shortest takeover lease of recs, whose legs one
+// apply write carries (own: the coordinator's StaleAfter, see
+// takeoverLease).
+func shortestLease(recs []*record, own time.Duration) time.Duration {
+	lease := own
+	for _, r := range recs {
+		lease = min(lease, r.takeoverLease(own))
+	}
+	return lease
+}
+
 // takeoverLease is the takeover lease recorded in r by its owner, or, for
 // a transaction that records none (a placeholder), its abort lease.
 func (r *record) takeoverLease(own time.Duration) time.Duration {

@@ -54,7 +54,17 @@ func (c *Coordinator) newTransfer(t Txn, key string) *transfer {
 	// hook's stop at StepInsert, a context that ended while the write was
 	// under way) is told this one.
 	t.Created = c.now().UTC().Truncate(time.Millisecond)
+	var unnamed []bool
+	for i, l := range t.AllLegs() {
+		if l.Asset == "" {
+			if unnamed == nil {
+				unnamed = make([]bool, len(t.AllLegs()))
+			}
+			unnamed[i] = true
+		}
+	}
 	return &transfer{rec: &record{
+		unnamed:       unnamed,
 		Txn:           t,
 		Claim:         c.claims.issue(),
 		AllowNegative: c.allowNegative,
@@ -209,20 +219,24 @@ func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 			mine = append(mine, t)
 		}
 	}
+	// The transfers it inserted are driven together; each repeat beside
+	// them, alone once it took its transaction over, so that one waiting
+	// for a live owner holds up no other transfer of a batch.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer e.driving(mine)() // those inserted unkeyed, too
+		e.driveAll(ctx, mine, c.syncSettle)
+	}()
 	_ = parallel(len(repeated), func(i int) error {
-		e.repeats(ctx, repeated[i], priors[i])
+		t := repeated[i]
+		if e.repeats(ctx, t, priors[i]) {
+			defer t.driven()
+			e.driveAll(ctx, []*transfer{t}, c.syncSettle)
+		}
 		return nil
 	})
-	for _, t := range repeated {
-		if t.driven != nil {
-			defer t.driven()
-		}
-		if t.o != nil {
-			mine = append(mine, t)
-		}
-	}
-	defer e.driving(mine)() // those it inserted unkeyed, too
-	e.driveAll(ctx, mine, c.syncSettle)
+	<-done
 }
 
 // owned is a transaction this process holds the claim of, and when it sent

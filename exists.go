@@ -145,16 +145,23 @@ func readExistence(ctx context.Context, ls ledgers, calls []*existsCall) {
 	}
 }
 
-// refuse answers transfer t, one of whose accounts does not exist (why),
-// before its insert: nothing is written, so a keyed transfer records
-// nothing and its key may succeed once the account exists. If the key
-// already names a transaction (an earlier call's, made while the account
-// existed), that one is the answer, as a repeat with the key promises.
+// refuse answers transfer t, refused before its insert (why): nothing is
+// written, so a keyed transfer records nothing and its key may succeed
+// once the account exists. If the key already names a transaction (an
+// earlier call's, made while the account existed), that one is the
+// answer, as a repeat with the key promises; if that one is pending, t is
+// left unanswered, to go on to its insert and finish it.
 func (e *engine) refuse(ctx context.Context, t *transfer, why error) {
 	c := e.c
 	if t.rec.Key != "" {
 		prior, err := c.log.read(ctx, t.rec.ID)
 		switch {
+		case err == nil && prior.State == StatePending && !prior.Placeholder && sameCall(prior, t.rec) == nil:
+			// A repeat of a call whose first attempt is still pending: not
+			// refused, for its insert finds that attempt, and the repeat
+			// finishes it (see repeats), with the server's refusal if its
+			// legs cannot apply.
+			return
 		case err == nil:
 			t.answer(c.replay(prior, t.rec))
 			return

@@ -293,3 +293,27 @@ func TestContextEndsWhileItsGroupCommitIsInFlight(t *testing.T) {
 	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
 	assert.Equal(t, int64(3), b.balance("B"))
 }
+
+// TestAccountWritesFailWithinTheCallBound: OpenAccount and SetLimits,
+// the library's writes that are not money calls, are bounded as money
+// calls are: with no server answering they fail within WithCallTimeout,
+// not after the driver's server selection timeout.
+func TestAccountWritesFailWithinTheCallBound(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	c, err := twopc.NewCoordinator(unreachable(t), twopc.WithCallTimeout(bound))
+	require.NoError(t, err)
+	for name, call := range map[string]func(context.Context) error{
+		"OpenAccount": func(ctx context.Context) error { return c.OpenAccount(ctx, "A", 10) },
+		"SetLimits":   func(ctx context.Context) error { return c.SetLimits(ctx, "", "A", twopc.AccountFloor(-10)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			err := call(testCtx(t))
+			elapsed := time.Since(start)
+			require.Error(t, err)
+			assert.Less(t, elapsed, bound+boundSlack, "failed within the bound: %v", err)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.Contains(t, err.Error(), "WithCallTimeout", "the bound that ended it")
+		})
+	}
+}

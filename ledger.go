@@ -47,8 +47,12 @@ func (l *Ledger) Name() string { return l.name }
 // ErrInvalidAccountID; a balance below zero with no limits,
 // ErrNegativeBalance; a balance outside the limits given,
 // ErrLimitExceeded; an asset code or limits that are not valid,
-// ErrInvalidAccount. Those four write nothing.
-func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ...AccountOption) error {
+// ErrInvalidAccount. Those four write nothing. It is bounded as a money
+// call is (WithCallTimeout): with no server answering it fails within the
+// bound, with an error that wraps context.DeadlineExceeded and names it.
+func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ...AccountOption) (err error) {
+	ctx, b := l.config.bound(ctx)
+	defer func() { err = b.explain(err); b.end() }()
 	if err := validateAccountID("account", id); err != nil {
 		return errorf("twopc: open account: %w", err)
 	}
@@ -97,7 +101,7 @@ func (l *Ledger) OpenAccount(ctx context.Context, id any, balance int64, opts ..
 	// transaction, and the mark.
 	marked := bson.E{Key: fieldAdopted, Value: true}
 	adopted := bson.D{{Key: fieldFencedLegs, Value: bson.A{}}, {Key: fieldFencedBefore, Value: time.UnixMilli(0).UTC()}, marked}
-	_, err := l.accounts.InsertOne(ctx, append(append(bson.D{{Key: "_id", Value: id}}, set...), adopted...))
+	_, err = l.accounts.InsertOne(ctx, append(append(bson.D{{Key: "_id", Value: id}}, set...), adopted...))
 	if mongo.IsDuplicateKeyError(err) {
 		// A tombstone keeps its fences and its line (the $max sets one
 		// where it has none).

@@ -36,7 +36,8 @@ func (l *Ledger) own(legs []leg) ([]leg, []int) {
 // unknown (a transient code or a RetryableWriteError label: see
 // transientWrite; never a refusal), by index in legs; and the indexes of
 // the legs it did not send: a command is not started with less than an
-// eighth of StaleAfter left before ctx's deadline (the claims' deadline;
+// eighth of the shortest takeover lease among recs left before ctx's
+// deadline (the claims' deadline, half that lease after the oldest claim;
 // see applyRound), and its legs and those after it are left unsent, to be
 // sent again under renewed claims. Any other failure (whose outcome is
 // unknown for the legs of that command) or a write-concern error is
@@ -75,7 +76,7 @@ func (l *Ledger) apply(ctx context.Context, recs []*record, legs []leg) (int64, 
 	}
 	plan := coalesce(recs, kinded)
 	for start := 0; start < len(plan); start += l.writeBatch {
-		if d, ok := ctx.Deadline(); ok && start > 0 && time.Until(d) < l.staleAfter/8 {
+		if d, ok := ctx.Deadline(); ok && start > 0 && time.Until(d) < shortestLease(recs, l.staleAfter)/8 {
 			var unsent []int
 			for _, s := range plan[start:] {
 				unsent = append(unsent, s...)

@@ -183,8 +183,11 @@ const maxSetLimitsAttempts = 64
 // writes nothing) for no AccountFloor or AccountCeiling, limits that are
 // not valid, a balance that is not an integer, or one that with its legs
 // in flight may leave [-MaxLimit, MaxLimit], and ErrUnknownLedger for a
-// ledger the coordinator was not given.
-func (c *Coordinator) SetLimits(ctx context.Context, ledger string, id any, opts ...AccountOption) error {
+// ledger the coordinator was not given. It is bounded as a money call is
+// (WithCallTimeout), its retries included.
+func (c *Coordinator) SetLimits(ctx context.Context, ledger string, id any, opts ...AccountOption) (err error) {
+	ctx, b := c.bound(ctx)
+	defer func() { err = b.explain(err); b.end() }()
 	l, err := c.ledgers.get(ledger)
 	if err != nil {
 		return errorf("twopc: set limits: %w", err)

@@ -148,10 +148,11 @@ func (e *engine) driving(ts []*transfer) (stop func()) {
 var errNotSameCall = errors.New("twopc: another call's transaction")
 
 // sameCall reports (nil) whether prior, the transaction under asked's key,
-// is what the call asking for asked made: the same legs, the same hold,
-// metadata and origin.
+// is what the call asking for asked made: the same legs (a leg whose asset
+// the asker did not name matches whatever asset prior's took), the same
+// hold, metadata and origin.
 func sameCall(prior, asked *record) error {
-	if prior.Key != asked.Key || prior.Hold != asked.Hold || prior.ExpiryMs != asked.ExpiryMs || !sameLegs(prior.legs(), asked.legs()) ||
+	if prior.Key != asked.Key || prior.Hold != asked.Hold || prior.ExpiryMs != asked.ExpiryMs || !sameLegs(prior.legs(), asked.legs(), asked.unnamed) ||
 		!maps.Equal(prior.Metadata, asked.Metadata) || prior.RefundOf != asked.RefundOf ||
 		prior.CaptureOf != asked.CaptureOf || !slices.Equal(prior.HoldLegs, asked.HoldLegs) {
 		return errNotSameCall

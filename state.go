@@ -130,6 +130,10 @@ type record struct {
 	// write that set it was sent: a grouped write returns no documents.
 	// Not stored.
 	guessed bool
+	// unnamed marks, by leg, the legs whose asset the caller did not name
+	// (see fitAssets): a repeat's such leg matches its key's transaction
+	// whatever asset that one took. Not stored.
+	unnamed []bool
 	// CommittedAt is the commit point (pending → applied, or a hold's
 	// capture), stamped by the log server's clock in the commit write
 	// ($currentDate): the time a statement orders the transfer's entries

@@ -349,13 +349,16 @@ func validateTransfer(source, destination any, value int64) error {
 	return nil
 }
 
-// sameLegs reports whether two transfers have the same legs, in order.
-func sameLegs(a, b []leg) bool {
+// sameLegs reports whether two transfers have the same legs, in order; a
+// leg of b marked unnamed (its asset not named by its caller) matches a's
+// whatever its asset.
+func sameLegs(a, b []leg, unnamed []bool) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if a[i].delta != b[i].delta || a[i].ledger != b[i].ledger || a[i].asset != b[i].asset || !schema.SameID(a[i].account, b[i].account) {
+		sameAsset := a[i].asset == b[i].asset || i < len(unnamed) && unnamed[i]
+		if a[i].delta != b[i].delta || a[i].ledger != b[i].ledger || !sameAsset || !schema.SameID(a[i].account, b[i].account) {
 			return false
 		}
 	}

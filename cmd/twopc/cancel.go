@@ -18,18 +18,15 @@ pending transaction is claimed for the tool's application, moved to
 canceling, its applied legs are fenced and undone, and it ends canceled;
 a canceling one has its rollback finished; a canceled one is left as it
 is. Cancel refuses (exit status 1) a transaction past its commit point
-(applied or done: use reverse), and one another application owns and
-has touched within its lease (still in progress; wait, or stop its
-process), judged by the lease recorded in it, never less than
---min-lease: the refusal says when it becomes cancelable, its
-lastModified plus the longer of the two, by the server's clock
-("eligible from 2026-11-26T10:01:00.000Z (in 57s, by the server's
-clock)"; --json: eligibleAt, eligibleInSeconds, leaseSeconds and
-minLeaseSeconds beside the error). Given --application with the owner's name, the tool
-cancels as the owner may, at once: money is safe either way (a live
-owner finds its claim gone and can move nothing; the rollback fences
-every account before it undoes a leg), but the transfer its owner is
-driving is then refused. The cancel's claim writes the tool's
+(applied or done: use reverse), and one a process owns and has touched
+within its lease (still in progress; wait, or stop its process), judged
+by the lease recorded in it, never less than --min-lease: the refusal
+says when it becomes cancelable, its lastModified plus the longer of the
+two, by the server's clock ("eligible from 2026-11-26T10:01:00.000Z (in
+57s, by the server's clock)"; --json: eligibleAt, eligibleInSeconds,
+leaseSeconds and minLeaseSeconds beside the error). Ownership is per
+process, never per application name: --application with the owner's
+name does not cancel it sooner. The cancel's claim writes the tool's
 application name into the transaction's application field, in place of
 its maker's: cancel prints both ("made by payments-1, canceled by
 twopc-cli"; --json: madeBy and finishedBy).
@@ -176,22 +173,17 @@ type cancelWait struct {
 	waitingTxn
 }
 
-// notYet is cancel's refusal of transaction t, which another application
-// owns and touched within its lease (cerr, ErrInProgress): it says when
-// the transaction becomes eligible by the server's clock, and that
-// --application with the owner's name cancels it at once; under --json,
-// in a document of its own.
+// notYet is cancel's refusal of transaction t, which a process owns and
+// touched within its lease (cerr, ErrInProgress): it says when the
+// transaction becomes eligible by the server's clock; under --json, in a
+// document of its own.
 func (cl *cli) notYet(ctx context.Context, cn *conn, cerr error, t *txnDoc, minLease time.Duration, asJSON bool) error {
 	now, err := cn.serverNow(ctx)
 	if err != nil {
 		return cerr
 	}
 	l := leaseOf(t, minLease)
-	owner := ""
-	if t.application != "" {
-		owner = "; or cancel it at once as its owner, with --application " + t.application
-	}
-	err = refused(fmt.Errorf("%w: %s%s", cerr, l.words(now), owner))
+	err = refused(fmt.Errorf("%w: %s", cerr, l.words(now)))
 	if asJSON {
 		if jerr := cl.printJSON(cancelWait{jsonError: jsonError{Error: cl.message(err), ExitStatus: exitFailed},
 			waitingTxn: t.waiting(l, minLease, now)}); jerr != nil {

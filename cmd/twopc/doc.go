@@ -307,11 +307,11 @@
 // twopc cancel ID cancels a transaction that has not reached its commit
 // point (Canceler.Cancel): it ends canceled, its applied legs undone. It
 // is refused for a transaction past its commit point (use reverse), and
-// for one another application owns and touched within its lease; that
-// refusal says when it becomes cancelable (its lastModified plus the
-// longer of its recorded lease and --min-lease, by the server's clock;
-// --json: eligibleAt) and that --application with the owner's name
-// cancels it at once. An id
+// for one a process owns (whatever its application name: ownership is
+// per process, never per name) and touched within its lease; that refusal
+// says when it becomes cancelable (its lastModified plus the longer of
+// its recorded lease and --min-lease, by the server's clock; --json:
+// eligibleAt). An id
 // that names no transaction is refused unless --placeholder is given:
 // then a canceled placeholder is written under it, which settles for good
 // a Transfer whose outcome was unknown (its insert, if it arrives, cannot

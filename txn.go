@@ -371,9 +371,13 @@ func sameLegs(a, b []leg, unnamed []bool) bool {
 // transfer canceled, nothing moved). For TransferLegs and HoldLegs it is
 // the asset of every leg that names none (a leg naming another is
 // ErrInvalidTransfer); for Reverse, which moves the original's assets, it
-// may only repeat them. Without it a transfer moves no asset, and applies
-// only to accounts with none. A code that is not valid (see AccountAsset)
-// is ErrInvalidTransfer; nothing is written.
+// may only repeat them. Without it, each leg that names no asset takes its
+// account's, as the Coordinator last read it (a transfer of two legs, the
+// asset both accounts hold; accounts of two assets, or of another asset
+// than one named, are ErrAssetMismatch before the insert, nothing
+// written); the leg writes still require the asset, so an account changed
+// since is refused by the server. A code that is not valid (see
+// AccountAsset) is ErrInvalidTransfer; nothing is written.
 func WithAsset(code string) TransferOption {
 	return func(c *transferConfig) { c.asset, c.assetSet = code, true }
 }

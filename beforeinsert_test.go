@@ -14,6 +14,15 @@ import (
 	"github.com/twopc/twopc"
 )
 
+// openAsset opens accounts in b's default ledger, each of asset with its
+// balance.
+func (b *bank) openAsset(asset string, balances map[string]int64) {
+	b.t.Helper()
+	for id, bal := range balances {
+		require.NoError(b.t, b.c.OpenAccount(testCtx(b.t), id, bal, twopc.AccountAsset(asset)))
+	}
+}
+
 // TestAssetTakenFromAccounts: a transfer naming no asset between accounts
 // of one asset takes it, whether the coordinator opened them (it knows
 // their asset) or reads them first (another coordinator); a repeat naming
@@ -21,9 +30,7 @@ import (
 func TestAssetTakenFromAccounts(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithSyncSettle())
-	for id, bal := range map[string]int64{"A": 100, "B": 0} {
-		require.NoError(t, b.c.OpenAccount(ctx, id, bal, twopc.AccountAsset("USD/2")))
-	}
+	b.openAsset("USD/2", map[string]int64{"A": 100, "B": 0})
 	txn, err := b.c.Transfer(ctx, "A", "B", 10, twopc.WithKey("k1"))
 	require.NoError(t, err)
 	assert.Equal(t, "USD/2", txn.Asset)
@@ -45,9 +52,8 @@ func TestAssetTakenFromAccounts(t *testing.T) {
 func TestAssetSlipWritesNothing(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithSyncSettle())
-	require.NoError(t, b.c.OpenAccount(ctx, "A", 100, twopc.AccountAsset("USD/2")))
-	require.NoError(t, b.c.OpenAccount(ctx, "B", 0, twopc.AccountAsset("USD/2")))
-	require.NoError(t, b.c.OpenAccount(ctx, "E", 0, twopc.AccountAsset("EUR/2")))
+	b.openAsset("USD/2", map[string]int64{"A": 100, "B": 0})
+	b.openAsset("EUR/2", map[string]int64{"E": 0})
 	for _, c := range []*twopc.Coordinator{b.c, b.coordinator()} {
 		_, err := c.Transfer(ctx, "A", "B", 10, twopc.WithKey("k"), twopc.WithAsset("EUR/2"))
 		require.ErrorIs(t, err, twopc.ErrAssetMismatch)
@@ -68,10 +74,8 @@ func TestAssetSlipWritesNothing(t *testing.T) {
 func TestAssetTakenPerLeg(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithSyncSettle())
-	require.NoError(t, b.c.OpenAccount(ctx, "A", 100, twopc.AccountAsset("USD/2")))
-	require.NoError(t, b.c.OpenAccount(ctx, "B", 0, twopc.AccountAsset("USD/2")))
-	require.NoError(t, b.c.OpenAccount(ctx, "E", 100, twopc.AccountAsset("EUR/2")))
-	require.NoError(t, b.c.OpenAccount(ctx, "F", 0, twopc.AccountAsset("EUR/2")))
+	b.openAsset("USD/2", map[string]int64{"A": 100, "B": 0})
+	b.openAsset("EUR/2", map[string]int64{"E": 100, "F": 0})
 	txn, err := b.c.TransferLegs(ctx, []twopc.Leg{{Account: "A", Amount: -10}, {Account: "B", Amount: 10}, {Account: "E", Amount: -9}, {Account: "F", Amount: 9}})
 	require.NoError(t, err)
 	for _, l := range txn.Legs {

@@ -28,8 +28,7 @@ import (
 func TestRepeatReviewRepeatAfterAccountGoneInferredAsset(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	ctx := testCtx(t)
-	require.NoError(t, b.c.OpenAccount(ctx, "A", 100, twopc.AccountAsset("USD")))
-	require.NoError(t, b.c.OpenAccount(ctx, "B", 0, twopc.AccountAsset("USD")))
+	b.openAsset("USD", map[string]int64{"A": 100, "B": 0})
 	first, err := b.c.Transfer(ctx, "A", "B", 10, twopc.WithKey("review47-gone"))
 	require.NoError(t, err)
 	require.Equal(t, "USD", first.Asset)
@@ -48,8 +47,7 @@ func TestRepeatReviewRepeatAfterAccountGoneInferredAsset(t *testing.T) {
 func TestRepeatReviewRepeatAboveMaxAmountInferredAsset(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	ctx := testCtx(t)
-	require.NoError(t, b.c.OpenAccount(ctx, "A", 100, twopc.AccountAsset("USD")))
-	require.NoError(t, b.c.OpenAccount(ctx, "B", 0, twopc.AccountAsset("USD")))
+	b.openAsset("USD", map[string]int64{"A": 100, "B": 0})
 	first, err := b.c.Transfer(ctx, "A", "B", 10, twopc.WithKey("review47-max"))
 	require.NoError(t, err)
 

@@ -67,8 +67,10 @@ type TransferResult struct {
 //
 // Errors: the call's, ErrInvalidTransfer or ErrClosed, with no results;
 // each result's, TransferLegs' (see there): ErrInvalidTransfer (with
-// ErrInvalidAccountID for an id, ErrUnknownLedger for a ledger),
-// ErrAccountNotFound, ErrShardKey or ErrClosed, nothing written;
+// ErrInvalidAccountID for an id, ErrUnknownLedger for a ledger; a leg
+// above WithMaxAmount), ErrAccountNotFound, ErrAssetMismatch (an asset
+// the accounts do not hold, as last read), ErrShardKey or ErrClosed,
+// nothing written;
 // ErrInsufficientFunds, ErrLimitExceeded, ErrAssetMismatch,
 // ErrAccountNotFound, ErrBalanceOverflow, ErrInvalidAccount or ErrTooLate,
 // the transaction canceled, nothing moved; ErrCanceled, ErrInProgress,

@@ -77,8 +77,9 @@ const MaxHolds = 500
 // the first attempt's transaction in whatever state it reached.
 //
 // Errors: ErrInvalidTransfer (with ErrInvalidAccountID for an id; a
-// WithExpiry under a millisecond), ErrAccountNotFound, ErrShardKey or
-// ErrClosed, nothing written; ErrInsufficientFunds, ErrLimitExceeded,
+// WithExpiry under a millisecond; an amount above WithMaxAmount),
+// ErrAccountNotFound, ErrAssetMismatch (an asset the accounts do not
+// hold, as last read), ErrShardKey or ErrClosed, nothing written; ErrInsufficientFunds, ErrLimitExceeded,
 // ErrAssetMismatch, ErrAccountNotFound (an account gone after the
 // coordinator read it), ErrBalanceOverflow, ErrInvalidAccount, ErrTooLate
 // or ErrTooManyHolds (an account already carrying MaxHolds legs in
@@ -100,7 +101,8 @@ func (c *Coordinator) Hold(ctx context.Context, source, destination any, value i
 //
 // Errors: Hold's, with ErrUnknownLedger: ErrInvalidTransfer (with
 // ErrInvalidAccountID for an id, ErrUnknownLedger for a ledger this
-// coordinator was not given), ErrAccountNotFound, ErrShardKey or
+// coordinator was not given; a leg above WithMaxAmount),
+// ErrAccountNotFound, ErrAssetMismatch (as Hold), ErrShardKey or
 // ErrClosed, nothing written; ErrInsufficientFunds, ErrLimitExceeded,
 // ErrAssetMismatch, ErrAccountNotFound, ErrBalanceOverflow,
 // ErrInvalidAccount, ErrTooLate or ErrTooManyHolds, the hold rolled back,

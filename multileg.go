@@ -28,8 +28,10 @@ const MaxLegs = 32
 // also matches ErrUnknownLedger).
 //
 // Errors: Transfer's, with ErrUnknownLedger: ErrInvalidTransfer (with
-// ErrInvalidAccountID for an id, ErrUnknownLedger for a ledger),
-// ErrAccountNotFound, ErrShardKey or ErrClosed, nothing written;
+// ErrInvalidAccountID for an id, ErrUnknownLedger for a ledger; a leg
+// above WithMaxAmount), ErrAccountNotFound, ErrAssetMismatch (an asset
+// the accounts do not hold, as last read), ErrShardKey or ErrClosed,
+// nothing written;
 // ErrInsufficientFunds, ErrLimitExceeded, ErrAssetMismatch,
 // ErrAccountNotFound, ErrBalanceOverflow, ErrInvalidAccount or ErrTooLate,
 // the transaction canceled, nothing moved; ErrCanceled, ErrInProgress,

@@ -652,10 +652,16 @@ func TestHoldsAcrossDeployments(t *testing.T) {
 
 	bk.stop(1)
 	_, err = c.Capture(ctx, holds[2].ID, 100)
-	require.Error(t, err, "Beijing is down: the capture is decided, its settling waits")
+	require.Error(t, err, "Beijing is down: the capture's leg there cannot apply, nor its settling")
 	bk.start(1)
+	// Recovery finishes it: the capture rolled forward and settled, or,
+	// if its commit got through, settled; the hold ended by it settled,
+	// in this pass or the next once the client sees Beijing again. How
+	// many of each depends on when Beijing answers; what each account
+	// holds does not.
 	rep := bk.recoverAll()
-	assert.Equal(t, 1, rep.Settled, "%+v", rep)
+	assert.Zero(t, rep.RolledBack, "%+v", rep)
+	assert.Positive(t, rep.RolledForward+rep.Settled, "%+v", rep)
 	bk.check(seed004)
 	assert.Equal(t, int64(840), bk.balance("shanghai", "A"))
 	assert.Equal(t, int64(160), bk.balance("beijing", "B"))

@@ -11,8 +11,6 @@ package twopc
 import (
 	"context"
 	"math"
-
-	"github.com/twopc/twopc/internal/schema"
 )
 
 // refuseAbove answers, writing nothing, each transfer of ts with a leg
@@ -70,11 +68,7 @@ func (e *engine) fitAssets(ctx context.Context, ts []*transfer) {
 // forgetAssets makes the assets of r's accounts to be read again.
 func (c *Coordinator) forgetAssets(r *record) {
 	for _, lg := range r.AllLegs() {
-		l, err := c.ledgers.get(lg.Ledger)
-		if err != nil {
-			continue
-		}
-		if key, err := schema.IDKey(lg.Account); err == nil {
+		if l, key, ok := c.ledgers.kindsOf(lg.Ledger, lg.Account); ok {
 			l.kinds.forgetAsset(key)
 		}
 	}
@@ -86,12 +80,8 @@ func (c *Coordinator) fitAssetsOf(r *record) error {
 	legs := r.AllLegs()
 	changed := false
 	for i, lg := range legs {
-		l, err := c.ledgers.get(lg.Ledger)
-		if err != nil {
-			continue
-		}
-		key, err := schema.IDKey(lg.Account)
-		if err != nil {
+		l, key, ok := c.ledgers.kindsOf(lg.Ledger, lg.Account)
+		if !ok {
 			continue
 		}
 		held, ok := l.kinds.assetOf(key)

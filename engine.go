@@ -54,14 +54,10 @@ func (c *Coordinator) newTransfer(t Txn, key string) *transfer {
 	// hook's stop at StepInsert, a context that ended while the write was
 	// under way) is told this one.
 	t.Created = c.now().UTC().Truncate(time.Millisecond)
-	var unnamed []bool
-	for i, l := range t.AllLegs() {
-		if l.Asset == "" {
-			if unnamed == nil {
-				unnamed = make([]bool, len(t.AllLegs()))
-			}
-			unnamed[i] = true
-		}
+	legs := t.AllLegs()
+	unnamed := make([]bool, len(legs))
+	for i, l := range legs {
+		unnamed[i] = l.Asset == ""
 	}
 	return &transfer{rec: &record{
 		unnamed:       unnamed,
@@ -225,8 +221,7 @@ func (e *engine) runOn(ctx context.Context, ts []*transfer) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer e.driving(mine)() // those inserted unkeyed, too
-		e.driveAll(ctx, mine, c.syncSettle)
+		e.driveAll(ctx, mine, c.syncSettle) // the keyed ones registered as driven (above)
 	}()
 	_ = parallel(len(repeated), func(i int) error {
 		t := repeated[i]
@@ -262,7 +257,9 @@ type owned struct {
 // background.
 func (e *engine) drive(ctx context.Context, o *owned, sync bool) (*Txn, error) {
 	t := &transfer{rec: o.rec, o: o}
-	defer e.driving([]*transfer{t})()
+	// Driven by this call: a repeat in this coordinator waits for it
+	// before taking the transaction over (a Recoverer's roll-forward).
+	defer e.c.claims.drive(o.rec.ID)()
 	e.driveAll(ctx, []*transfer{t}, sync)
 	return t.txn, t.err
 }

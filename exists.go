@@ -70,11 +70,7 @@ func (e *engine) refuseMissing(ctx context.Context, ts []*transfer) {
 // that the ledger has not seen exist.
 func unseen(ls ledgers, t *transfer) bool {
 	for _, lg := range t.rec.legs() {
-		l, err := ls.get(lg.ledger)
-		if err != nil {
-			continue
-		}
-		if key, err := schema.IDKey(lg.account); err == nil && !l.kinds.known(key) {
+		if l, key, ok := ls.kindsOf(lg.ledger, lg.account); ok && !l.kinds.known(key) {
 			return true
 		}
 	}
@@ -97,12 +93,8 @@ func readExistence(ctx context.Context, ls ledgers, calls []*existsCall) {
 	var order []*ask
 	for _, q := range calls {
 		for _, lg := range q.t.rec.legs() {
-			l, err := ls.get(lg.ledger)
-			if err != nil {
-				continue
-			}
-			key, err := schema.IDKey(lg.account)
-			if err != nil || l.kinds.known(key) {
+			l, key, ok := ls.kindsOf(lg.ledger, lg.account)
+			if !ok || l.kinds.known(key) {
 				continue
 			}
 			a := asks[lg.ledger]

@@ -35,6 +35,21 @@ type accountKinds struct {
 	seen map[string]kind // canonical id → what was seen
 }
 
+// kindsOf returns the ledger named ledger of ls and the canonical id of
+// account in it, and false when ls has no such ledger or account is no
+// id: what a check before the insert skips (the apply step names them).
+func (ls ledgers) kindsOf(ledger string, account any) (*Ledger, string, bool) {
+	l, err := ls.get(ledger)
+	if err != nil {
+		return nil, "", false
+	}
+	key, err := schema.IDKey(account)
+	if err != nil {
+		return nil, "", false
+	}
+	return l, key, true
+}
+
 // kind is what a ledger last saw of an account.
 type kind struct {
 	limited bool

@@ -126,23 +126,6 @@ func (e *engine) repeats(ctx context.Context, t *transfer, prior *record) bool {
 	return t.o != nil
 }
 
-// driving registers transfers ts, those this call owns, as driven by a
-// call of this coordinator until the returned function is called: a
-// repeat in this coordinator waits for it before taking one over.
-func (e *engine) driving(ts []*transfer) (stop func()) {
-	stops := make([]func(), 0, len(ts))
-	for _, t := range ts {
-		if t.o != nil {
-			stops = append(stops, e.c.claims.drive(t.o.rec.ID))
-		}
-	}
-	return func() {
-		for _, s := range stops {
-			s()
-		}
-	}
-}
-
 // errNotSameCall is sameCall's answer for a transaction made by a call
 // other than the one asking.
 var errNotSameCall = errors.New("twopc: another call's transaction")

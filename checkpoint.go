@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/twopc/twopc/internal/clockskew"
 	"github.com/twopc/twopc/internal/schema"
 )
 
@@ -25,10 +26,22 @@ const checkpointsSuffix = schema.CheckpointsSuffix
 // past an account's last checkpoint, it records the account's balance
 // through the last whole millisecond of them at least checkpointHorizon
 // old (a commit is visible well within it), so that later reads sum only
-// the entries after it.
+// the entries after it. A Recoverer's removal checkpoint (WithHistory, no
+// archive) takes only transactions committed at least checkpointHorizon
+// ago (history.go checkpointRemoval).
+//
+// A checkpoint is saved for good: one that missed an entry committed
+// before its time (a commit that became visible later than the horizon
+// after its stamp) keeps every later sum from it wrong. The age is
+// judged by the server's clock; on a sharded cluster, the router's,
+// against stamps of each shard's clock, so the horizon holds only while
+// every shard's clock is well within it of the router's (see
+// statementHorizon, and PROTOCOL.md, Clocks). A minute: far above a
+// commit's way to visibility and any skew NTP leaves, at the cost of
+// summing a minute's entries past the checkpoint.
 const (
 	checkpointEvery   = 1000
-	checkpointHorizon = time.Minute
+	checkpointHorizon = clockskew.CheckpointHorizon
 )
 
 // maxHistoryReads bounds the readings of one answer that a pass moving

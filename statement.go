@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/twopc/twopc/internal/clockskew"
 	"github.com/twopc/twopc/internal/schema"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -83,8 +84,9 @@ var ErrHistoryRemoved = errors.New("twopc: history removed before this time")
 // clock, a commit may still become visible: it is stamped before it is
 // written. A page lists every entry visible when it is read; its token
 // resumes no later than this behind the server's clock, so that the next
-// page never passes over a commit that became visible late.
-const statementHorizon = time.Second
+// page never passes over a commit that became visible late. On a sharded
+// cluster, see clockskew.PageHorizon (the skew it allows, why a second).
+const statementHorizon = clockskew.PageHorizon
 
 // Statement returns a page of account's entries in ledger ("" for the
 // default one): one entry per leg of a committed transfer on the account
@@ -93,7 +95,8 @@ const statementHorizon = time.Second
 // expired hold, or a hold still held (its amount is in Account.Held).
 //
 // Entries are in commit order: At (the commit write's time, stamped by
-// the log server's own clock, one clock for every coordinator), then,
+// the log server's clock, not a coordinator's; on a sharded cluster each
+// shard's: see the package doc, Clocks and bounds), then,
 // within one millisecond, credits before debits, then by transaction id
 // and leg. A debit that needed a credit's money commits after that credit
 // settled, so after it committed: a statement never shows the account

@@ -24,11 +24,15 @@ import (
 // The collections named after the transactions collection: the
 // statements' checkpoints, the refund books and the change feeds
 // ("transactions_checkpoints", "transactions_refunds" and
-// "transactions_feeds" by default).
+// "transactions_feeds" by default), and, on a sharded cluster, the clock
+// probe ("transactions_clockprobe"): documents, one a shard, that only
+// internal/clockskew writes and reads (twopc doctor shards it on
+// {_id: "hashed"}; recovery, audit, statements and feeds never read it).
 const (
 	CheckpointsSuffix = "_checkpoints"
 	RefundsSuffix     = "_refunds"
 	FeedsSuffix       = "_feeds"
+	ClockProbeSuffix  = "_clockprobe"
 )
 
 // Field names of transaction documents.

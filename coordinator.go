@@ -41,6 +41,7 @@ type Coordinator struct {
 	claims  *claims                    // the claims this instance issues, and the transactions its calls drive
 	indexes *logIndexes                // the library's indexes, made or checked once (indexes.go)
 	shards  *shardKeys                 // the collections' shard keys, read and allowed once (shardkey.go)
+	skew    *skewCheck                 // the shards' clock skew, measured once on a sharded cluster (clockskew.go)
 	// checkpoints holds statements' checkpoints: an account's balance
 	// through a time (see statement.go).
 	checkpoints *mongo.Collection
@@ -76,7 +77,13 @@ type Coordinator struct {
 // the log unsharded or sharded on {_id: "hashed"}; the coordinator reads
 // the shard keys through the router before the first write that inserts
 // or upserts into each collection, and refuses any other (ErrShardKey; see
-// PROTOCOL.md, Scale-out). FerretDB alone
+// PROTOCOL.md, Scale-out). There, once that read finds the log behind a
+// router, it also measures once, in the background and within 30 s, how
+// far the clock of each shard that holds the log is from the router's,
+// and logs a warning if one is, or may be, past a quarter of the page
+// tokens' horizon (PROTOCOL.md, Clocks; the probe collection twopc doctor
+// shards, <transactions>_clockprobe, must exist: without it, an info
+// line says so); no call waits for it. FerretDB alone
 // loses updates; the repository's dev server
 // puts it behind a front that serializes requests.
 //
@@ -126,6 +133,7 @@ func NewCoordinator(db *mongo.Database, opts ...Option) (*Coordinator, error) {
 	for _, spec := range cfg.ledgers {
 		c.ledgers[spec.name] = &Ledger{config: &c.config, name: spec.name, accounts: spec.accounts.Clone(majority)}
 	}
+	c.skew = newSkewCheck(c)
 	c.shards = newShardKeys(c)
 	c.indexes = newLogIndexes(c.log.txns, c.checkpoints, c.history.archive, cfg.managedIndexes, c.shards)
 	c.mark = newLowWater(c)
@@ -182,15 +190,16 @@ func (c *Coordinator) Ledger(name string) (*Ledger, error) {
 // the call is settled (or has failed to settle and been left to recovery).
 func (c *Coordinator) Settle(ctx context.Context) error { return c.settler.flush(ctx) }
 
-// Close stops background settling after settling what was committed, and
-// the low-water mark's readings, and makes later Transfers fail with
-// ErrClosed. It does not disconnect the
-// database client.
+// Close stops background settling after settling what was committed, the
+// low-water mark's readings and the shards' clock skew check (canceled if
+// under way), and makes later Transfers fail with ErrClosed. It does not
+// disconnect the database client.
 func (c *Coordinator) Close(ctx context.Context) error {
 	var err error
 	c.closeOnce.Do(func() {
 		err = c.settler.close(ctx)
 		c.mark.close()
+		c.skew.close()
 	})
 	return err
 }

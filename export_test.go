@@ -224,3 +224,15 @@ const (
 func WithFeedHook(h func(step int) error) FeedOption {
 	return func(c *feedConfig) { c.hook = func(s feedStep) error { return h(int(s)) } }
 }
+
+// SkewCheckStarted reports whether c's check of the shards' clock skew
+// started (clockskew.go): only once a call found the log behind a router.
+func SkewCheckStarted(c *Coordinator) bool {
+	c.skew.mu.Lock()
+	defer c.skew.mu.Unlock()
+	return c.skew.started
+}
+
+// SkewCheckEnded is closed once c's check of the shards' clock skew ended
+// (or, closed before it started, never will run).
+func SkewCheckEnded(c *Coordinator) <-chan struct{} { return c.skew.done }

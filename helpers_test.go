@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/clockskew"
 	"github.com/twopc/twopc/internal/mongotest"
 	"github.com/twopc/twopc/internal/schema"
 )
@@ -259,18 +260,20 @@ var dataCommands = map[string]bool{
 	"find": true, "aggregate": true, "getMore": true, "bulkWrite": true, "count": true,
 }
 
-// markRead reports whether e is the low-water mark's read of the log,
-// which a coordinator sends four times a second, not per transfer.
-func markRead(e *event.CommandStartedEvent) bool {
+// background reports whether e is a command a coordinator sends on its
+// own, not per transfer: the low-water mark's read of the log (four times
+// a second), or, on a sharded cluster, the clock skew probe's (once, its
+// hellos included).
+func background(e *event.CommandStartedEvent) bool {
 	c, _ := e.Command.Lookup("comment").StringValueOK()
-	return c == twopc.MarkComment
+	return c == twopc.MarkComment || c == clockskew.Comment
 }
 
-// monitor counts the data commands of transfers: not the mark's reads
-// (see markRead).
+// monitor counts the data commands of transfers: not the background ones
+// (see background).
 func (cc *commandCounter) monitor() *event.CommandMonitor {
 	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if !dataCommands[e.CommandName] || markRead(e) {
+		if !dataCommands[e.CommandName] || background(e) {
 			return
 		}
 		cc.mu.Lock()

@@ -34,7 +34,7 @@ type interleaver struct {
 
 func (il *interleaver) monitor() *event.CommandMonitor {
 	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName == "endSessions" {
+		if e.CommandName == "endSessions" || background(e) {
 			return
 		}
 		il.mu.Lock()

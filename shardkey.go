@@ -48,6 +48,10 @@ type shardKeys struct {
 type shardCheck struct {
 	colls []shardedColl
 	once  *untilDone
+	// routed, if set, is called after each check that succeeded and found
+	// the group's first collection's server a router (the log's group:
+	// the shards' clock skew check, clockskew.go).
+	routed func()
 }
 
 // newShardKeys returns the shard keys of c's collections, and gives each
@@ -64,6 +68,7 @@ func newShardKeys(c *Coordinator) *shardKeys {
 			shardedColl{c.feeds, "the feeds", schema.ShardedByHashedID}),
 		ledgers: map[string]*shardCheck{},
 	}
+	s.log.routed = c.skew.start
 	if c.history.archive != nil {
 		s.archive = group(shardedColl{c.history.archive, "WithHistory's archive", schema.ShardedByHashedID})
 	}
@@ -161,6 +166,9 @@ func (g *shardCheck) check(ctx context.Context) error {
 	}
 	if len(refused) > 0 {
 		return errorf("%w: %s", ErrShardKey, strings.Join(refused, "; "))
+	}
+	if g.routed != nil && routers[g.colls[0].coll.Database().Client()] {
+		g.routed()
 	}
 	return nil
 }

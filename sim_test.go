@@ -711,7 +711,7 @@ func (p *commandProfile) monitor() *event.CommandMonitor {
 	}
 	return &event.CommandMonitor{
 		Started: func(_ context.Context, e *event.CommandStartedEvent) {
-			if !dataCommands[e.CommandName] || markRead(e) {
+			if !dataCommands[e.CommandName] || background(e) {
 				return
 			}
 			shape := e.CommandName + " " + fmt.Sprint(e.Command.Lookup(e.CommandName))

@@ -402,6 +402,18 @@
 // protocol with money: FerretDB v1 alone loses concurrent updates and
 // lets two claims win.
 //
+// On a sharded cluster it also checks the shard keys of the library's
+// collections, and measures, through the router alone, the clock of each
+// shard that holds the log against the router's (clock-skew): a document
+// a shard in <transactions>_clockprobe, which doctor shards on
+// {_id: "hashed"} the first time (the enableSharding privilege) and keeps,
+// upserted with $currentDate and compared with hello's localTime, each
+// figure an interval of the two round trips (skew ± half its width). It
+// fails when the largest skew is, or cannot be shown not to be, past a
+// quarter of the page tokens' horizon (250 ms of 1 s), or a shard that
+// holds the log was not measured: statements' pages and checkpoints rely
+// on it (PROTOCOL.md, Clocks). --json gives the figures under clockSkew.
+//
 // # Output
 //
 // Results go to stdout, for people by default, and as one JSON document

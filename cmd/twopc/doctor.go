@@ -43,6 +43,14 @@ drops afterwards:
     {_id: "hashed"}; each ledger's accounts unsharded or sharded on
     {_id: "hashed"} or {_id: 1}. The library refuses any other key
     (ErrShardKey).
+  the shards' clocks, on a sharded cluster: each shard that holds the
+    log, against the router's clock, through the router alone: a
+    document a shard in <transactions>_clockprobe (which doctor shards
+    on {_id: "hashed"} the first time, and keeps), stamped with
+    $currentDate, against hello's localTime, round trips accounted for.
+    The largest skew must be within a quarter of the page tokens'
+    horizon (250 ms of 1 s; the checkpoints' is 1 min): statements'
+    pages and checkpoints rely on it (PROTOCOL.md, Clocks).
 
 It reports, without requiring them, multi-document transactions (what
 twopc's internal/native comparison needs; twopc does not), partial
@@ -69,6 +77,8 @@ type doctorReport struct {
 	Scratch  string       `json:"scratchCollection"`
 	Server   serverInfo   `json:"server"`
 	Checks   []checkEntry `json:"checks"`
+	// ClockSkew is the clock-skew check's figures, on a sharded cluster.
+	ClockSkew *clockSkewReport `json:"clockSkew,omitempty"`
 }
 
 type serverInfo struct {
@@ -241,6 +251,8 @@ func doctor(ctx context.Context, cn *conn) (*doctorReport, error) {
 
 	ok, detail := shardKeys(ctx, cn)
 	add(checkShardKeys, true, ok, "%s", detail)
+	rep.ClockSkew, ok, detail = clockSkew(ctx, cn)
+	add(checkClockSkew, true, ok, "%s", detail)
 
 	err = coll.Drop(ctx)
 	dropped = err == nil

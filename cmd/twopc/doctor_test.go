@@ -20,7 +20,7 @@ func TestDoctor(t *testing.T) {
 	for _, c := range rep.Checks {
 		checks[c.Name] = c
 	}
-	for _, name := range []string{checkInc, checkClaim, checkLocalTime, checkReadMajority, checkWriteMajority, checkScratchDrop, checkShardKeys} {
+	for _, name := range []string{checkInc, checkClaim, checkLocalTime, checkReadMajority, checkWriteMajority, checkScratchDrop, checkShardKeys, checkClockSkew} {
 		require.True(t, checks[name].OK, "%s: %s", name, checks[name].Detail)
 	}
 	require.Contains(t, checks[checkInc].Detail, "ended at 1000")
@@ -34,6 +34,19 @@ func TestDoctor(t *testing.T) {
 		require.Contains(t, checks[checkShardKeys].Detail, f.db.Name()+".transactions: ")
 	} else {
 		require.Equal(t, "not a sharded cluster: no shard keys", checks[checkShardKeys].Detail)
+	}
+	// The shards' clocks are measured only through a router: one figure per
+	// shard that holds the log, within the bound. Elsewhere: nothing to measure.
+	if rep.Server.Topology == "sharded cluster (mongos)" {
+		require.NotNil(t, rep.ClockSkew)
+		require.Equal(t, "within", rep.ClockSkew.Verdict, checks[checkClockSkew].Detail)
+		require.NotEmpty(t, rep.ClockSkew.Shards)
+		require.Empty(t, rep.ClockSkew.Unmeasured)
+		require.Contains(t, checks[checkClockSkew].Detail, "within the bound 250ms")
+	} else {
+		require.Nil(t, rep.ClockSkew)
+		require.Contains(t, checks[checkClockSkew].Detail, "not a sharded cluster")
+		require.Contains(t, checks[checkClockSkew].Detail, "nothing to measure")
 	}
 
 	// The scratch collection is gone.

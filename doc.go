@@ -98,6 +98,25 @@
 // host's clock corrected to the server's (hello's localTime), as its
 // insert is sent.
 //
+// Clocks also decide where a statement's next page resumes and which
+// entries a checkpoint may sum: a commit is stamped (committedAt) before
+// it is written, so a page token resumes a horizon of a second behind the
+// server's clock, and a checkpoint, or a removal checkpoint before
+// WithHistory removes entries, takes only entries a minute old. On a
+// sharded cluster the stamp is the clock of the shard that holds the
+// transaction and the horizons are judged by the router's: they hold only
+// while every shard that holds the log keeps its clock well within them of
+// the router's (NTP on every member, as MongoDB assumes). Past the page
+// horizon a next page may pass over a late entry (a new first page lists
+// it); past the checkpoints' a checkpoint may save a wrong sum, for good.
+// twopc doctor measures that skew through the router and fails past a
+// quarter of the shorter horizon (250 ms); a Coordinator on a sharded
+// cluster measures it once, in the background, and logs a warning past
+// it. The horizons are not options: a second is well above a commit's way
+// to visibility (milliseconds, hundreds under load) and any skew NTP
+// leaves, while keeping the entries a token carries few; a minute keeps
+// checkpoints, which are saved for good, far from both.
+//
 // An account document holds its balance, the markers of the legs in flight
 // on it, and the fences of the legs closed on it since its fence line,
 // which every apply and rollback there moves up to the coordinator's

@@ -57,8 +57,8 @@ type callBound struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	cause  *boundError // nil: the caller's deadline comes first
-	// read names a read call in its errors (see plain); "" for a money
-	// call.
+	// read names a read call (or a long call, see trips) in its errors
+	// (see plain); "" for a money call.
 	read string
 	// tripped says that the bound of one of the call's round trips ended
 	// it (see roundTrip): a read bounded per round trip, not as a whole.
@@ -71,7 +71,11 @@ type callBound struct {
 // call must end b (b.end) when it returns, and pass each error it returns
 // through b.explain.
 func (c *config) bound(ctx context.Context) (context.Context, *callBound) {
-	return within(ctx, &boundError{d: c.callTimeout, what: "the call's bound", set: "WithCallTimeout"}, "")
+	return within(ctx, c.callCause(), "")
+}
+
+func (c *config) callCause() *boundError {
+	return &boundError{d: c.callTimeout, what: "the call's bound", set: "WithCallTimeout"}
 }
 
 // batchBound is bound for a TransferBatch of n transfers: WithCallTimeout's
@@ -134,9 +138,68 @@ func roundTrip[T any](ctx context.Context, b *callBound, read func(context.Conte
 	return v, err
 }
 
-// trip is roundTrip for op, which returns only an error.
+// trip is roundTrip for op, which returns only an error; with b nil, op
+// runs under ctx alone.
 func (b *callBound) trip(ctx context.Context, op func(context.Context) error) error {
+	if b == nil {
+		return op(ctx)
+	}
 	_, err := roundTrip(ctx, b, func(ctx context.Context) (struct{}, error) { return struct{}{}, op(ctx) })
+	return err
+}
+
+// trips are the bounds of a long call (a feed's sequencer or subscriber,
+// a recovery pass, EnsureIndexes, a feed's deletion), which is bounded
+// per round trip, not as a whole: each read (with its retries) by the
+// read bound (WithReadTimeout), each write, or each transaction a
+// recovery pass takes on, by the call bound (WithCallTimeout). The zero
+// trips bound nothing: the caller's context alone does.
+type trips struct{ r, w *callBound }
+
+// trips returns the bounds of call, a long call made under ctx; call
+// names it in its errors.
+func (c *config) trips(ctx context.Context, call string) trips {
+	return trips{
+		r: &callBound{parent: ctx, ctx: ctx, cancel: func() {}, cause: c.readCause(), read: call},
+		w: &callBound{parent: ctx, ctx: ctx, cancel: func() {}, cause: c.callCause(), read: call},
+	}
+}
+
+// read runs op, a read of the long call, under the read bound.
+func (t trips) read(ctx context.Context, op func(context.Context) error) error {
+	return t.r.trip(ctx, op)
+}
+
+// write runs op, a write of the long call, under the call bound.
+func (t trips) write(ctx context.Context, op func(context.Context) error) error {
+	return t.w.trip(ctx, op)
+}
+
+// tripped reports whether a bound ended one of the call's round trips:
+// the server did not answer within it.
+func (t trips) tripped() bool {
+	return t.r != nil && (t.r.tripped.Load() || t.w.tripped.Load())
+}
+
+// explain returns err, the long call's error, said plainly (see plain)
+// when a bound ended one of its round trips; an error a round trip's own
+// bound already said so (a scan's, a Read's) is returned as that said it,
+// without the steps that wrapped it. Any other error is returned as it
+// is: one the driver's own timeout or a connection ended names the
+// collection (and so the deployment) it could not reach.
+func (t trips) explain(err error) error {
+	if err == nil || t.r == nil {
+		return err
+	}
+	var p *plainError
+	switch {
+	case errors.As(err, &p):
+		return p
+	case t.w.tripped.Load():
+		return t.w.explain(err)
+	case t.r.tripped.Load():
+		return t.r.explain(err)
+	}
 	return err
 }
 

@@ -188,7 +188,19 @@ func (c *Coordinator) Ledger(name string) (*Ledger, error) {
 
 // Settle waits until every transaction this coordinator committed before
 // the call is settled (or has failed to settle and been left to recovery).
-func (c *Coordinator) Settle(ctx context.Context) error { return c.settler.flush(ctx) }
+// The wait is bounded as a money call is (WithCallTimeout): one that the
+// bound ends returns its error (errors.Is context.DeadlineExceeded), and
+// loses nothing: the settling goes on in the background, and what it
+// leaves a Recoverer pass settles.
+func (c *Coordinator) Settle(ctx context.Context) (err error) {
+	ctx, b := c.bound(ctx)
+	defer b.end()
+	if err := c.settler.flush(ctx); err != nil {
+		return b.explain(errorf("twopc: settle: not every committed transaction is settled yet (nothing is lost: "+
+			"what is left is settled in the background, or by recovery): %w", err))
+	}
+	return nil
+}
 
 // Close stops background settling after settling what was committed, the
 // low-water mark's readings and the shards' clock skew check (canceled if

@@ -8,6 +8,7 @@ package twopc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"time"
 
@@ -229,10 +230,15 @@ func (d *feedDoc) name() string { return d.ID[len(feedIDPrefix):] }
 
 // read returns the feed's document, or an empty one (nothing published)
 // if there is none yet; ErrFeedDeleted if the feed was deleted.
-func (f *Feed) read(ctx context.Context) (*feedDoc, error) {
+func (f *Feed) read(ctx context.Context) (*feedDoc, error) { return f.readIn(ctx, trips{}) }
+
+// readIn is read, a round trip of the long call t bounds.
+func (f *Feed) readIn(ctx context.Context, t trips) (*feedDoc, error) {
 	var d feedDoc
-	err := f.c.retry(ctx, func(ctx context.Context) error {
-		return f.coll().FindOne(ctx, bson.D{{Key: "_id", Value: f.id()}}).Decode(&d)
+	err := t.read(ctx, func(ctx context.Context) error {
+		return f.c.retry(ctx, func(ctx context.Context) error {
+			return f.coll().FindOne(ctx, bson.D{{Key: "_id", Value: f.id()}}).Decode(&d)
+		})
 	})
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return &feedDoc{ID: f.id()}, nil
@@ -250,23 +256,36 @@ func (f *Feed) read(ctx context.Context) (*feedDoc, error) {
 // groups' positions go, and its indexes on the log are dropped. Its name
 // is not used again (Run, Read and Subscribe return ErrFeedDeleted): the
 // tags it left on transactions would be taken for another feed's. A
-// sequencer still running stops at its next batch.
-func (f *Feed) Delete(ctx context.Context) error {
+// sequencer still running stops at its next batch. Each of its writes is
+// bounded by the call bound (WithCallTimeout); one the bound ends leaves
+// the deletion to be made again (each of its writes is idempotent).
+func (f *Feed) Delete(ctx context.Context) (err error) {
 	if f.err != nil {
 		return f.err
 	}
-	_, err := f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: f.id()}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "deleted", Value: true}}}}, options.UpdateOne().SetUpsert(true))
+	t := f.c.trips(ctx, fmt.Sprintf("delete feed %q", f.name))
+	defer func() { err = t.explain(err) }()
+	err = t.write(ctx, func(ctx context.Context) error {
+		_, err := f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: f.id()}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "deleted", Value: true}}}}, options.UpdateOne().SetUpsert(true))
+		return err
+	})
 	if err != nil {
 		return errorf("twopc: delete feed %q: %w", f.name, err)
 	}
 	prefix := groupPrefix(f.name)
-	if _, err := f.coll().DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{
-		{Key: "$gte", Value: prefix}, {Key: "$lt", Value: prefix + "\xff"}}}}); err != nil {
+	err = t.write(ctx, func(ctx context.Context) error {
+		_, err := f.coll().DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{
+			{Key: "$gte", Value: prefix}, {Key: "$lt", Value: prefix + "\xff"}}}})
+		return err
+	})
+	if err != nil {
 		return errorf("twopc: delete feed %q: its groups: %w", f.name, err)
 	}
 	for _, slot := range feedSlots {
-		err := f.c.log.txns.Indexes().DropOne(ctx, feedIndexName(f.name, slot))
+		err := t.write(ctx, func(ctx context.Context) error {
+			return f.c.log.txns.Indexes().DropOne(ctx, feedIndexName(f.name, slot))
+		})
 		var se mongo.ServerError
 		if err != nil && !(errors.As(err, &se) && (se.HasErrorCode(codeIndexNotFound) || se.HasErrorCode(codeNamespaceNotFound))) {
 			return errorf("twopc: delete feed %q: drop its index: %w", f.name, err)

@@ -31,18 +31,22 @@ type feedLease struct {
 	lease  time.Duration // written with each take: how long others wait once it stops renewing
 	poll   time.Duration // how often a waiting taker looks again
 	epoch  int64         // the epoch it holds; 0 before it took one
+	// t bounds the lease's round trips: those of the long call (Run,
+	// Subscribe) that holds it.
+	t trips
 	// stamped is the host's clock at the holder's last write that stamped
 	// the lease (its take, a renewal, or a write of its own that sets
 	// lastModified): the next renewal is due a third of a lease later.
 	stamped time.Time
 }
 
-// newFeedLease returns a lease on document id for a new holder.
-func newFeedLease(c *Coordinator, id string, lease, poll time.Duration) *feedLease {
+// newFeedLease returns a lease on document id for a new holder, its round
+// trips bounded by t.
+func newFeedLease(c *Coordinator, id string, lease, poll time.Duration, t trips) *feedLease {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return &feedLease{c: c, coll: c.feeds, id: id, holder: c.application + "/" + hex.EncodeToString(b[:]),
-		lease: lease, poll: poll}
+		lease: lease, poll: poll, t: t}
 }
 
 // leaseFields are the fields of a document under a lease, as take reads
@@ -68,14 +72,20 @@ type leaseFields struct {
 func (l *feedLease) take(ctx context.Context, more func(leaseFields) (bson.D, error)) (bson.Raw, error) {
 	for {
 		var cur leaseFields
-		err := l.coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.id}}).Decode(&cur)
+		err := l.t.read(ctx, func(ctx context.Context) error {
+			return l.coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.id}}).Decode(&cur)
+		})
 		if err != nil {
 			return nil, err
 		}
 		if cur.Deleted {
 			return nil, ErrFeedDeleted
 		}
-		now, err := l.c.log.serverNow(ctx)
+		var now time.Time
+		err = l.t.read(ctx, func(ctx context.Context) (err error) {
+			now, err = l.c.log.serverNow(ctx)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -112,7 +122,10 @@ func (l *feedLease) take(ctx context.Context, more func(leaseFields) (bson.D, er
 			filter = append(filter, bson.E{Key: "published", Value: cur.Published})
 		}
 		var raw bson.Raw
-		raw, err = l.coll.FindOneAndUpdate(ctx, filter, update, options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
+		err = l.t.write(ctx, func(ctx context.Context) (err error) {
+			raw, err = l.coll.FindOneAndUpdate(ctx, filter, update, options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
+			return err
+		})
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments):
 			continue // another took it, or its holder renewed: look again
@@ -129,12 +142,14 @@ func (l *feedLease) take(ctx context.Context, more func(leaseFields) (bson.D, er
 // epoch is no longer the document's.
 func (l *feedLease) renew(ctx context.Context) (bson.Raw, error) {
 	var raw bson.Raw
-	err := l.c.retry(ctx, func(ctx context.Context) error {
-		var err error
-		raw, err = l.coll.FindOneAndUpdate(ctx, l.guard(),
-			bson.D{{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}}},
-			options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
-		return err
+	err := l.t.write(ctx, func(ctx context.Context) error {
+		return l.c.retry(ctx, func(ctx context.Context) error {
+			var err error
+			raw, err = l.coll.FindOneAndUpdate(ctx, l.guard(),
+				bson.D{{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}}},
+				options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
+			return err
+		})
 	})
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, errLeaseLost
@@ -174,7 +189,7 @@ func (l *feedLease) release(clean bool) {
 	if l.epoch == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), l.c.callTimeout) // a write, bounded as one
 	defer cancel()
 	_, _ = l.coll.UpdateOne(ctx, l.guard(), bson.D{{Key: "$set", Value: bson.D{{Key: "holder", Value: ""}, {Key: "clean", Value: clean}}}})
 }

@@ -39,26 +39,31 @@ import (
 // wakes the sequencer sooner (the stream says only when to look, never
 // what: a stream lost costs latency, never an event).
 //
-// Run is not bounded as a whole: each scan of a round (the events
-// waiting, the orphans' tags) is bounded by the read bound
-// (WithReadTimeout), and one it ends ends Run with its error, as any
-// error of a round does; its writes (the tags, the publication, the
-// lease) are not bounded by it.
-func (f *Feed) Run(ctx context.Context) error {
+// Run is not bounded as a whole, but each of its round trips is: each
+// read (a scan of a round, the feed's document, the server's clock) by
+// the read bound (WithReadTimeout), each write (the tags of a round, a
+// publication, the lease's take, renewal and release) by the call bound
+// (WithCallTimeout). One a bound ends ends Run, as any error of a round
+// does, with an error that says the server could not be reached within
+// that bound; a tag whose write it cut may land later, and the next
+// sequencer numbers it again, as it does a taken-over sequencer's.
+func (f *Feed) Run(ctx context.Context) (err error) {
 	if f.err != nil {
 		return f.err
 	}
 	c := f.c
-	if err := c.shards.log.need(ctx); err != nil {
+	t := c.trips(ctx, f.readName())
+	defer func() { err = t.explain(err) }()
+	if err := t.read(ctx, c.shards.log.need); err != nil {
 		return err
 	}
-	if err := f.create(ctx); err != nil {
+	if err := f.create(ctx, t); err != nil {
 		return err
 	}
-	if err := f.ensureIndexes(ctx); err != nil {
+	if err := f.ensureIndexes(ctx, t); err != nil {
 		return errorf("twopc: feed %q: indexes: %w", f.name, err)
 	}
-	l := newFeedLease(c, f.id(), f.cfg.lease, f.cfg.poll)
+	l := newFeedLease(c, f.id(), f.cfg.lease, f.cfg.poll, t)
 	sq := &seq{f: f, l: l}
 	var quiet atomic.Bool // a missing change stream said
 	defer func() { l.release(!sq.dirty) }()
@@ -87,30 +92,41 @@ func (f *Feed) Run(ctx context.Context) error {
 
 // create inserts the feed's document if there is none: since now, by the
 // server's clock, nothing published, no epoch.
-func (f *Feed) create(ctx context.Context) error {
-	now, err := f.c.log.serverNow(ctx)
+func (f *Feed) create(ctx context.Context, t trips) error {
+	var now time.Time
+	err := t.read(ctx, func(ctx context.Context) (err error) {
+		now, err = f.c.log.serverNow(ctx)
+		return err
+	})
 	if err != nil {
 		return errorf("twopc: feed %q: %w", f.name, err)
 	}
-	_, err = f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: f.id()}},
-		bson.D{{Key: "$setOnInsert", Value: bson.D{
-			{Key: "since", Value: now}, {Key: "epoch", Value: int64(0)}, {Key: "leaseMs", Value: int64(0)},
-			{Key: "lastModified", Value: now}, {Key: "published", Value: int64(0)}, {Key: "run", Value: int64(0)},
-			{Key: "runs", Value: bson.A{}}, {Key: "orphans", Value: bson.A{}}, {Key: "gone", Value: int64(0)},
-		}}}, options.UpdateOne().SetUpsert(true))
+	err = t.write(ctx, func(ctx context.Context) error {
+		_, err := f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: f.id()}},
+			bson.D{{Key: "$setOnInsert", Value: bson.D{
+				{Key: "since", Value: now}, {Key: "epoch", Value: int64(0)}, {Key: "leaseMs", Value: int64(0)},
+				{Key: "lastModified", Value: now}, {Key: "published", Value: int64(0)}, {Key: "run", Value: int64(0)},
+				{Key: "runs", Value: bson.A{}}, {Key: "orphans", Value: bson.A{}}, {Key: "gone", Value: int64(0)},
+			}}}, options.UpdateOne().SetUpsert(true))
+		return err
+	})
 	if mongo.IsDuplicateKeyError(err) {
 		err = nil // made meanwhile by another
 	}
 	if err != nil {
 		return errorf("twopc: feed %q: %w", f.name, err)
 	}
-	_, err = f.read(ctx) // ErrFeedDeleted
+	_, err = f.readIn(ctx, t) // ErrFeedDeleted
 	return err
 }
 
 // ensureIndexes makes the feed's two indexes on the log, if missing.
-func (f *Feed) ensureIndexes(ctx context.Context) error {
-	specs, err := f.c.log.txns.Indexes().ListSpecifications(ctx)
+func (f *Feed) ensureIndexes(ctx context.Context, t trips) error {
+	var specs []mongo.IndexSpecification
+	err := t.read(ctx, func(ctx context.Context) (err error) {
+		specs, err = f.c.log.txns.Indexes().ListSpecifications(ctx)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -119,7 +135,10 @@ func (f *Feed) ensureIndexes(ctx context.Context) error {
 		have[s.Name] = true
 	}
 	for _, slot := range feedSlots {
-		if err := ensureIndex(ctx, f.c.log.txns, have, feedIndexName(f.name, slot), feedIndexKeys(f.name, slot)); err != nil {
+		err := t.write(ctx, func(ctx context.Context) error {
+			return ensureIndex(ctx, f.c.log.txns, have, feedIndexName(f.name, slot), feedIndexKeys(f.name, slot))
+		})
+		if err != nil {
 			return err
 		}
 	}
@@ -272,7 +291,12 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 		return false, err
 	}
 	sq.dirty = true
-	modified, failed := f.c.log.bulkByID(ctx, models)
+	var modified int64
+	var failed map[int]error
+	_ = l.t.write(ctx, func(ctx context.Context) error {
+		modified, failed = f.c.log.bulkByID(ctx, models)
+		return nil // a tag whose outcome the bound left unknown gives the epoch up, below
+	})
 	for i, e := range failed {
 		var we mongo.WriteError
 		if !errors.As(e, &we) || transientCodes[we.Code] {
@@ -445,7 +469,11 @@ func (f *Feed) publish(ctx context.Context, l *feedLease, d *feedDoc, k int64) e
 		update = append(update, bson.E{Key: "$push", Value: bson.D{{Key: "runs", Value: feedRun{E: d.Run, From: k}}}})
 	}
 	filter := append(l.guard(), bson.E{Key: "published", Value: k - 1})
-	res, err := f.coll().UpdateOne(ctx, filter, update)
+	var res *mongo.UpdateResult
+	err := l.t.write(ctx, func(ctx context.Context) (err error) {
+		res, err = f.coll().UpdateOne(ctx, filter, update)
+		return err
+	})
 	if err == nil && res.MatchedCount == 1 {
 		if starts {
 			d.Runs = append(d.Runs, feedRun{E: d.Run, From: k})
@@ -453,7 +481,7 @@ func (f *Feed) publish(ctx context.Context, l *feedLease, d *feedDoc, k int64) e
 		d.Published = k
 		return nil
 	}
-	now, rerr := f.read(ctx)
+	now, rerr := f.readIn(ctx, l.t)
 	if rerr != nil {
 		return rerr
 	}

@@ -7,6 +7,7 @@ package twopc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -30,11 +31,14 @@ func groupPrefix(name string) string { return "group:" + name + ":" }
 // together, and skips the IDs it has, handles each exactly once. group is
 // 1 to 32 of a-z, 0-9 and _.
 //
-// Subscribe is not bounded as a whole: each page of events it reads is a
-// Read, bounded as Read is (WithReadTimeout), and one that fails, the
-// bound's end included, ends Subscribe with its error; its lease's writes
-// and its position's saves are not bounded by it.
-func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Context, []Event) error) error {
+// Subscribe is not bounded as a whole, but each of its round trips is:
+// each page of events it reads is a Read, bounded as Read is
+// (WithReadTimeout), and so are its other reads; each write (a save of
+// its position, the lease's take and renewals) is bounded by the call
+// bound (WithCallTimeout). One a bound ends ends Subscribe with its error;
+// the position stays where it was last saved. The handler is not bounded:
+// it runs under Subscribe's context while it keeps the lease.
+func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Context, []Event) error) (err error) {
 	if f.err != nil {
 		return f.err
 	}
@@ -44,7 +48,9 @@ func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Conte
 	if h == nil {
 		return errorf("%w: nil handler", ErrInvalidFeed)
 	}
-	d, err := f.read(ctx)
+	t := f.c.trips(ctx, fmt.Sprintf("feed %q group %q", f.name, group))
+	defer func() { err = t.explain(err) }()
+	d, err := f.readIn(ctx, t)
 	if err != nil {
 		return err // deleted
 	}
@@ -53,17 +59,24 @@ func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Conte
 	// (ErrFeedTruncated), not moved past events it never acknowledged.
 	start := feedPosition{b: d.Gone + 1}.String()
 	id := groupPrefix(f.name) + group
-	now, err := f.c.log.serverNow(ctx)
+	var now time.Time
+	err = t.read(ctx, func(ctx context.Context) (err error) {
+		now, err = f.c.log.serverNow(ctx)
+		return err
+	})
 	if err != nil {
 		return errorf("twopc: feed %q group %q: %w", f.name, group, err)
 	}
-	_, err = f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
-		bson.D{{Key: "$setOnInsert", Value: bson.D{{Key: "epoch", Value: int64(0)}, {Key: "leaseMs", Value: int64(0)},
-			{Key: "lastModified", Value: now}, {Key: "pos", Value: string(start)}}}}, options.UpdateOne().SetUpsert(true))
+	err = t.write(ctx, func(ctx context.Context) error {
+		_, err := f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+			bson.D{{Key: "$setOnInsert", Value: bson.D{{Key: "epoch", Value: int64(0)}, {Key: "leaseMs", Value: int64(0)},
+				{Key: "lastModified", Value: now}, {Key: "pos", Value: string(start)}}}}, options.UpdateOne().SetUpsert(true))
+		return err
+	})
 	if err != nil && !mongo.IsDuplicateKeyError(err) {
 		return errorf("twopc: feed %q group %q: %w", f.name, group, err)
 	}
-	l := newFeedLease(f.c, id, f.cfg.lease, f.cfg.poll)
+	l := newFeedLease(f.c, id, f.cfg.lease, f.cfg.poll, t)
 	defer l.release(true)
 	for {
 		raw, err := l.take(ctx, nil)
@@ -96,9 +109,13 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 			}
 		}
 		if next != pos {
-			res, err := f.coll().UpdateOne(ctx, l.guard(), bson.D{
-				{Key: "$set", Value: bson.D{{Key: "pos", Value: string(next)}}},
-				{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
+			var res *mongo.UpdateResult
+			err := l.t.write(ctx, func(ctx context.Context) (err error) {
+				res, err = f.coll().UpdateOne(ctx, l.guard(), bson.D{
+					{Key: "$set", Value: bson.D{{Key: "pos", Value: string(next)}}},
+					{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
+				})
+				return err
 			})
 			if err != nil {
 				return errorf("twopc: feed %q: save the position: %w", f.name, err)

@@ -21,7 +21,7 @@ import (
 // markers, which a late settle or undo of the removed one would then act
 // on. It returns how many it removed from the transactions
 // collection.
-func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
+func (r *Recoverer) prune(ctx context.Context, b trips, now time.Time) (int, error) {
 	c := r.c
 	filter := bson.D{
 		{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateDone, StateCanceled}}}},
@@ -42,89 +42,105 @@ func (r *Recoverer) prune(ctx context.Context, now time.Time) (int, error) {
 	}
 	total := 0
 	var firstErr error
-	err := r.each(ctx, filter, func(err error) { firstErr = cmpErr(firstErr, err) }, func(recs []*record) {
-		start := time.Now()
-		var due bson.A
-		var dueRecs []*record
-		states := map[any]State{}
-		for _, t := range recs {
-			if t.Placeholder || t.Key != "" || t.Archive != c.history.archiveName() ||
-				!t.LastModified.Before(now.Add(-time.Duration(t.KeepMs)*time.Millisecond)) {
-				continue
-			}
-			dueRecs = append(dueRecs, t)
-		}
-		// The feeds let go only what they published, and record it first.
-		dueRecs, err := c.feedsAllow(ctx, dueRecs)
-		if err != nil {
-			firstErr = cmpErr(firstErr, errorf("history: %w", err))
-			return
-		}
-		if c.history.archive == nil {
-			// Removal: statements keep what they need first.
-			dueRecs = r.checkpointRemoval(ctx, dueRecs, now)
-		}
-		for _, t := range dueRecs {
-			due = append(due, t.ID)
-			states[t.ID] = t.State
-		}
-		report := func(ids bson.A, outcome Outcome, err error) {
-			for _, id := range ids {
-				oid, _ := id.(bson.ObjectID)
-				if raw, ok := id.(bson.RawValue); ok {
-					oid, _ = raw.ObjectIDOK()
-				}
-				r.report(ctx, oid, states[oid], RecoveryRemove, start, outcome, StepScan, err)
-			}
-		}
-		if len(due) == 0 {
-			return
-		}
-		if c.history.archive != nil {
-			// Readers of other archives learn first that entries through
-			// these are where they do not read (see moved).
-			var through time.Time
-			for _, t := range dueRecs {
-				if t.CommittedAt.After(through) {
-					through = t.CommittedAt
-				}
-			}
-			if !through.IsZero() {
-				if err := c.markMoved(ctx, c.history.archive, through); err != nil {
-					report(due, OutcomeError, err)
-					firstErr = cmpErr(firstErr, errorf("archive: record the move: %w", err))
-					return
-				}
-			}
-			archived, err := r.archive(ctx, due)
-			if err != nil {
-				firstErr = cmpErr(firstErr, errorf("archive: %w", err))
-			}
-			due = archived // only what the archive holds is removed
-			if len(due) == 0 {
-				return
-			}
-		}
-		// Guarded as the read was: final, no placeholder, no key.
-		res, err := c.log.txns.DeleteMany(ctx, bson.D{
-			{Key: "_id", Value: bson.D{{Key: "$in", Value: due}}},
-			{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateDone, StateCanceled}}}},
-			{Key: fieldPlaceholder, Value: bson.D{{Key: "$ne", Value: true}}},
-			{Key: fieldKey, Value: bson.D{{Key: "$exists", Value: false}}},
-		})
-		if err != nil {
-			report(due, OutcomeError, err)
-			firstErr = cmpErr(firstErr, errorf("remove: %w", err))
-			return
-		}
-		total += int(res.DeletedCount)
-		if int(res.DeletedCount) == len(due) {
-			report(due, OutcomeMoved, nil)
-		} else {
-			report(due, OutcomeNotMoved, nil)
+	err := r.each(ctx, b, filter, func(err error) { firstErr = cmpErr(firstErr, err) }, func(recs []*record) {
+		// Each batch under the call bound: its error, if it ends one.
+		if err := b.write(ctx, func(ctx context.Context) error {
+			n, err := r.pruneBatch(ctx, recs, now)
+			total += n
+			return err
+		}); err != nil {
+			firstErr = cmpErr(firstErr, err)
 		}
 	})
 	return total, cmpErr(firstErr, err)
+}
+
+// pruneBatch archives or removes those of recs, a batch of prune's, that
+// are due at server time now; it returns how many it removed from the
+// transactions collection, and the first error it met.
+func (r *Recoverer) pruneBatch(ctx context.Context, recs []*record, now time.Time) (total int, firstErr error) {
+	c := r.c
+	start := time.Now()
+	var due bson.A
+	var dueRecs []*record
+	states := map[any]State{}
+	for _, t := range recs {
+		if t.Placeholder || t.Key != "" || t.Archive != c.history.archiveName() ||
+			!t.LastModified.Before(now.Add(-time.Duration(t.KeepMs)*time.Millisecond)) {
+			continue
+		}
+		dueRecs = append(dueRecs, t)
+	}
+	// The feeds let go only what they published, and record it first.
+	dueRecs, err := c.feedsAllow(ctx, dueRecs)
+	if err != nil {
+		firstErr = cmpErr(firstErr, errorf("history: %w", err))
+		return
+	}
+	if c.history.archive == nil {
+		// Removal: statements keep what they need first.
+		dueRecs = r.checkpointRemoval(ctx, dueRecs, now)
+	}
+	for _, t := range dueRecs {
+		due = append(due, t.ID)
+		states[t.ID] = t.State
+	}
+	report := func(ids bson.A, outcome Outcome, err error) {
+		for _, id := range ids {
+			oid, _ := id.(bson.ObjectID)
+			if raw, ok := id.(bson.RawValue); ok {
+				oid, _ = raw.ObjectIDOK()
+			}
+			r.report(ctx, oid, states[oid], RecoveryRemove, start, outcome, StepScan, err)
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	if c.history.archive != nil {
+		// Readers of other archives learn first that entries through
+		// these are where they do not read (see moved).
+		var through time.Time
+		for _, t := range dueRecs {
+			if t.CommittedAt.After(through) {
+				through = t.CommittedAt
+			}
+		}
+		if !through.IsZero() {
+			if err := c.markMoved(ctx, c.history.archive, through); err != nil {
+				report(due, OutcomeError, err)
+				firstErr = cmpErr(firstErr, errorf("archive: record the move: %w", err))
+				return
+			}
+		}
+		archived, err := r.archive(ctx, due)
+		if err != nil {
+			firstErr = cmpErr(firstErr, errorf("archive: %w", err))
+		}
+		due = archived // only what the archive holds is removed
+		if len(due) == 0 {
+			return
+		}
+	}
+	// Guarded as the read was: final, no placeholder, no key.
+	res, err := c.log.txns.DeleteMany(ctx, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: due}}},
+		{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateDone, StateCanceled}}}},
+		{Key: fieldPlaceholder, Value: bson.D{{Key: "$ne", Value: true}}},
+		{Key: fieldKey, Value: bson.D{{Key: "$exists", Value: false}}},
+	})
+	if err != nil {
+		report(due, OutcomeError, err)
+		firstErr = cmpErr(firstErr, errorf("remove: %w", err))
+		return
+	}
+	total += int(res.DeletedCount)
+	if int(res.DeletedCount) == len(due) {
+		report(due, OutcomeMoved, nil)
+	} else {
+		report(due, OutcomeNotMoved, nil)
+	}
+	return total, firstErr
 }
 
 // checkpointRemoval records, for each account with an entry among recs

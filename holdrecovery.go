@@ -14,11 +14,14 @@ import (
 
 // expireHolds is a recovery pass's part for holds: it voids every held
 // hold past its expiry at server time now (see expire).
-func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *RecoveryReport, fail func(error)) error {
+func (r *Recoverer) expireHolds(ctx context.Context, b trips, now time.Time, rep *RecoveryReport, fail func(error)) error {
 	c := r.c
 	held := bson.D{{Key: fieldState, Value: StateHeld}, {Key: fieldExpiryMs, Value: bson.D{{Key: "$gt", Value: 0}}}}
-	return r.each(ctx, held, fail, func(recs []*record) {
+	return r.each(ctx, b, held, fail, func(recs []*record) {
 		for _, t := range recs {
+			if b.tripped() {
+				return
+			}
 			if !t.expired(now) {
 				continue
 			}
@@ -27,7 +30,11 @@ func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *Recover
 				continue
 			}
 			start := time.Now()
-			_, moved, err := c.expire(ctx, t)
+			var moved bool
+			err := b.write(ctx, func(ctx context.Context) (err error) {
+				_, moved, err = c.expire(ctx, t)
+				return err
+			})
 			// A capture reserved in time and in flight: once it commits,
 			// or is given back, the next pass expires the rest.
 			outcome := holdOutcome(err, moved, rep, fail, "expiring", t)
@@ -44,11 +51,14 @@ func (r *Recoverer) expireHolds(ctx context.Context, now time.Time, rep *Recover
 // reserved whole) is ended by its captures, once each of them committed
 // (see endCaptured): the capture that completed it ends it after its
 // commit, and this pass ends one whose capture's caller died first.
-func (r *Recoverer) endHolds(ctx context.Context, rep *RecoveryReport, fail func(error)) error {
+func (r *Recoverer) endHolds(ctx context.Context, b trips, rep *RecoveryReport, fail func(error)) error {
 	c := r.c
 	held := bson.D{{Key: fieldState, Value: StateHeld}, {Key: fieldCaptures + ".0", Value: bson.D{{Key: "$exists", Value: true}}}}
-	return r.each(ctx, held, fail, func(recs []*record) {
+	return r.each(ctx, b, held, fail, func(recs []*record) {
 		for _, t := range recs {
+			if b.tripped() {
+				return
+			}
 			if !complete(t) {
 				continue
 			}
@@ -57,7 +67,7 @@ func (r *Recoverer) endHolds(ctx context.Context, rep *RecoveryReport, fail func
 				continue
 			}
 			start := time.Now()
-			err := (captureBook{c}).end(ctx, t.ID)
+			err := b.write(ctx, func(ctx context.Context) error { return (captureBook{c}).end(ctx, t.ID) })
 			outcome := holdOutcome(err, true, rep, fail, "ending its captures", t)
 			if outcome == OutcomeMoved {
 				rep.Settled++
@@ -104,68 +114,80 @@ func holdOutcome(err error, moved bool, rep *RecoveryReport, fail func(error), d
 // all on their accounts is marked (onAccounts) so that later passes do not
 // read its accounts again; one with some legs on and some not is reported
 // (only a hand edit makes one) and left.
-func (r *Recoverer) confirmHolds(ctx context.Context, rep *RecoveryReport, fail func(error)) error {
-	c := r.c
+func (r *Recoverer) confirmHolds(ctx context.Context, b trips, rep *RecoveryReport, fail func(error)) error {
 	unseen := bson.D{{Key: fieldState, Value: StateHeld}, {Key: fieldOnAccounts, Value: bson.D{{Key: "$exists", Value: false}}}}
-	return r.each(ctx, unseen, fail, func(recs []*record) {
+	return r.each(ctx, b, unseen, fail, func(recs []*record) {
 		for _, t := range recs {
-			legs := t.legs()
-			if err := c.ledgers.knows(legs); err != nil {
-				fail(errorf("transaction %s: %w: left to a recoverer that has it", t.ID.Hex(), err))
-				continue
+			if b.tripped() {
+				return
 			}
-			accts, err := c.inspect(ctx, t, legs)
-			if err != nil {
-				fail(errorf("transaction %s: %w", t.ID.Hex(), err))
-				continue
-			}
-			on, closed := 0, 0
-			for i, l := range legs {
-				switch v, why := judge(accts[i], t, l); {
-				case v == legApplied:
-					on++
-				case closedVerdict(v, why):
-					closed++
-				}
-			}
-			switch {
-			case on == len(legs):
-				err := c.retry(ctx, func(ctx context.Context) error {
-					_, err := c.log.txns.UpdateOne(ctx,
-						bson.D{{Key: "_id", Value: t.ID}, {Key: fieldState, Value: StateHeld}, {Key: fieldHeldAt, Value: t.HeldAt}},
-						bson.D{{Key: "$set", Value: bson.D{{Key: fieldOnAccounts, Value: true}}}})
-					return err
-				})
-				if err != nil {
-					fail(errorf("transaction %s: %w", t.ID.Hex(), err))
-				}
-			case closed == len(legs):
-				start := time.Now()
-				m := voidMove(c, t, reasonLateCopy)
-				m.heldAt = t.HeldAt
-				cur, moved, err := c.log.advance(ctx, t, m)
-				if err == nil && moved {
-					_, err = c.rollback(ctx, cur)
-				}
-				outcome := outcomeOf(moved, err)
-				switch {
-				case err != nil:
-					fail(errorf("transaction %s: voiding a held copy: %w", t.ID.Hex(), err))
-				case !moved:
-					rep.Skipped++ // captured or voided first: not a copy after all, or decided
-				default:
-					rep.RolledBack++
-				}
-				r.report(ctx, t.ID, StateHeld, RecoveryRollBack, start, outcome, StepVoid, err)
-			default:
-				// Captured or voided since it was read (its markers leave
-				// after it leaves held), or a read that lags: look again.
-				now, err := c.log.read(ctx, t.ID)
-				if err == nil && (now.State != StateHeld || !now.HeldAt.Equal(t.HeldAt)) {
-					continue
-				}
-				fail(errorf("transaction %s: held, but %d of its %d legs are on their accounts and %d closed to it; left as it is", t.ID.Hex(), on, len(legs), closed))
-			}
+			_ = b.write(ctx, func(ctx context.Context) error { return r.confirmHold(ctx, t, rep, fail) })
 		}
 	})
+}
+
+// confirmHold is confirmHolds for held hold t; it returns the error it
+// passed to fail, if any.
+func (r *Recoverer) confirmHold(ctx context.Context, t *record, rep *RecoveryReport, fail func(error)) (failed error) {
+	c := r.c
+	outer := fail
+	fail = func(err error) { failed = err; outer(err) }
+	legs := t.legs()
+	if err := c.ledgers.knows(legs); err != nil {
+		fail(errorf("transaction %s: %w: left to a recoverer that has it", t.ID.Hex(), err))
+		return
+	}
+	accts, err := c.inspect(ctx, t, legs)
+	if err != nil {
+		fail(errorf("transaction %s: %w", t.ID.Hex(), err))
+		return
+	}
+	on, closed := 0, 0
+	for i, l := range legs {
+		switch v, why := judge(accts[i], t, l); {
+		case v == legApplied:
+			on++
+		case closedVerdict(v, why):
+			closed++
+		}
+	}
+	switch {
+	case on == len(legs):
+		err := c.retry(ctx, func(ctx context.Context) error {
+			_, err := c.log.txns.UpdateOne(ctx,
+				bson.D{{Key: "_id", Value: t.ID}, {Key: fieldState, Value: StateHeld}, {Key: fieldHeldAt, Value: t.HeldAt}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: fieldOnAccounts, Value: true}}}})
+			return err
+		})
+		if err != nil {
+			fail(errorf("transaction %s: %w", t.ID.Hex(), err))
+		}
+	case closed == len(legs):
+		start := time.Now()
+		m := voidMove(c, t, reasonLateCopy)
+		m.heldAt = t.HeldAt
+		cur, moved, err := c.log.advance(ctx, t, m)
+		if err == nil && moved {
+			_, err = c.rollback(ctx, cur)
+		}
+		outcome := outcomeOf(moved, err)
+		switch {
+		case err != nil:
+			fail(errorf("transaction %s: voiding a held copy: %w", t.ID.Hex(), err))
+		case !moved:
+			rep.Skipped++ // captured or voided first: not a copy after all, or decided
+		default:
+			rep.RolledBack++
+		}
+		r.report(ctx, t.ID, StateHeld, RecoveryRollBack, start, outcome, StepVoid, err)
+	default:
+		// Captured or voided since it was read (its markers leave
+		// after it leaves held), or a read that lags: look again.
+		now, err := c.log.read(ctx, t.ID)
+		if err == nil && (now.State != StateHeld || !now.HeldAt.Equal(t.HeldAt)) {
+			return
+		}
+		fail(errorf("transaction %s: held, but %d of its %d legs are on their accounts and %d closed to it; left as it is", t.ID.Hex(), on, len(legs), closed))
+	}
+	return
 }

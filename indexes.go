@@ -88,16 +88,29 @@ func libraryIndexes() []libraryIndex {
 // needed for correctness: accounts and transactions are read and written
 // by _id, and idempotency keys are enforced by the _id derived from them;
 // the indexes keep those reads from scanning the log.
-func (c *Coordinator) EnsureIndexes(ctx context.Context) error {
-	if err := c.shards.recheck(ctx); err != nil {
+//
+// EnsureIndexes is bounded per round trip, not as a whole: each read by
+// WithReadTimeout's bound, each index it makes by WithCallTimeout's. An
+// index build on a large log that outlasts the call bound ends the call
+// with the bound's error; MongoDB goes on building it (a createIndexes is
+// not killed when its client goes away: SERVER-101507), and calling
+// EnsureIndexes again waits for that build (a createIndexes of an index
+// being built joins the build).
+func (c *Coordinator) EnsureIndexes(ctx context.Context) (err error) {
+	t := c.trips(ctx, "ensure indexes")
+	defer func() { err = t.explain(err) }()
+	if err := t.read(ctx, c.shards.recheck); err != nil {
 		return err
 	}
-	return c.indexes.ensure(ctx)
+	return c.indexes.ensureIn(ctx, t)
 }
 
 // ensure makes the library's indexes that are missing (see EnsureIndexes).
-func (x *logIndexes) ensure(ctx context.Context) error {
-	if err := x.shards.logAndArchive(ctx); err != nil {
+func (x *logIndexes) ensure(ctx context.Context) error { return x.ensureIn(ctx, trips{}) }
+
+// ensureIn is ensure, its round trips bounded by t.
+func (x *logIndexes) ensureIn(ctx context.Context, t trips) error {
+	if err := t.read(ctx, x.shards.logAndArchive); err != nil {
 		return err
 	}
 	// Only the missing ones are asked for, one per command: an index of
@@ -106,7 +119,11 @@ func (x *logIndexes) ensure(ctx context.Context) error {
 	// exist.
 	have := map[indexColl]map[string]bool{}
 	for _, coll := range x.colls() {
-		specs, err := x.coll(coll).Indexes().ListSpecifications(ctx)
+		var specs []mongo.IndexSpecification
+		err := t.read(ctx, func(ctx context.Context) (err error) {
+			specs, err = x.coll(coll).Indexes().ListSpecifications(ctx)
+			return err
+		})
 		if err != nil {
 			return errorf("twopc: ensure indexes: %w", err)
 		}
@@ -116,7 +133,10 @@ func (x *logIndexes) ensure(ctx context.Context) error {
 		}
 	}
 	for _, ix := range x.indexes() {
-		if err := ensureIndex(ctx, x.coll(ix.coll), have[ix.coll], ix.name, ix.keys); err != nil {
+		err := t.write(ctx, func(ctx context.Context) error {
+			return ensureIndex(ctx, x.coll(ix.coll), have[ix.coll], ix.name, ix.keys)
+		})
+		if err != nil {
 			return errorf("twopc: ensure indexes: %w", err)
 		}
 	}

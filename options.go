@@ -452,7 +452,12 @@ func WithRetries(n int) Option {
 // (or context) ends after it sent a write of the transaction's state (a
 // commit, a capture, a void, a cancel) reads the transaction back on a
 // context of its own, for at most 2 s more, and answers by what the log
-// holds (committed: no error). Background settling is not bounded by it.
+// holds (committed: no error). Background settling is not bounded by it;
+// Settle's wait for it is. The calls that run long are bounded by it per
+// write, not as a whole: a Feed's Run and Subscribe, and Delete, each
+// write; a Recoverer pass each transaction it takes on (each batch it
+// settles or removes); EnsureIndexes each index it makes (see
+// WithReadTimeout for their reads).
 //
 // A TransferBatch's bound grows with its size: d and 50 ms for each
 // transfer it makes (60 s for a full batch of MaxBatch at the default),
@@ -480,9 +485,11 @@ func WithCallTimeout(d time.Duration) Option {
 // Refundable, Feeds, and a Feed's Read and Status. What runs on is
 // bounded per page or per round trip, never as a whole: Entries and Txns
 // each page they read (the first with what it reads before it); a Feed's
-// All and Subscribe each Read of theirs, its Run each scan of its rounds
-// (their writes are not bounded by it); Audit each of its round trips
-// (each count, each batch its cursors fetch, each batch's lookups).
+// All and Subscribe each Read of theirs, Run and Subscribe each read of
+// theirs (their writes are bounded by WithCallTimeout, each on its own);
+// a Recoverer pass and EnsureIndexes each read of theirs; Audit each of
+// its round trips (each count, each batch its cursors fetch, each
+// batch's lookups).
 //
 // What it guarantees: when no server answers, such a read fails within d
 // (with the driver at its defaults it would otherwise wait its server

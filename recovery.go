@@ -111,17 +111,30 @@ func (rep RecoveryReport) Finished() int {
 // the next pass, and does not stop the pass. A document that is not a
 // transaction the protocol wrote (see ErrMalformedTxn) is counted as
 // failed and left alone.
-func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
-	var rep RecoveryReport
+//
+// A pass is not bounded as a whole, but each of its round trips is: each
+// read (a batch of a scan) by the read bound (WithReadTimeout), and each
+// transaction it takes on (each batch it settles or removes) by the call
+// bound (WithCallTimeout). When a bound ends one, the server is not
+// answering: the pass stops there, with an error that says so, and the
+// next pass goes on from where it stopped (a transaction it was taking
+// over waits for StaleAfter again).
+func (r *Recoverer) RecoverOnce(ctx context.Context) (rep RecoveryReport, err error) {
 	if r == nil || r.c == nil {
 		return rep, errors.New("twopc: recover: Recoverer has no Coordinator (use NewRecoverer)")
 	}
 	c := r.c
+	b := c.trips(ctx, "recover")
+	defer func() { err = b.explain(err) }()
 	// Every scan of the pass reads by an index: made (or checked) first.
-	if err := c.indexes.need(ctx); err != nil {
+	if err := b.write(ctx, c.indexes.need); err != nil {
 		return rep, errorf("twopc: recover: %w", err)
 	}
-	now, err := c.log.serverNow(ctx)
+	var now time.Time
+	err = b.read(ctx, func(ctx context.Context) (err error) {
+		now, err = c.log.serverNow(ctx)
+		return err
+	})
 	if err != nil {
 		return rep, errorf("twopc: recover: %w", err)
 	}
@@ -130,67 +143,74 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 		rep.Failed++
 		firstErr = cmpErr(firstErr, err)
 	}
-
-	// Applied: settle, whatever the age, in batches.
-	err = r.each(ctx, bson.D{{Key: fieldState, Value: StateApplied}}, fail, func(recs []*record) {
-		start := time.Now()
-		done, left, err := c.settle(ctx, recs)
-		rep.Settled += len(done)
-		if err != nil {
-			fail(err)
-		}
-		for _, t := range done {
-			r.report(ctx, t.ID, StateApplied, RecoverySettle, start, OutcomeMoved, 0, nil)
-		}
-		for _, u := range left {
-			r.report(ctx, u.rec.ID, StateApplied, RecoverySettle, start, OutcomeError, u.step, u.err)
-		}
-	})
-	if err != nil {
-		firstErr = cmpErr(firstErr, err)
-	}
-
-	// Stale initial, pending and canceling: take over and finish, one by one.
-	stale := bson.D{
-		{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateCanceling}}}},
-		{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: now.Add(-c.staleAfter)}}},
-	}
-	err = r.each(ctx, stale, fail, func(recs []*record) {
-		for _, t := range recs {
-			if !t.LastModified.Before(now.Add(-t.lease(c.staleAfter))) {
-				continue // its owner's StaleAfter is longer than ours
+	// steps are the pass's parts, in order; a part one of whose round
+	// trips its bound ended (the server did not answer) ends the pass.
+	steps := []func() error{
+		// Applied: settle, whatever the age, in batches.
+		func() error {
+			return r.each(ctx, b, bson.D{{Key: fieldState, Value: StateApplied}}, fail, func(recs []*record) {
+				start := time.Now()
+				var done []*record
+				var left []unsettled
+				err := b.write(ctx, func(ctx context.Context) (err error) {
+					done, left, err = c.settle(ctx, recs)
+					return err
+				})
+				rep.Settled += len(done)
+				if err != nil {
+					fail(err)
+				}
+				for _, t := range done {
+					r.report(ctx, t.ID, StateApplied, RecoverySettle, start, OutcomeMoved, 0, nil)
+				}
+				for _, u := range left {
+					r.report(ctx, u.rec.ID, StateApplied, RecoverySettle, start, OutcomeError, u.step, u.err)
+				}
+			})
+		},
+		// Stale initial, pending and canceling: take over and finish, one by one.
+		func() error {
+			stale := bson.D{
+				{Key: fieldState, Value: bson.D{{Key: "$in", Value: bson.A{StateInitial, StatePending, StateCanceling}}}},
+				{Key: fieldLastModified, Value: bson.D{{Key: "$lt", Value: now.Add(-c.staleAfter)}}},
 			}
-			if err := r.recover(ctx, t, &rep); err != nil {
-				fail(errorf("transaction %s: %w", t.ID.Hex(), err))
-			}
+			return r.each(ctx, b, stale, fail, func(recs []*record) {
+				for _, t := range recs {
+					if !t.LastModified.Before(now.Add(-t.lease(c.staleAfter))) {
+						continue // its owner's StaleAfter is longer than ours
+					}
+					err := b.write(ctx, func(ctx context.Context) error { return r.recover(ctx, t, &rep) })
+					if err != nil {
+						fail(errorf("transaction %s: %w", t.ID.Hex(), err))
+					}
+					if b.tripped() {
+						return
+					}
+				}
+			})
+		},
+		// Holds past their expiry: void them.
+		func() error { return r.expireHolds(ctx, b, now, &rep, fail) },
+		// Held holds captured in parts whose captures are all reserved:
+		// end them.
+		func() error { return r.endHolds(ctx, b, &rep, fail) },
+		// Held holds not looked at before: confirm their legs are on their
+		// accounts, or void the copy a late insert and commit rebuilt.
+		func() error { return r.confirmHolds(ctx, b, &rep, fail) },
+		// History past its time to keep.
+		func() error {
+			n, err := r.prune(ctx, b, now)
+			rep.Removed = n
+			return err
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			firstErr = cmpErr(firstErr, err)
 		}
-	})
-	if err != nil {
-		firstErr = cmpErr(firstErr, err)
-	}
-
-	// Holds past their expiry: void them.
-	if err := r.expireHolds(ctx, now, &rep, fail); err != nil {
-		firstErr = cmpErr(firstErr, err)
-	}
-
-	// Held holds captured in parts whose captures are all reserved: end
-	// them.
-	if err := r.endHolds(ctx, &rep, fail); err != nil {
-		firstErr = cmpErr(firstErr, err)
-	}
-
-	// Held holds not looked at before: confirm their legs are on their
-	// accounts, or void the copy a late insert and commit rebuilt.
-	if err := r.confirmHolds(ctx, &rep, fail); err != nil {
-		firstErr = cmpErr(firstErr, err)
-	}
-
-	// History past its time to keep.
-	n, err := r.prune(ctx, now)
-	rep.Removed = n
-	if err != nil {
-		firstErr = cmpErr(firstErr, err)
+		if b.tripped() {
+			break
+		}
 	}
 	if firstErr != nil {
 		return rep, errorf("twopc: recover: %w", firstErr)
@@ -202,7 +222,10 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (RecoveryReport, error) {
 // read by the {state, created} index: filter names a state), and hands
 // them to fn in batches. A document that does not decode, or is not a
 // transaction the protocol could have written, goes to bad instead.
-func (r *Recoverer) each(ctx context.Context, filter bson.D, bad func(error), fn func([]*record)) error {
+//
+// Its reads are bounded by b's read bound, each (a batch) on its own; fn
+// bounds what it does with each batch.
+func (r *Recoverer) each(ctx context.Context, b trips, filter bson.D, bad func(error), fn func([]*record)) error {
 	// Only documents this library wrote: a transaction of the tutorial's
 	// protocol or of another program has no transaction time, and its
 	// legs are not shaped as ours (a tutorial credit is already in the
@@ -213,18 +236,23 @@ func (r *Recoverer) each(ctx context.Context, filter bson.D, bad func(error), fn
 	}
 	filter = append(only, filter...)
 	var cur *mongo.Cursor
-	err := r.c.try(ctx, StepScan, nil, func(ctx context.Context) error {
-		var err error
-		cur, err = r.c.log.txns.Find(ctx, filter,
-			options.Find().SetSort(bson.D{{Key: fieldCreated, Value: 1}}).SetBatchSize(int32(r.batch)))
-		return err
+	err := b.read(ctx, func(ctx context.Context) error {
+		return r.c.try(ctx, StepScan, nil, func(ctx context.Context) error {
+			var err error
+			cur, err = r.c.log.txns.Find(ctx, filter,
+				options.Find().SetSort(bson.D{{Key: fieldCreated, Value: 1}}).SetBatchSize(int32(r.batch)))
+			return err
+		})
 	})
 	if err != nil {
 		return err
 	}
-	defer cur.Close(ctx)
+	defer b.r.close(ctx, cur)
 	batch := make([]*record, 0, r.batch)
-	for cur.Next(ctx) {
+	for b.r.next(ctx, cur) {
+		if b.tripped() {
+			return cur.Err() // fn's bound ended it: the server does not answer
+		}
 		var t record
 		if err := cur.Decode(&t); err != nil {
 			bad(errorf("%w: %v: %v", ErrMalformedTxn, cur.Current.Lookup("_id"), err))

@@ -30,7 +30,10 @@ test:
 # while two Recoverers archive (then remove) 400 transfers; the randomized
 # simulation of SOAK_TRANSFERS transfers with more applications, workers
 # and accounts, for each of its four seeds (SEED=n runs that seed only); the duplicate-and-delay
-# test over SOAK_REPLAY transfers, every write command delivered again.
+# test over SOAK_REPLAY transfers, every write command delivered again; the
+# repeats' acceptance run, 200 keyed calls of each kind cut short and each
+# repeated at once in the coordinator that made it, another, or another
+# process.
 SOAK_TRANSFERS ?= 1500
 SOAK_REPLAY    ?= 600
 SOAK_HISTORY   ?= 20000

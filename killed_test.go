@@ -23,7 +23,7 @@ import (
 // Child processes: the test binary re-executed with TWOPC_CHILD set runs
 // childMain instead of the tests (see TestMain).
 const (
-	envChild    = "TWOPC_CHILD" // "transfer" or "recover"
+	envChild    = "TWOPC_CHILD" // "transfer", "recover" or "repeat" (see repeatChild)
 	envURI      = "TWOPC_CHILD_URI"
 	envDB       = "TWOPC_CHILD_DB"
 	envApp      = "TWOPC_CHILD_APP"
@@ -59,6 +59,8 @@ func childMain(mode string) int {
 			_, err := c.Transfer(ctx, src, dst, 1+rng.Int64N(100), twopc.WithKey(fmt.Sprintf("%s-%d", os.Getenv(envApp), n)))
 			fmt.Printf("%d %v\n", n, err)
 		}
+	case "repeat":
+		return repeatChild(c)
 	case "recover":
 		rep, err := twopc.NewRecoverer(c).RecoverOnce(ctx)
 		if err != nil {

@@ -178,9 +178,15 @@ func WithCheckpoints(every int, horizon time.Duration) Option {
 	}
 }
 
-// Proportional is the legs of a refund of amount of a transfer of legs
-// that credited base (see Coordinator.Refund).
-func Proportional(legs []Leg, amount, base int64) []Leg { return proportional(legs, amount, base) }
+// Shares is total split among weights w by the refunds' apportionment
+// (see shares).
+func Shares(w []int64, total int64) []int64 { return shares(w, total) }
+
+// RefundTake is what a refund of amount takes back of each leg of a
+// transfer of legs that returned returned already (see refundTake).
+func RefundTake(legs, returned []int64, amount int64) ([]int64, error) {
+	return refundTake(legs, returned, amount)
+}
 
 // OpeningAt returns the opening time OpenAccount recorded in account id of
 // c's ledger ("" the default); false if the account records none.

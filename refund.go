@@ -7,12 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/big"
 	"slices"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/twopc/twopc/internal/schema"
 )
@@ -32,38 +29,21 @@ const MaxRefunds = 100
 // collection: "transactions_refunds" by default.
 const refundsSuffix = schema.RefundsSuffix
 
-// refundBooks are the refund books of a coordinator's transfers: the
-// "<transactions>_refunds" collection.
-type refundBooks struct {
-	c    *Coordinator
-	coll *mongo.Collection
-}
-
-// refundBook is what was refunded of one transfer: a document under the
-// transfer's _id, created by its first refund.
-type refundBook struct {
-	ID      bson.ObjectID `bson:"_id"`     // the transfer's
-	Left    int64         `bson:"left"`    // what may still be refunded
-	Refunds []refundEntry `bson:"refunds"` // reservations: refunds made or in flight
-}
-
-// refundEntry is one refund's reservation.
-type refundEntry struct {
-	ID     bson.ObjectID `bson:"id"` // the refund transaction's _id
-	Amount int64         `bson:"amount"`
-	At     time.Time     `bson:"at"` // when reserved, by the clock corrected to the server's
-	// LeaseMs is the refunder's lease (its StaleAfter): how long its
-	// insert may take.
-	LeaseMs int64 `bson:"leaseMs,omitempty"`
-}
-
 // Refund returns amount of committed transfer id (applied or done; a
 // capture of a hold, not the hold itself) to where it came from: a transfer
 // of its own, from the original's destination back to its source, or for
-// a transfer of legs every leg turned, in proportion to amount over what
-// the transfer credited (each leg rounded down, the units left given to
-// the legs with the largest remainders, so the legs still sum to zero; a
-// leg that rounds to nothing is left out). A transfer of several assets
+// a transfer of legs every leg turned, in proportion, exact over any
+// sequence of refunds: on each side (the credits, the debits) the refunds
+// made or in flight, amount included, are apportioned among the legs by
+// the divisor method of Jefferson (D'Hondt: a unit at a time to the leg
+// of the largest amount/(share+1), ties to the first leg), a rule
+// under which no leg's share ever goes down as the total grows, and the
+// refund takes from each leg its share less what it returned already. So
+// no refund leg pays a party, no leg ever returns more than it received,
+// the legs sum to zero, the last refund takes exactly what is left of
+// every leg, and a canceled refund gives back exactly its own legs; a leg
+// of nothing is left out. A repeat under the key takes the legs of the
+// refund made, never computed again. A transfer of several assets
 // is refunded whole only (Reverse), and has no refund book: only
 // Reverse's derived keys keep it from being reversed twice. The refund has Transfer's errors
 // (ErrInsufficientFunds if the destination cannot cover it now, ...) and
@@ -72,10 +52,13 @@ type refundEntry struct {
 // the transfer, and statements list it as its own entries.
 //
 // What is refunded is kept in the transfer's refund book, a document
-// under its _id in the "<transactions>_refunds" collection: before the
-// refund's insert, one guarded write reserves amount there (what is left
-// at least amount, the refund's _id not there yet: a reservation
-// delivered twice counts once), so refunds at once, from any number of
+// under its _id in the "<transactions>_refunds" collection, with what
+// each leg returned and each refund's own legs: before the refund's
+// insert, a compare-and-set on the book as read (its sequence number)
+// reserves amount and its legs there (what is left at least amount, the
+// refund's _id not there yet: a reservation delivered twice, or late,
+// counts once), tried again while other refunds' writes come first, within
+// the call's bound, so refunds at once, from any number of
 // processes, never return more than the transfer moved: a refund past
 // what is left is ErrRefundExceeded, and writes nothing. A refund that is
 // canceled (refused, or rolled back by recovery) gives its reservation
@@ -120,15 +103,18 @@ func (c *Coordinator) Refund(ctx context.Context, id bson.ObjectID, amount int64
 	if err != nil {
 		return r.txn(), err
 	}
-	t, base, err := c.refundTxn(r, amount)
+	base, err := refundBase(r)
 	if err != nil {
 		return nil, err
+	}
+	if amount > base {
+		return nil, errorf("%w: transaction %s moved %d; a refund of %d", ErrRefundExceeded, r.ID.Hex(), base, amount)
 	}
 	key := tc.key
 	if !tc.keyed {
 		key = "refund:" + id.Hex() + ":" + bson.NewObjectID().Hex()
 	}
-	return c.refund(ctx, r, t, base, key, tc.keyed, opts)
+	return c.refund(ctx, r, base, amount, key, tc.keyed, opts)
 }
 
 // Refundable returns what is left to refund of committed transfer id (see
@@ -232,77 +218,63 @@ func refundBase(r *record) (int64, error) {
 	return base, nil
 }
 
-// refundTxn is the transfer that refunds amount of r, and r's base.
-func (c *Coordinator) refundTxn(r *record, amount int64) (Txn, int64, error) {
-	base, err := refundBase(r)
-	if err != nil {
-		return Txn{}, 0, err
-	}
-	if amount > base {
-		return Txn{}, 0, errorf("%w: transaction %s moved %d; a refund of %d", ErrRefundExceeded, r.ID.Hex(), base, amount)
-	}
+// refundLegs returns r's legs (SettledLegs) and their amounts, after
+// checking that a refund of them can be written (every ledger known to
+// this coordinator): before anything is reserved.
+func (c *Coordinator) refundLegs(r *record) ([]Leg, []int64, error) {
 	legs := r.txn().SettledLegs()
-	if len(r.Legs) == 0 {
-		return Txn{Source: r.Destination, Destination: r.Source, Value: amount, Asset: r.Asset, RefundOf: r.ID}, base, nil
+	if len(r.Legs) > 0 {
+		turned := slices.Clone(legs)
+		for i := range turned {
+			turned[i].Amount = -turned[i].Amount
+		}
+		if _, err := c.legsTxn(turned); err != nil {
+			return nil, nil, err
+		}
 	}
-	back := proportional(legs, amount, base)
-	t, err := c.legsTxn(back)
-	t.RefundOf = r.ID
-	return t, base, err
+	return legs, legAmounts(legs), nil
 }
 
-// proportional returns legs turned and scaled by amount/base: each leg's
-// share rounded down, then the units left, on the credits' side and on
-// the debits' side apart, one each to the legs with the largest remainders
-// (the first such leg on a tie), so that each side sums to amount; legs
-// of no units are left out.
-func proportional(legs []Leg, amount, base int64) []Leg {
-	type share struct {
-		i    int
-		rem  *big.Int
-		side bool // a credit of the original
-	}
-	out := make([]Leg, len(legs))
-	var shares []share
-	given := map[bool]int64{}
-	b, a := big.NewInt(base), big.NewInt(amount)
-	for i, l := range legs {
-		mag := l.Amount
-		if mag < 0 {
-			mag = -mag
-		}
-		q, rem := new(big.Int).QuoRem(new(big.Int).Mul(big.NewInt(mag), a), b, new(big.Int))
-		out[i] = l
-		out[i].Amount = q.Int64()
-		given[l.Amount > 0] += q.Int64()
-		shares = append(shares, share{i, rem, l.Amount > 0})
-	}
-	slices.SortStableFunc(shares, func(x, y share) int { return y.rem.Cmp(x.rem) })
-	for _, s := range shares {
-		if given[s.side] < amount {
-			out[s.i].Amount++
-			given[s.side]++
-		}
+// refundTxn is the refund of r that takes take (of no sign, per leg of
+// legs, r's SettledLegs) back, amount in all: from r's destination back
+// to its source, or every leg of r turned, scaled to its take, those of
+// none left out.
+func (c *Coordinator) refundTxn(r *record, legs []Leg, take []int64, amount int64) (Txn, error) {
+	if len(r.Legs) == 0 {
+		return Txn{Source: r.Destination, Destination: r.Source, Value: amount, Asset: r.Asset, RefundOf: r.ID}, nil
 	}
 	var back []Leg
-	for i, l := range out {
-		if l.Amount == 0 {
+	for i, l := range legs {
+		if i >= len(take) || take[i] == 0 {
 			continue
 		}
+		l.Amount = take[i]
 		if legs[i].Amount > 0 {
-			l.Amount = -l.Amount // a credit of the original is a debit of the refund
+			l.Amount = -take[i] // a credit of the original is a debit of the refund
 		}
 		back = append(back, l)
 	}
-	return back
+	t, err := c.legsTxn(back)
+	t.RefundOf = r.ID
+	return t, err
 }
 
-// refund reserves t's amount in r's book, under the _id key gives the
-// refund, then makes t, and gives the reservation back if t is canceled
-// or was never made. keyed says the key is the caller's.
-func (c *Coordinator) refund(ctx context.Context, r *record, t Txn, base int64, key string, keyed bool, opts []TransferOption) (*Txn, error) {
+// refund refunds amount of r, whose base is what it moved, under key
+// (keyed: the caller's): it reserves amount in r's book, which says what
+// it takes of each leg (see refundTake), under the key's _id; then makes
+// the refund, and gives the reservation back if it is canceled or was
+// never made. A repeat of a refund made under the key takes its legs
+// from that refund as made, never computed again (legs depend on the
+// refunds before); one whose reservation stands but no transaction, from
+// its entry in the book.
+func (c *Coordinator) refund(ctx context.Context, r *record, base, amount int64, key string, keyed bool, opts []TransferOption) (*Txn, error) {
+	legs, amounts, err := c.refundLegs(r)
+	if err != nil {
+		return nil, err
+	}
 	refundID := keyID(key)
 	prior, err := c.log.read(ctx, refundID)
+	var t Txn
 	switch {
 	case err == nil && !prior.Placeholder && prior.RefundOf != r.ID:
 		return prior.txn(), errorf("%w: key %q is transaction %s, not a refund of %s", ErrKeyConflict, key, prior.ID.Hex(), r.ID.Hex())
@@ -310,8 +282,20 @@ func (c *Coordinator) refund(ctx context.Context, r *record, t Txn, base int64, 
 		// A repeat: the refund made under the key, as it stands (the
 		// transfer below returns it, or ErrKeyConflict). One canceled
 		// stays canceled: nothing is reserved for it again.
+		t = Txn{Source: r.Destination, Destination: r.Source, Value: amount, Asset: r.Asset, RefundOf: r.ID}
+		if len(r.Legs) > 0 {
+			t, err = c.repeatTxn(r, prior, legs, amounts, amount)
+			if err != nil {
+				return nil, err
+			}
+		}
 	case errors.Is(err, ErrTxnNotFound):
-		if err := c.books.reserve(ctx, r.ID, base, refundEntry{ID: refundID, Amount: t.Value}); err != nil {
+		take, err := c.books.reserve(ctx, r.ID, amounts, base, refundEntry{ID: refundID, Amount: amount})
+		if err != nil {
+			return nil, err
+		}
+		if t, err = c.refundTxn(r, legs, take, amount); err != nil {
+			c.books.release(ctx, r.ID, refundID, amount)
 			return nil, err
 		}
 	default:
@@ -320,176 +304,28 @@ func (c *Coordinator) refund(ctx context.Context, r *record, t Txn, base int64, 
 	txn, err := c.startKeyed(ctx, t, key, opts, nil)
 	switch {
 	case txn != nil && txn.State == StateCanceled:
-		c.books.release(ctx, r.ID, refundID, t.Value)
+		c.books.release(ctx, r.ID, refundID, amount)
 	case txn == nil && !keyed && !errors.Is(err, ErrInProgress):
 		// Nothing was written under a key no other call knows.
-		c.books.release(ctx, r.ID, refundID, t.Value)
+		c.books.release(ctx, r.ID, refundID, amount)
 	}
 	return txn, err
 }
 
-// reserve records e in the book of transfer id, whose base is what it
-// moved: once, and only if what is left covers it and the book has room.
-// If it does not, the reservations of refunds that can no longer move
-// money are given back (see sweepBook) and it is tried once more.
-func (bk *refundBooks) reserve(ctx context.Context, id bson.ObjectID, base int64, e refundEntry) error {
-	c := bk.c
-	if err := c.shards.log.need(ctx); err != nil {
-		return err
+// repeatTxn is the refund of amount of r asked again under the key that
+// made prior: prior's own legs when it refunded amount (so the repeat
+// matches it); otherwise legs computed as for a first refund, which the
+// repeat then finds not the same call (ErrKeyConflict) or, for a
+// placeholder, canceled.
+func (c *Coordinator) repeatTxn(r, prior *record, legs []Leg, amounts []int64, amount int64) (Txn, error) {
+	if !prior.Placeholder && prior.Value == amount && len(prior.Legs) > 0 {
+		t, err := c.legsTxn(prior.txn().AllLegs())
+		t.RefundOf = r.ID
+		return t, err
 	}
-	e.At, e.LeaseMs = c.mark.stamp(ctx), c.staleAfter.Milliseconds()
-	if e.Amount <= base {
-		_, err := bk.coll.InsertOne(ctx, refundBook{ID: id, Left: base - e.Amount, Refunds: []refundEntry{e}})
-		if err == nil {
-			return nil
-		}
-		if !mongo.IsDuplicateKeyError(err) {
-			return errorf("twopc: refund %s: reserve: %w", id.Hex(), err)
-		}
-	}
-	for attempt := 0; ; attempt++ {
-		res, err := bk.coll.UpdateOne(ctx, bson.D{
-			{Key: "_id", Value: id},
-			{Key: "left", Value: bson.D{{Key: "$gte", Value: e.Amount}}},
-			{Key: "refunds.id", Value: bson.D{{Key: "$ne", Value: e.ID}}},
-			{Key: fmt.Sprintf("refunds.%d", MaxRefunds-1), Value: bson.D{{Key: "$exists", Value: false}}},
-		}, bson.D{
-			{Key: "$inc", Value: bson.D{{Key: "left", Value: -e.Amount}}},
-			{Key: "$push", Value: bson.D{{Key: "refunds", Value: e}}},
-		})
-		if err != nil {
-			return errorf("twopc: refund %s: reserve: %w", id.Hex(), err)
-		}
-		if res.MatchedCount == 1 {
-			return nil
-		}
-		book, err := bk.readBook(ctx, id)
-		if err != nil {
-			return err
-		}
-		if book == nil {
-			return errorf("%w: refund %s: the transfer moved %d; a refund of %d", ErrRefundExceeded, id.Hex(), base, e.Amount)
-		}
-		if i := slices.IndexFunc(book.Refunds, func(x refundEntry) bool { return x.ID == e.ID }); i >= 0 {
-			if book.Refunds[i].Amount != e.Amount {
-				// Another call's refund under the same key: it may be
-				// the one the key makes, of another amount.
-				return errorf("%w: refund %s: a refund of %d is reserved under this key", ErrKeyConflict, id.Hex(), book.Refunds[i].Amount)
-			}
-			return nil // reserved already: a repeat
-		}
-		released := 0
-		if attempt == 0 {
-			if released, err = bk.sweepBook(ctx, book); err != nil {
-				return err
-			}
-		}
-		if released == 0 {
-			if len(book.Refunds) >= MaxRefunds {
-				return errorf("%w: refund %s: %d refunds made or in flight (MaxRefunds)", ErrRefundExceeded, id.Hex(), len(book.Refunds))
-			}
-			return errorf("%w: refund %s: %d left to refund; a refund of %d", ErrRefundExceeded, id.Hex(), book.Left, e.Amount)
-		}
-	}
-}
-
-// readBook reads the refund book of transfer id; nil if it has none.
-func (bk *refundBooks) readBook(ctx context.Context, id bson.ObjectID) (*refundBook, error) {
-	c := bk.c
-	var book refundBook
-	err := c.retry(ctx, func(ctx context.Context) error {
-		return bk.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&book)
-	})
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
+	take, err := refundTake(amounts, nil, amount)
 	if err != nil {
-		return nil, errorf("twopc: read the refunds of %s: %w", id.Hex(), err)
+		return Txn{}, errorf("%w: transaction %s: a refund of %d: %v", ErrRefundExceeded, r.ID.Hex(), amount, err)
 	}
-	return &book, nil
-}
-
-// release gives back the reservation of refund refundID of amount in the
-// book of transfer id: the entry of that id and that amount, by its place
-// in the array, read first (read again if entries before it moved), so a
-// give-back, whoever sends it and however often, removes at most that
-// entry and adds back its own amount. A failure leaves it to sweepBook.
-func (bk *refundBooks) release(ctx context.Context, id, refundID bson.ObjectID, amount int64) {
-	c := bk.c
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	defer cancel()
-	err := func() error {
-		for range MaxRefunds {
-			book, err := bk.readBook(ctx, id)
-			if err != nil || book == nil {
-				return err
-			}
-			i := slices.IndexFunc(book.Refunds, func(e refundEntry) bool { return e.ID == refundID && e.Amount == amount })
-			if i < 0 {
-				return nil // given back already, or never reserved
-			}
-			at := fmt.Sprintf("refunds.%d.", i)
-			res, err := bk.coll.UpdateOne(ctx, bson.D{
-				{Key: "_id", Value: id},
-				{Key: at + "id", Value: refundID},
-				{Key: at + "amount", Value: amount},
-			}, bson.D{
-				{Key: "$inc", Value: bson.D{{Key: "left", Value: amount}}},
-				{Key: "$pull", Value: bson.D{{Key: "refunds", Value: bson.D{{Key: "id", Value: refundID}, {Key: "amount", Value: amount}}}}},
-			})
-			if err != nil || res.ModifiedCount == 1 {
-				return err
-			}
-		}
-		return errors.New("the book kept changing")
-	}()
-	if err != nil {
-		c.logger.Info("twopc: a canceled refund's reservation was not given back yet; the next refund of the transfer that needs it does", "transaction", id.Hex(), "refund", refundID.Hex(), "error", err)
-	}
-}
-
-// sweepBook gives back the reservations in book of refunds that can no
-// longer move money: canceled, or never inserted and reserved longer ago
-// than the longer of their refunder's lease and this coordinator's (by the
-// clock corrected to the server's, as their time is), which Cancel then
-// settles (a placeholder refuses a late insert). It returns how many it
-// gave back.
-func (bk *refundBooks) sweepBook(ctx context.Context, book *refundBook) (int, error) {
-	c := bk.c
-	now := c.mark.stamp(ctx)
-	released := 0
-	for _, e := range book.Refunds {
-		var state State
-		r, _, err := c.log.lookup(ctx, e.ID)
-		switch {
-		case errors.Is(err, ErrTxnNotFound):
-			if now.Sub(e.At) < max(time.Duration(e.LeaseMs)*time.Millisecond, c.staleAfter) {
-				continue // its insert may be on its way
-			}
-			txn, err := NewCanceler(c).Cancel(ctx, e.ID)
-			if err != nil {
-				continue // settled by a later sweep
-			}
-			state = txn.State
-		case err != nil:
-			return released, err
-		default:
-			state = r.State
-			if !r.Placeholder && r.RefundOf != book.ID {
-				state = StateCanceled // another transfer's refund took the key: this one was never made
-			}
-		}
-		if state == StateCanceled {
-			bk.release(ctx, book.ID, e.ID, e.Amount)
-			released++
-		}
-	}
-	return released, nil
-}
-
-// releaseRefund gives back the reservation of refund r, just canceled.
-func (bk *refundBooks) releaseRefund(ctx context.Context, r *record) {
-	if r != nil && !r.RefundOf.IsZero() && r.State == StateCanceled {
-		bk.release(ctx, r.RefundOf, r.ID, r.Value)
-	}
+	return c.refundTxn(r, legs, take, amount)
 }

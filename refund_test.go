@@ -188,8 +188,9 @@ func TestRefundRolledBackGivesBack(t *testing.T) {
 	assert.Equal(t, int64(50), b.balance("A"))
 }
 
-// TestRefundLegs: a transfer of legs refunded in part, in proportion,
-// the largest remainders rounded up, so the legs still sum to zero.
+// TestRefundLegs: a transfer of legs refunded in part, in proportion
+// (the refunds' apportionment, see TestUnitApportionShares), so the legs
+// still sum to zero.
 func TestRefundLegs(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithSyncSettle())
@@ -208,38 +209,6 @@ func TestRefundLegs(t *testing.T) {
 	assert.Equal(t, int64(33), b.balance("seller"))
 	assert.Equal(t, int64(17), b.balance("fees"))
 	assert.Equal(t, int64(50), refundable(t, b.c, sale.ID))
-}
-
-// TestUnitProportional: a refund's legs in proportion, each side summing
-// to the amount, the units left to the largest remainders (the first leg
-// on a tie), legs of nothing left out, no overflow for large amounts.
-func TestUnitProportional(t *testing.T) {
-	for _, c := range []struct {
-		legs   []twopc.Leg
-		amount int64
-		want   []int64
-	}{
-		{[]twopc.Leg{{Account: "b", Amount: -100}, {Account: "s", Amount: 67}, {Account: "f", Amount: 33}}, 50, []int64{50, -34, -16}},
-		{[]twopc.Leg{{Account: "b", Amount: -7}, {Account: "s", Amount: 3}, {Account: "f", Amount: 4}}, 1, []int64{1, -1}},
-		{[]twopc.Leg{{Account: "b", Amount: -100}, {Account: "s", Amount: 100}}, 100, []int64{100, -100}},
-		{[]twopc.Leg{{Account: "b", Amount: -(1 << 62)}, {Account: "s", Amount: 1<<62 - 1}, {Account: "f", Amount: 1}}, 1 << 61, []int64{1 << 61, -(1 << 61)}},
-		{[]twopc.Leg{{Account: "x", Amount: -5}, {Account: "y", Amount: -5}, {Account: "s", Amount: 10}}, 3, []int64{2, 1, -3}},
-	} {
-		var base int64
-		for _, l := range c.legs {
-			if l.Amount > 0 {
-				base += l.Amount
-			}
-		}
-		var got []int64
-		var sum int64
-		for _, l := range twopc.Proportional(c.legs, c.amount, base) {
-			got = append(got, l.Amount)
-			sum += l.Amount
-		}
-		assert.Equal(t, c.want, got, "%v, %d", c.legs, c.amount)
-		assert.Zero(t, sum)
-	}
 }
 
 // TestRefundNotRefundable: Refund, Reverse and Refundable of a transaction

@@ -112,12 +112,14 @@ func (c *Coordinator) reverseTxn(r *record) (Txn, error) {
 }
 
 // reverse makes t, the reversal of r, under key: with what it moves
-// reserved in r's refund book (base, what r moved; -1: no book).
+// reserved in r's refund book (base, what r moved; -1: no book), as the
+// refund of all of base, whose legs the book gives (t's, when nothing
+// was refunded; otherwise it is ErrRefundExceeded).
 func (c *Coordinator) reverse(ctx context.Context, r *record, t Txn, base int64, key string, opts []TransferOption) (*Txn, error) {
 	if base < 0 {
 		return c.startKeyed(ctx, t, key, opts, nil)
 	}
-	return c.refund(ctx, r, t, base, key, true, opts)
+	return c.refund(ctx, r, base, base, key, true, opts)
 }
 
 // startKeyed makes t, a transfer the library built (its asset, if any,

@@ -221,6 +221,8 @@ const (
 	FeedTagged    = int(feedTagged)
 	FeedPublished = int(feedPublished)
 	FeedWatching  = int(feedWatching)
+	FeedRereading = int(feedRereading)
+	FeedLost      = int(feedLost)
 )
 
 // WithFeedHook calls h at each step of the feed's sequencer (FeedTaken,

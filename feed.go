@@ -87,6 +87,8 @@ const (
 	feedTagged                    // its batch's tags written, not published
 	feedPublished                 // its batch published
 	feedWatching                  // a change stream opened on the log (servers with them), before its first event
+	feedRereading                 // a publication whose outcome is unknown, before the feed's document is read again
+	feedLost                      // the epoch given up (taken over, or a write's outcome unknown), before the lease is taken again
 )
 
 // WithFeedLease sets how long a sequencer (Run) or a subscriber group

@@ -80,6 +80,9 @@ func (f *Feed) Run(ctx context.Context) (err error) {
 		switch {
 		case errors.Is(err, errLeaseLost):
 			l.release(!sq.dirty)
+			if err := f.step(feedLost); err != nil {
+				return errorf("twopc: feed %q: %w", f.name, err)
+			}
 			if err := sleepCtx(ctx, f.cfg.poll); err != nil { // not at once again
 				return errorf("twopc: feed %q: %w", f.name, err)
 			}
@@ -481,13 +484,23 @@ func (f *Feed) publish(ctx context.Context, l *feedLease, d *feedDoc, k int64) e
 		d.Published = k
 		return nil
 	}
+	if err := f.step(feedRereading); err != nil {
+		return err
+	}
 	now, rerr := f.readIn(ctx, l.t)
 	if rerr != nil {
 		return rerr
 	}
 	if now.owner(k) == d.Run {
+		// It landed: its reply was lost. The document is this epoch's own
+		// only if no one took the lease over since: else it carries
+		// another's run, which this epoch must never number into (its
+		// batches may be published and read already): given up then.
+		if now.Epoch != l.epoch {
+			return errLeaseLost
+		}
 		*d = *now
-		return nil // it landed: its reply was lost
+		return nil
 	}
 	// Not published by this epoch: taken over, or its write failed. The
 	// epoch is given up either way, and the next records batch k as its

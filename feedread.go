@@ -39,6 +39,15 @@ func parsePosition(p Position) (feedPosition, error) {
 	return feedPosition{b: b, n: n}, nil
 }
 
+// notBefore is the filter of a group's document whose saved position
+// (posB, posN) is not after p: a save of p may follow it.
+func (p feedPosition) notBefore() bson.D {
+	return bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "posB", Value: bson.D{{Key: "$lt", Value: p.b}}}},
+		bson.D{{Key: "posB", Value: p.b}, {Key: "posN", Value: bson.D{{Key: "$lte", Value: p.n}}}},
+	}}}
+}
+
 // String is the position as a Position.
 func (p feedPosition) String() Position { return Position(fmt.Sprintf("%d.%d", p.b, p.n)) }
 

@@ -57,7 +57,7 @@ func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Conte
 	// A new group starts at what the feed keeps now, saved with it: if
 	// history moves on before its first save, it is told
 	// (ErrFeedTruncated), not moved past events it never acknowledged.
-	start := feedPosition{b: d.Gone + 1}.String()
+	start := feedPosition{b: d.Gone + 1}
 	id := groupPrefix(f.name) + group
 	var now time.Time
 	err = t.read(ctx, func(ctx context.Context) (err error) {
@@ -70,7 +70,8 @@ func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Conte
 	err = t.write(ctx, func(ctx context.Context) error {
 		_, err := f.coll().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
 			bson.D{{Key: "$setOnInsert", Value: bson.D{{Key: "epoch", Value: int64(0)}, {Key: "leaseMs", Value: int64(0)},
-				{Key: "lastModified", Value: now}, {Key: "pos", Value: string(start)}}}}, options.UpdateOne().SetUpsert(true))
+				{Key: "lastModified", Value: now}, {Key: "pos", Value: string(start.String())},
+				{Key: "posB", Value: start.b}, {Key: "posN", Value: start.n}}}}, options.UpdateOne().SetUpsert(true))
 		return err
 	})
 	if err != nil && !mongo.IsDuplicateKeyError(err) {
@@ -109,10 +110,18 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 			}
 		}
 		if next != pos {
+			np, err := parsePosition(next)
+			if err != nil {
+				return err
+			}
+			// Guarded by the epoch and by the position saved: never behind
+			// it, so a save delivered again late (the network's duplicate
+			// of an earlier one) cannot move the group back.
+			filter := append(l.guard(), np.notBefore()...)
 			var res *mongo.UpdateResult
-			err := l.t.write(ctx, func(ctx context.Context) (err error) {
-				res, err = f.coll().UpdateOne(ctx, l.guard(), bson.D{
-					{Key: "$set", Value: bson.D{{Key: "pos", Value: string(next)}}},
+			err = l.t.write(ctx, func(ctx context.Context) (err error) {
+				res, err = f.coll().UpdateOne(ctx, filter, bson.D{
+					{Key: "$set", Value: bson.D{{Key: "pos", Value: string(next)}, {Key: "posB", Value: np.b}, {Key: "posN", Value: np.n}}},
 					{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
 				})
 				return err

@@ -5,12 +5,14 @@ package twopc_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/mongotest"
@@ -129,4 +131,91 @@ func TestFeedTrustLostPublicationReply(t *testing.T) {
 		}
 	}
 	assert.Contains(t, after, x.Hex(), "X is delivered to the reader that read batch 2")
+}
+
+// groupPos reads group's saved position on feed name.
+func groupPos(t *testing.T, b *bank, name, group string) string {
+	t.Helper()
+	var d struct {
+		Pos string `bson:"pos"`
+	}
+	require.NoError(t, b.db.Collection("transactions_feeds").FindOne(testCtx(t), bson.D{{Key: "_id", Value: "group:" + name + ":" + group}}).Decode(&d))
+	return d.Pos
+}
+
+// TestFeedTrustPositionNeverBack: a subscriber group saves its position
+// after each of two events (two batches); the first save, sent again
+// late (a duplicate the network delivered after the second), must not
+// move the saved position back. Before, the save was guarded by the
+// group's epoch only: the duplicate applied, and a restart handed the
+// acknowledged second event over again.
+func TestFeedTrustPositionNeverBack(t *testing.T) {
+	b := newBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	f := b.c.Feed("back", twopc.WithFeedPoll(5*time.Millisecond))
+	feedRun(t, b, f)
+	var rec writeRecorder
+	sub, err := twopc.NewCoordinator(rec.database(b), twopc.WithApplication("hooks"))
+	require.NoError(t, err)
+	fs := sub.Feed("back", twopc.WithFeedPoll(5*time.Millisecond))
+
+	handled := make(chan twopc.Event, 10)
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- fs.Subscribe(sctx, "g", func(_ context.Context, evs []twopc.Event) error {
+			for _, e := range evs {
+				handled <- e
+			}
+			return nil
+		})
+	}()
+	var last twopc.Position
+	for range 2 {
+		transfers(t, b, b.c, 1)
+		select {
+		case e := <-handled:
+			last = e.Pos
+		case <-ctx.Done():
+			t.Fatal("no event handled")
+		}
+	}
+	for groupPos(t, b, "back", "g") != string(last) { // the second save lands
+		require.NoError(t, ctx.Err())
+	}
+	stop()
+	<-done
+
+	var saves []bson.Raw
+	for _, cmd := range rec.recorded() {
+		if coll, _ := cmd.Lookup("update").StringValueOK(); coll == "transactions_feeds" && strings.Contains(cmd.String(), `"$set": {"pos"`) {
+			saves = append(saves, cmd)
+		}
+	}
+	require.GreaterOrEqual(t, len(saves), 2, "two saves of the position")
+	_ = resend(ctx, b.db, saves[0]) // the first save, late
+	assert.Equal(t, string(last), groupPos(t, b, "back", "g"), "the saved position never moves back")
+
+	// A restart hands nothing acknowledged again.
+	again := make(chan twopc.Event, 10)
+	rctx, rstop := context.WithCancel(ctx)
+	rdone := make(chan error, 1)
+	go func() {
+		rdone <- fs.Subscribe(rctx, "g", func(_ context.Context, evs []twopc.Event) error {
+			for _, e := range evs {
+				again <- e
+			}
+			return nil
+		})
+	}()
+	z := transfers(t, b, b.c, 1)[0]
+	select {
+	case e := <-again:
+		assert.Equal(t, z.Hex(), e.Txn.ID.Hex(), "the first event after a restart is the new one")
+	case <-ctx.Done():
+		t.Fatal("nothing handled after the restart")
+	}
+	rstop()
+	<-rdone
 }

@@ -34,9 +34,11 @@ type feedLease struct {
 	// t bounds the lease's round trips: those of the long call (Run,
 	// Subscribe) that holds it.
 	t trips
-	// stamped is the host's clock at the holder's last write that stamped
-	// the lease (its take, a renewal, or a write of its own that sets
-	// lastModified): the next renewal is due a third of a lease later.
+	// stamped is the host's clock when the holder sent its last write that
+	// stamped the lease (its take, a renewal, or a write of its own that
+	// sets lastModified), before the server stamped it: the next renewal
+	// is due a third of a lease later, and the lease lapses no sooner
+	// than a lease later.
 	stamped time.Time
 }
 
@@ -122,6 +124,7 @@ func (l *feedLease) take(ctx context.Context, more func(leaseFields) (bson.D, er
 			filter = append(filter, bson.E{Key: "published", Value: cur.Published})
 		}
 		var raw bson.Raw
+		sent := time.Now()
 		err = l.t.write(ctx, func(ctx context.Context) (err error) {
 			raw, err = l.coll.FindOneAndUpdate(ctx, filter, update, options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
 			return err
@@ -132,7 +135,7 @@ func (l *feedLease) take(ctx context.Context, more func(leaseFields) (bson.D, er
 		case err != nil:
 			return nil, err
 		}
-		l.epoch, l.stamped = cur.Epoch+1, time.Now()
+		l.epoch, l.stamped = cur.Epoch+1, sent
 		return raw, nil
 	}
 }
@@ -142,8 +145,10 @@ func (l *feedLease) take(ctx context.Context, more func(leaseFields) (bson.D, er
 // epoch is no longer the document's.
 func (l *feedLease) renew(ctx context.Context) (bson.Raw, error) {
 	var raw bson.Raw
+	sent := time.Now()
 	err := l.t.write(ctx, func(ctx context.Context) error {
 		return l.c.retry(ctx, func(ctx context.Context) error {
+			sent = time.Now()
 			var err error
 			raw, err = l.coll.FindOneAndUpdate(ctx, l.guard(),
 				bson.D{{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}}},
@@ -155,7 +160,7 @@ func (l *feedLease) renew(ctx context.Context) (bson.Raw, error) {
 		return nil, errLeaseLost
 	}
 	if err == nil {
-		l.stamped = time.Now()
+		l.stamped = sent // the server stamped it after: the lease lapses no sooner than a lease from here
 	}
 	return raw, err
 }

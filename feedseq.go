@@ -341,11 +341,12 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 	// Published even if no statement changed a document (they were
 	// numbered meanwhile, or a first attempt whose reply was lost tagged
 	// them): an empty batch is harmless, tags left unpublished are not.
+	sent := time.Now()
 	if err := f.publish(ctx, l, d, k); err != nil {
 		return false, err
 	}
 	sq.dirty = false
-	l.stamped = time.Now() // the publication stamped the lease
+	l.stamped = sent // the publication stamped the lease (after it was sent)
 	return full, f.step(feedPublished)
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -119,6 +120,7 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 			// of an earlier one) cannot move the group back.
 			filter := append(l.guard(), np.notBefore()...)
 			var res *mongo.UpdateResult
+			sent := time.Now()
 			err = l.t.write(ctx, func(ctx context.Context) (err error) {
 				res, err = f.coll().UpdateOne(ctx, filter, bson.D{
 					{Key: "$set", Value: bson.D{{Key: "pos", Value: string(next)}, {Key: "posB", Value: np.b}, {Key: "posN", Value: np.n}}},
@@ -132,7 +134,7 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 			if res.MatchedCount == 0 {
 				return errLeaseLost
 			}
-			pos, l.stamped = next, time.Now() // the save stamped the lease
+			pos, l.stamped = next, sent // the save stamped the lease (after it was sent)
 		}
 		if len(evs) == 0 {
 			if err := sleepCtx(ctx, min(f.cfg.poll, l.due())); err != nil {
@@ -147,14 +149,23 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 
 // handle runs h on evs while it keeps the group's lease: renewed every
 // third of it, so that another subscriber does not take the group over
-// from a handler still at work; if the lease is lost all the same (this
-// process stalled), h's context is canceled and handle returns
-// errLeaseLost, its position not saved.
+// from a handler still at work. h's context ends, and handle returns
+// errLeaseLost, its position not saved, as soon as the lease may have
+// lapsed: a renewal found it taken over, or, judged by this host's
+// monotonic clock, nine tenths of a lease passed since the last renewal
+// that succeeded was sent (a renewal stalled, or this process did). A
+// lease lapses by the server's clock a lease after its stamp, which the
+// server writes after the renewal was sent, so the handler's context ends
+// before another subscriber can take the group over (the clocks' rates
+// apart): at most one handler of a group has a live context at a time.
 func (f *Feed) handle(ctx context.Context, l *feedLease, h func(context.Context, []Event) error, evs []Event) error {
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lost := make(chan struct{})
-	done, renewing := make(chan struct{}), make(chan struct{})
+	var lost atomic.Bool
+	base := l.stamped
+	var stamped atomic.Int64 // the last renewal's send, since base
+	done, renewing, watching := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	give := func() { lost.Store(true); cancel() }
 	go func() {
 		defer close(renewing)
 		t := time.NewTicker(max(f.cfg.lease/3, time.Millisecond))
@@ -164,21 +175,41 @@ func (f *Feed) handle(ctx context.Context, l *feedLease, h func(context.Context,
 			case <-done:
 				return
 			case <-t.C:
-				if _, err := l.renew(hctx); errors.Is(err, errLeaseLost) {
-					close(lost)
-					cancel()
+				sent := time.Now()
+				_, err := l.renew(hctx)
+				switch {
+				case errors.Is(err, errLeaseLost):
+					give()
 					return
+				case err == nil:
+					stamped.Store(int64(sent.Sub(base)))
 				}
+			}
+		}
+	}()
+	go func() {
+		defer close(watching)
+		for {
+			left := f.cfg.lease*9/10 - time.Since(base.Add(time.Duration(stamped.Load())))
+			if left <= 0 {
+				give()
+				return
+			}
+			t := time.NewTimer(left)
+			select {
+			case <-done:
+				t.Stop()
+				return
+			case <-t.C:
 			}
 		}
 	}()
 	err := h(hctx, evs)
 	close(done)
 	<-renewing // its renewals and their stamps are over
-	select {
-	case <-lost:
+	<-watching
+	if lost.Load() {
 		return errLeaseLost
-	default:
 	}
 	if err != nil {
 		return errorf("twopc: feed %q: handler: %w", f.name, err)

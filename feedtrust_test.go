@@ -219,3 +219,60 @@ func TestFeedTrustPositionNeverBack(t *testing.T) {
 	rstop()
 	<-rdone
 }
+
+// TestFeedTrustOneHandlerAtATime: a group's handler runs (it waits for
+// its context) when the reply of its lease's renewal is held back 1.5 s,
+// its lease 300 ms; another subscriber of the group takes it over once the
+// lease lapses. When the second's handler runs, the first's context must
+// be done already: at most one handler of a group with a live context.
+// Before, the first was canceled only when its stalled renewal returned,
+// 1.5 s in: two handlers ran at once.
+func TestFeedTrustOneHandlerAtATime(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	b := newFaultBank(t, twopc.WithSyncSettle())
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	feedRun(t, b, b.c.Feed("one", twopc.WithFeedPoll(5*time.Millisecond)))
+	transfers(t, b, b.c, 1)
+
+	first, second := b.coordinator(twopc.WithApplication("first")), b.coordinator(twopc.WithApplication("second"))
+	opts := []twopc.FeedOption{twopc.WithFeedLease(lease), twopc.WithFeedPoll(5 * time.Millisecond)}
+	firstCtx := make(chan context.Context, 1)
+	go func() {
+		_ = first.Feed("one", opts...).Subscribe(ctx, "g", func(hctx context.Context, _ []twopc.Event) error {
+			select {
+			case firstCtx <- hctx:
+			default:
+			}
+			<-hctx.Done()
+			return hctx.Err()
+		})
+	}()
+	var hctx context.Context
+	select {
+	case hctx = <-firstCtx:
+	case <-ctx.Done():
+		t.Fatal("the first handler never ran")
+	}
+	// Its next renewal applies; its reply comes 1.5 s late.
+	require.NoError(t, b.server.Faults.Add(ctx, mongotest.Fault{Command: "findAndModify", Kind: mongotest.Delay, Count: 1, Delay: 1500 * time.Millisecond}))
+
+	firstLive := make(chan bool, 1)
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		_ = second.Feed("one", opts...).Subscribe(sctx, "g", func(context.Context, []twopc.Event) error {
+			select {
+			case firstLive <- hctx.Err() == nil:
+			default:
+			}
+			return nil
+		})
+	}()
+	select {
+	case live := <-firstLive:
+		assert.False(t, live, "the first handler's context was still live when the second's handler ran")
+	case <-ctx.Done():
+		t.Fatal("the second subscriber never took the group over")
+	}
+}

@@ -327,7 +327,8 @@ type FeedStatus struct {
 	// place): how far the sequencer is behind.
 	Waiting int
 	// Orphaned counts the transactions holding a tag that an epoch taken
-	// over left unpublished: the sequencer numbers them again.
+	// over left unpublished (at most WithFeedBatch): the sequencer numbers
+	// them again, at most WithFeedBatch a round.
 	Orphaned int
 	// Unpublished counts the transactions the sequencer tagged for the
 	// batch it has not published yet.
@@ -368,7 +369,7 @@ func (f *Feed) Status(ctx context.Context) (_ *FeedStatus, err error) {
 		}
 		st.Waiting += n
 	}
-	if err := f.scanOrphans(ctx, &d, func(bson.Raw) error { st.Orphaned++; return nil }); err != nil {
+	if _, err := f.scanOrphans(ctx, &d, f.cfg.batch, func(bson.Raw) error { st.Orphaned++; return nil }); err != nil {
 		return nil, errorf("twopc: feed %q: %w", f.name, err)
 	}
 	if d.Run > 0 {

@@ -267,8 +267,13 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 	for _, o := range d.Orphans {
 		orphans[feedTag(o.From, o.E)] = true
 	}
-	if err := f.scanOrphans(ctx, d, add); err != nil {
+	// At most WithFeedBatch orphans a round, on top of what waits: a
+	// round stays bounded however many a takeover left (the rest, at
+	// once, in the next).
+	if n, err := f.scanOrphans(ctx, d, f.cfg.batch, add); err != nil {
 		return false, err
+	} else if n >= f.cfg.batch {
+		full = true
 	}
 	for _, slot := range feedSlots {
 		n, err := f.scanWaiting(ctx, d, slot, sq.refused, add)
@@ -294,12 +299,28 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 		return false, err
 	}
 	sq.dirty = true
+	// The tags go a command (WithWriteBatch statements) at a time, the
+	// lease renewed between them when due: a round, however large, keeps
+	// its lease while its holder works (each command well within a third
+	// of a lease).
 	var modified int64
-	var failed map[int]error
-	_ = l.t.write(ctx, func(ctx context.Context) error {
-		modified, failed = f.c.log.bulkByID(ctx, models)
-		return nil // a tag whose outcome the bound left unknown gives the epoch up, below
-	})
+	failed := map[int]error{}
+	for start := 0; start < len(models); start += f.c.writeBatch {
+		if start > 0 {
+			if err := sq.keep(ctx); err != nil {
+				return false, err
+			}
+		}
+		chunk := models[start:min(start+f.c.writeBatch, len(models))]
+		_ = l.t.write(ctx, func(ctx context.Context) error {
+			n, fails := f.c.log.bulkByID(ctx, chunk)
+			modified += n
+			for i, e := range fails {
+				failed[start+i] = e
+			}
+			return nil // a tag whose outcome the bound left unknown gives the epoch up, below
+		})
+	}
 	for i, e := range failed {
 		var we mongo.WriteError
 		if !errors.As(e, &we) || transientCodes[we.Code] {
@@ -358,22 +379,29 @@ func (f *Feed) step(s feedStep) error {
 	return f.cfg.hook(s)
 }
 
-// scanOrphans reads the transactions that hold a tag an epoch taken over
-// left unpublished, a hundred tags a read.
-func (f *Feed) scanOrphans(ctx context.Context, d *feedDoc, add func(bson.Raw) error) error {
+// scanOrphans reads up to limit transactions that hold a tag an epoch
+// taken over left unpublished, a hundred tags a read, and returns how
+// many it read.
+func (f *Feed) scanOrphans(ctx context.Context, d *feedDoc, limit int, add func(bson.Raw) error) (int, error) {
 	var tags bson.A
 	for _, o := range d.Orphans {
 		tags = append(tags, feedTag(o.From, o.E))
 	}
-	for start := 0; start < len(tags); start += 100 {
+	n := 0
+	for start := 0; start < len(tags) && n < limit; start += 100 {
 		chunk := tags[start:min(start+100, len(tags))]
 		for _, slot := range feedSlots {
-			if _, err := f.scan(ctx, bson.D{{Key: feedField(f.name, slot), Value: bson.D{{Key: "$in", Value: chunk}}}}, 0, add); err != nil {
-				return err
+			if n >= limit {
+				break
 			}
+			got, err := f.scan(ctx, bson.D{{Key: feedField(f.name, slot), Value: bson.D{{Key: "$in", Value: chunk}}}}, limit-n, add)
+			if err != nil {
+				return n, err
+			}
+			n += got
 		}
 	}
-	return nil
+	return n, nil
 }
 
 // scanWaiting reads up to WithFeedBatch transactions created since the

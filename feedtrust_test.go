@@ -5,6 +5,7 @@ package twopc_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -238,13 +239,16 @@ func TestFeedTrustOneHandlerAtATime(t *testing.T) {
 	first, second := b.coordinator(twopc.WithApplication("first")), b.coordinator(twopc.WithApplication("second"))
 	opts := []twopc.FeedOption{twopc.WithFeedLease(lease), twopc.WithFeedPoll(5 * time.Millisecond)}
 	firstCtx := make(chan context.Context, 1)
+	fctx, stopFirst := context.WithCancel(ctx)
+	defer stopFirst()
 	go func() {
-		_ = first.Feed("one", opts...).Subscribe(ctx, "g", func(hctx context.Context, _ []twopc.Event) error {
+		_ = first.Feed("one", opts...).Subscribe(fctx, "g", func(hctx context.Context, _ []twopc.Event) error {
 			select {
 			case firstCtx <- hctx:
 			default:
 			}
 			<-hctx.Done()
+			stopFirst() // the first subscriber stops, not to take the group back
 			return hctx.Err()
 		})
 	}()
@@ -275,4 +279,55 @@ func TestFeedTrustOneHandlerAtATime(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the second subscriber never took the group over")
 	}
+}
+
+// TestFeedTrustLongRoundKeepsItsLease: a round of 40 transactions whose
+// tags go in four commands (WithWriteBatch 10), each reply held back
+// 80 ms, outlasts the sequencer's 150 ms lease, with a second sequencer
+// waiting to take over. The round must keep its lease (renewed between
+// its tag commands): no takeover, and all 40 published by the first
+// sequencer. Before, nothing renewed the lease between the renewal before
+// the tags and the one before the publication: the waiting sequencer
+// took over mid-round, the first's publication was refused, and the next
+// round, the orphans on top of what waits, was longer still (the
+// livelock seen under load).
+func TestFeedTrustLongRoundKeepsItsLease(t *testing.T) {
+	const lease, n = 150 * time.Millisecond, 40
+	b := newFaultBank(t, twopc.WithSyncSettle(), twopc.WithWriteBatch(10))
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	opts := []twopc.FeedOption{twopc.WithFeedLease(lease), twopc.WithFeedPoll(5 * time.Millisecond), twopc.WithFeedBatch(100)}
+
+	// The feed begins (a sequencer that stops at once, giving its lease
+	// up clean), and 40 transfers wait for it.
+	stopped := errors.New("stopped at once")
+	require.ErrorIs(t, b.c.Feed("long", append(opts, twopc.WithFeedHook(func(int) error { return stopped }))...).Run(ctx), stopped)
+	transfers(t, b, b.c, n)
+
+	// The first sequencer scans them all, and holds there until the
+	// second waits for the lease; its tag commands' replies then come
+	// 80 ms late each.
+	scanned := newGate(t)
+	var delayed atomic.Bool
+	first := b.coordinator(twopc.WithApplication("first"), twopc.WithWriteBatch(10))
+	f := first.Feed("long", append(opts, twopc.WithFeedHook(func(step int) error {
+		if step == twopc.FeedScanned && delayed.CompareAndSwap(false, true) {
+			scanned.stop()
+			return b.server.Faults.Add(ctx, mongotest.Fault{Command: "update", Kind: mongotest.Delay, Count: n / 10, Delay: 80 * time.Millisecond})
+		}
+		return nil
+	}))...)
+	feedRun(t, b, f)
+	scanned.reached(t, "the first sequencer's scan")
+	standby := b.coordinator(twopc.WithApplication("standby"), twopc.WithWriteBatch(10))
+	feedRun(t, b, standby.Feed("long", opts...))
+	close(scanned.open)
+
+	evs, _ := readUntil(t, f, "", n)
+	assert.Len(t, evs, n)
+	st, err := f.Status(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, st.Takeovers, "the working sequencer kept its lease: %+v", st)
+	assert.True(t, strings.HasPrefix(st.Holder, "first/"), "%+v", st)
+	assert.Equal(t, int64(1), st.Published, "its one round published them all: %+v", st)
 }

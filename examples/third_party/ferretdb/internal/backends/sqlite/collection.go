@@ -16,6 +16,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -86,7 +87,8 @@ func (c *collection) Query(ctx context.Context, params *backends.QueryParams) (*
 		args = append(args, params.Limit)
 	}
 
-	rows, err := db.QueryContext(ctx, q, args...)
+	// twopc's dev server: the statement is kept (fsql's prepared.go).
+	rows, err := db.QueryPrepared(ctx, meta.TableName, q, args...)
 	if err != nil {
 		return nil, lazyerrors.Error(err)
 	}
@@ -105,25 +107,44 @@ func (c *collection) InsertAll(ctx context.Context, params *backends.InsertAllPa
 	db := c.r.DatabaseGetExisting(ctx, c.dbName)
 	meta := c.r.CollectionGet(ctx, c.dbName, c.name)
 
-	err := db.InTransaction(ctx, func(tx *fsql.Tx) error {
-		batchSize := c.r.BatchSize
-		if batchSize < 1 {
-			panic("batch-size should be greater or equal to 1")
+	batchSize := c.r.BatchSize
+	if batchSize < 1 {
+		panic("batch-size should be greater or equal to 1")
+	}
+
+	// twopc's dev server: the statements (one per batch size: full
+	// batches and the last one) are kept (fsql's prepared.go), and taken
+	// before the transaction, which holds a connection.
+	type insertBatch struct {
+		stmt *sql.Stmt
+		q    string
+		args []any
+	}
+
+	var batches []insertBatch
+
+	for docs := params.Docs; len(docs) > 0; {
+		var batch []*types.Document
+
+		i := min(batchSize, len(docs))
+		batch, docs = docs[:i], docs[i:]
+
+		q, args, err := prepareInsertStatement(meta.TableName, meta.Capped(), batch)
+		if err != nil {
+			return nil, lazyerrors.Error(err)
 		}
 
-		var batch []*types.Document
-		docs := params.Docs
+		stmt, err := db.Prepared(ctx, meta.TableName, q)
+		if err != nil {
+			return nil, lazyerrors.Error(err)
+		}
 
-		for len(docs) > 0 {
-			i := min(batchSize, len(docs))
-			batch, docs = docs[:i], docs[i:]
+		batches = append(batches, insertBatch{stmt: stmt, q: q, args: args})
+	}
 
-			q, args, err := prepareInsertStatement(meta.TableName, meta.Capped(), batch)
-			if err != nil {
-				return lazyerrors.Error(err)
-			}
-
-			if _, err = tx.ExecContext(ctx, q, args...); err != nil {
+	err := db.InTransaction(ctx, func(tx *fsql.Tx) error {
+		for _, b := range batches {
+			if _, err := tx.ExecPrepared(ctx, b.stmt, b.q, b.args...); err != nil {
 				var se *sqlite3.Error
 				if errors.As(err, &se) && se.Code() == sqlite3lib.SQLITE_CONSTRAINT_UNIQUE {
 					return backends.NewError(backends.ErrorCodeInsertDuplicateID, err)
@@ -157,7 +178,14 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 
 	q := fmt.Sprintf(`UPDATE %q SET %s = ? WHERE %s = ?`, meta.TableName, metadata.DefaultColumn, metadata.IDColumn)
 
-	err := db.InTransaction(ctx, func(tx *fsql.Tx) error {
+	// twopc's dev server: the statement is kept (fsql's prepared.go),
+	// and taken before the transaction, which holds a connection.
+	stmt, err := db.Prepared(ctx, meta.TableName, q)
+	if err != nil {
+		return nil, lazyerrors.Error(err)
+	}
+
+	err = db.InTransaction(ctx, func(tx *fsql.Tx) error {
 		for _, doc := range params.Docs {
 			b, err := sjson.Marshal(doc)
 			if err != nil {
@@ -169,7 +197,7 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 
 			arg := string(must.NotFail(sjson.MarshalSingleValue(id)))
 
-			r, err := tx.ExecContext(ctx, q, string(b), arg)
+			r, err := tx.ExecPrepared(ctx, stmt, q, string(b), arg)
 			if err != nil {
 				return lazyerrors.Error(err)
 			}
@@ -233,7 +261,8 @@ func (c *collection) DeleteAll(ctx context.Context, params *backends.DeleteAllPa
 
 	q := fmt.Sprintf(`DELETE FROM %q WHERE %s IN (%s)`, meta.TableName, column, strings.Join(placeholders, ", "))
 
-	res, err := db.ExecContext(ctx, q, args...)
+	// twopc's dev server: the statement is kept (fsql's prepared.go).
+	res, err := db.ExecPrepared(ctx, meta.TableName, q, args...)
 	if err != nil {
 		return nil, lazyerrors.Error(err)
 	}

@@ -40,6 +40,8 @@ type DB struct {
 	l         *slog.Logger
 	token     *resource.Token
 	BatchSize int
+
+	stmts preparedStmts // twopc's dev server: see prepared.go
 }
 
 // WrapDB creates a new DB.
@@ -66,6 +68,7 @@ func WrapDB(db *sql.DB, name string, l *slog.Logger) *DB {
 // Close calls [*sql.DB.Close].
 func (db *DB) Close() error {
 	resource.Untrack(db, db.token)
+	db.stmts.forget("")
 	return db.sqlDB.Close()
 }
 

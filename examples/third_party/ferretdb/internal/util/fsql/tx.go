@@ -32,6 +32,10 @@ type Tx struct {
 	sqlTx *sql.Tx
 	l     *slog.Logger
 	token *resource.Token
+
+	// stmts are the transaction's statements of its DB's kept ones
+	// (twopc's dev server: see prepared.go).
+	stmts map[*sql.Stmt]*sql.Stmt
 }
 
 // wrapTx creates new Tx.

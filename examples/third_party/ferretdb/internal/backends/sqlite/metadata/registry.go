@@ -326,6 +326,10 @@ func (r *Registry) collectionCreate(ctx context.Context, params *CollectionCreat
 		return false, lazyerrors.Error(err)
 	}
 
+	// twopc's dev server: the statements kept for a table of this name
+	// dropped before, if any (fsql's prepared.go).
+	defer db.ForgetPrepared(tableName)
+
 	q = fmt.Sprintf("INSERT INTO %q (name, table_name, settings) VALUES (?, ?, ?)", metadataTableName)
 	if _, err = db.ExecContext(ctx, q, collectionName, tableName, "{}"); err != nil {
 		_, _ = db.ExecContext(ctx, fmt.Sprintf("DROP TABLE %q", tableName))
@@ -422,6 +426,10 @@ func (r *Registry) collectionDrop(ctx context.Context, dbName, collectionName st
 		return false, lazyerrors.Error(err)
 	}
 
+	// twopc's dev server: the statements kept for the table (fsql's
+	// prepared.go).
+	db.ForgetPrepared(c.TableName)
+
 	// twopc's dev server: the elements tables of its indexes (elements.go);
 	// dropping the table above dropped the triggers that kept them.
 	for _, index := range c.Settings.Indexes {
@@ -464,6 +472,10 @@ func (r *Registry) CollectionRename(ctx context.Context, dbName, oldCollectionNa
 	r.colls[dbName][newCollectionName] = c
 	delete(r.colls[dbName], oldCollectionName)
 
+	// twopc's dev server: the statements kept for the table (fsql's
+	// prepared.go); the table keeps its name, so they would still run.
+	db.ForgetPrepared(c.TableName)
+
 	return true, nil
 }
 
@@ -500,6 +512,18 @@ func (r *Registry) indexesCreate(ctx context.Context, dbName, collectionName str
 
 	created := make([]string, 0, len(indexes))
 
+	// twopc's dev server: the statements kept for the table (fsql's
+	// prepared.go), if an index is made, for a new index changes its reads
+	// (collection.go's pushdown) and its writes (the elements table's
+	// triggers).
+	var changed bool
+
+	defer func() {
+		if changed {
+			db.ForgetPrepared(c.TableName)
+		}
+	}()
+
 	for _, index := range indexes {
 		if slices.ContainsFunc(c.Settings.Indexes, func(i IndexInfo) bool { return index.Name == i.Name }) {
 			continue
@@ -532,6 +556,8 @@ func (r *Registry) indexesCreate(ctx context.Context, dbName, collectionName str
 			c.TableName,
 			strings.Join(columns, ", "),
 		)
+
+		changed = true
 
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			_ = r.indexesDrop(ctx, dbName, collectionName, created)
@@ -590,11 +616,23 @@ func (r *Registry) indexesDrop(ctx context.Context, dbName, collectionName strin
 		return nil
 	}
 
+	// twopc's dev server: the statements kept for the table (fsql's
+	// prepared.go), if an index is dropped, as in indexesCreate.
+	var changed bool
+
+	defer func() {
+		if changed {
+			db.ForgetPrepared(c.TableName)
+		}
+	}()
+
 	for _, name := range indexNames {
 		i := slices.IndexFunc(c.Settings.Indexes, func(i IndexInfo) bool { return name == i.Name })
 		if i < 0 {
 			continue
 		}
+
+		changed = true
 
 		q := fmt.Sprintf("DROP INDEX %q", c.TableName+"_"+name)
 		if _, err := db.ExecContext(ctx, q); err != nil {

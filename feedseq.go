@@ -459,19 +459,33 @@ func (f *Feed) scan(ctx context.Context, filter bson.D, limit int, add func(bson
 
 // tagModel is the write that tags cd's slots for the batch of tag: each
 // slot with no tag whose event is settled (tagNone where it has none),
-// and each slot holding an orphan's tag, each guarded by its tag as read.
+// and each slot holding an orphan's tag (if its slot has an event: see
+// below), each guarded by its tag as read.
 // A settled slot's event does not change (see slotSettled), so the state
 // needs no guard. nil if nothing to tag.
 func (f *Feed) tagModel(cd *candidate, tag string, orphans map[string]bool) mongo.WriteModel {
 	filter := bson.D{{Key: "_id", Value: cd.rec.ID}}
-	var set bson.D
+	var set, unset bson.D
 	for _, slot := range feedSlots {
 		field := feedField(f.name, slot)
 		cur, has := cd.tags[slot]
 		switch {
 		case has && orphans[cur]:
+			// Numbered again only if its slot has an event: an orphaned
+			// tag can sit on a slot with none (a tag write delivered late
+			// onto a late copy of a transaction history moved). One not
+			// settled goes back to waiting; one settled with no event is
+			// marked as having none.
 			filter = append(filter, bson.E{Key: field, Value: cur})
-			set = append(set, bson.E{Key: field, Value: tag})
+			_, _, ok := slotEvent(cd.rec, slot)
+			switch {
+			case !slotSettled(cd.rec, slot):
+				unset = append(unset, bson.E{Key: field, Value: ""})
+			case ok:
+				set = append(set, bson.E{Key: field, Value: tag})
+			default:
+				set = append(set, bson.E{Key: field, Value: tagNone})
+			}
 		case !has && slotSettled(cd.rec, slot):
 			// null, as the search: a field absent or null (not a tag).
 			filter = append(filter, bson.E{Key: field, Value: nil})
@@ -482,10 +496,17 @@ func (f *Feed) tagModel(cd *candidate, tag string, orphans map[string]bool) mong
 			}
 		}
 	}
-	if len(set) == 0 {
+	var update bson.D
+	if len(set) > 0 {
+		update = append(update, bson.E{Key: "$set", Value: set})
+	}
+	if len(unset) > 0 {
+		update = append(update, bson.E{Key: "$unset", Value: unset})
+	}
+	if len(update) == 0 {
 		return nil
 	}
-	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(bson.D{{Key: "$set", Value: set}})
+	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update)
 }
 
 // publish makes batch k readable: one write guarded by the epoch and the

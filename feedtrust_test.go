@@ -331,3 +331,80 @@ func TestFeedTrustLongRoundKeepsItsLease(t *testing.T) {
 	assert.True(t, strings.HasPrefix(st.Holder, "first/"), "%+v", st)
 	assert.Equal(t, int64(1), st.Published, "its one round published them all: %+v", st)
 }
+
+// TestFeedTrustOrphanOnALateCopy: a sequencer tags transfer T for batch 1
+// and stops before publishing; the next takes over, numbers T again and
+// publishes it; history removes T. Then the network delivers T's insert
+// again (a late copy, pending) and the first sequencer's tag write (which
+// matches the copy, untagged): the copy holds the orphaned tag. The next
+// round numbers orphans again: before, it tagged the copy for its batch
+// though the copy has no event (pending, then canceled as a late copy),
+// and every read through that batch failed ("tagged ... with no event
+// there"). Now the copy is never in a batch: a reader reads on, and gets
+// the transfer after it.
+func TestFeedTrustOrphanOnALateCopy(t *testing.T) {
+	const lease = 200 * time.Millisecond
+	ctx := testCtx(t)
+	b := newBank(t)
+	c, rec := lateCopyCoordinator(t, b)
+	stopped := errors.New("stopped before publishing")
+	f1 := c.Feed("lc", twopc.WithFeedLease(lease), twopc.WithFeedPoll(5*time.Millisecond),
+		twopc.WithFeedHook(func(step int) error {
+			if step == twopc.FeedTagged {
+				return stopped
+			}
+			return nil
+		}))
+	done := make(chan error, 1)
+	go func() { done <- f1.Run(ctx) }()
+	waitFeed(t, ctx, b.db, "lc")
+	tr, err := c.Transfer(ctx, "A", "B", 10)
+	require.NoError(t, err)
+	require.ErrorIs(t, <-done, stopped)
+
+	f2 := c.Feed("lc", twopc.WithFeedLease(lease), twopc.WithFeedPoll(5*time.Millisecond))
+	stop := feedRun(t, b, f2)
+	evs, pos := readUntil(t, f2, "", 1)
+	require.Equal(t, tr.ID, evs[0].Txn.ID)
+	stop()
+	removeFinal(t, b, 1)
+
+	var insert, tag bson.Raw
+	for _, cmd := range rec.recorded() {
+		coll, _ := cmd.Lookup("findAndModify").StringValueOK() // the insert, an upsert
+		if coll == "transactions" && insert == nil && strings.Contains(cmd.String(), tr.ID.Hex()) &&
+			strings.Contains(cmd.String(), "$setOnInsert") {
+			insert = cmd
+		}
+		coll, _ = cmd.Lookup("update").StringValueOK()
+		if coll == "transactions" && tag == nil && strings.Contains(cmd.String(), `_lc"`) {
+			tag = cmd
+		}
+	}
+	require.NotNil(t, insert, "T's insert")
+	require.NotNil(t, tag, "the first sequencer's tag write")
+	_ = resend(ctx, b.db, insert)
+	_ = resend(ctx, b.db, tag)
+
+	feedRun(t, b, f2) // numbers the orphans again
+	u, err := c.Transfer(ctx, "A", "B", 5)
+	require.NoError(t, err)
+	var after []string
+	for e, err := range f2.All(ctx, pos) {
+		require.NoError(t, err, "a read past the orphan")
+		after = append(after, e.Txn.ID.Hex())
+		if e.Txn.ID == u.ID {
+			break
+		}
+	}
+	assert.Equal(t, []string{u.ID.Hex()}, after, "U, and nothing of the copy")
+	copied, err := b.db.Collection("transactions").FindOne(ctx, bson.D{{Key: "_id", Value: tr.ID}}).Raw()
+	require.NoError(t, err, "the late copy")
+	elems, err := copied.Elements()
+	require.NoError(t, err)
+	for _, e := range elems {
+		if strings.HasSuffix(e.Key(), "_lc") {
+			assert.Equal(t, `"-"`, e.Value().String(), "the copy is in no batch: %s", e.Key())
+		}
+	}
+}

@@ -168,6 +168,11 @@ type feedDoc struct {
 	LeaseMs      int64     `bson:"leaseMs"`
 	LastModified time.Time `bson:"lastModified"`
 	Published    int64     `bson:"published"` // the last batch readers may read
+	// PublishedAt is when the last batch was published (the server's
+	// stamp), and Marks when earlier ones were (see feedMark): history
+	// keeps a transaction from its events' publication.
+	PublishedAt time.Time  `bson:"publishedAt,omitempty"`
+	Marks       []feedMark `bson:"marks,omitempty"`
 	// Run is the epoch the holder's tags carry: its own, or, when it took
 	// the lease from a holder that gave it up clean, that holder's run,
 	// which it continues. Only a takeover that may leave tags unpublished

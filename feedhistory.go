@@ -8,21 +8,24 @@ package twopc
 
 import (
 	"context"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // feedsAllow returns those of recs (final transactions about to leave the
-// log) that every feed lets go: a feed numbers a transaction created at or
-// after its since, and lets it go once both of its slots hold a tag the
-// feed published (or tagNone). Before it returns, each feed's gone is
+// log) that every feed lets go at server time now: a feed numbers a
+// transaction created at or after its since, and lets it go once both of
+// its slots hold a tag the feed published (or tagNone) and the
+// transaction's time to keep (KeepMs) has passed since that publication
+// (publishedBy: a time at or after it). Before it returns, each feed's gone is
 // raised to the highest batch among those let go (by every feed: one
 // another feed keeps stays readable in this one); a transaction whose
 // feed could not be so recorded is kept. A feed made after the feeds were
 // read here has a since after every transaction history takes (their
 // time to keep has passed), so it numbers none of them.
-func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record, error) {
+func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record, now time.Time) ([]*record, error) {
 	if len(recs) == 0 {
 		return recs, nil
 	}
@@ -84,6 +87,14 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record) ([]*record
 				default:
 					let = false
 				}
+			}
+		}
+		// And only once its time to keep has passed since the publication
+		// of its events, not only since its end: events numbered after an
+		// outage of a sequencer longer than that stay readable for it.
+		for i := range feeds {
+			if batches[i] > 0 && feeds[i].publishedBy(batches[i]).After(now.Add(-time.Duration(r.KeepMs)*time.Millisecond)) {
+				let = false
 			}
 		}
 		if let {

@@ -510,28 +510,30 @@ func (f *Feed) tagModel(cd *candidate, tag string, orphans map[string]bool) mong
 }
 
 // publish makes batch k readable: one write guarded by the epoch and the
-// last published batch, recording the epoch's run at its first batch. A
-// write that failed is judged by the feed's document read again.
+// last published batch, recording the epoch's run at its first batch, the
+// publication's time (publishedAt, the server's stamp) and, at most once a
+// second, the last publication's as a mark (see feedMark). A write that
+// failed is judged by the feed's document read again.
 func (f *Feed) publish(ctx context.Context, l *feedLease, d *feedDoc, k int64) error {
+	set := bson.D{{Key: "published", Value: k}}
+	if marks := d.marksAfter(); marks != nil {
+		set = append(set, bson.E{Key: "marks", Value: marks}) // the last publication's time, recorded
+	}
 	update := bson.D{
-		{Key: "$set", Value: bson.D{{Key: "published", Value: k}}},
-		{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
+		{Key: "$set", Value: set},
+		{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}, {Key: "publishedAt", Value: true}}},
 	}
 	starts := len(d.Runs) == 0 || d.Runs[len(d.Runs)-1].E != d.Run
 	if starts {
 		update = append(update, bson.E{Key: "$push", Value: bson.D{{Key: "runs", Value: feedRun{E: d.Run, From: k}}}})
 	}
 	filter := append(l.guard(), bson.E{Key: "published", Value: k - 1})
-	var res *mongo.UpdateResult
-	err := l.t.write(ctx, func(ctx context.Context) (err error) {
-		res, err = f.coll().UpdateOne(ctx, filter, update)
-		return err
+	var after feedDoc
+	err := l.t.write(ctx, func(ctx context.Context) error {
+		return f.coll().FindOneAndUpdate(ctx, filter, update, options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&after)
 	})
-	if err == nil && res.MatchedCount == 1 {
-		if starts {
-			d.Runs = append(d.Runs, feedRun{E: d.Run, From: k})
-		}
-		d.Published = k
+	if err == nil {
+		*d = after // under this epoch, the document is its own writes'
 		return nil
 	}
 	if err := f.step(feedRereading); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/mongotest"
+	"github.com/twopc/twopc/internal/schema"
 )
 
 // gate is a point a hook stops at once: reached closes at, and the hook
@@ -65,7 +66,7 @@ func (g *gate) reached(t *testing.T, what string) {
 // the epoch another's, gives the lease up, and X comes to the reader in a
 // later batch.
 func TestFeedTrustLostPublicationReply(t *testing.T) {
-	const lease = 500 * time.Millisecond
+	const lease = time.Second
 	b := newFaultBank(t, twopc.WithSyncSettle())
 	ctx := testCtx(t)
 	b.open(map[string]int64{"A": 1000, "B": 0})
@@ -77,9 +78,10 @@ func TestFeedTrustLostPublicationReply(t *testing.T) {
 		twopc.WithFeedHook(func(step int) error {
 			switch {
 			case step == twopc.FeedTagged && faulted.CompareAndSwap(false, true):
-				// The next update is the publication: it applies, its
-				// reply is lost.
-				return b.server.Faults.Add(ctx, mongotest.Fault{Command: "update", Kind: mongotest.DropAfterForward, Count: 1})
+				// The next findAndModify is the publication (its lease,
+				// renewed before the tags, is not due again): it applies,
+				// its reply is lost.
+				return b.server.Faults.Add(ctx, mongotest.Fault{Command: "findAndModify", Kind: mongotest.DropAfterForward, Count: 1})
 			case step == twopc.FeedRereading:
 				rereading.Store(true)
 				reread.stop()
@@ -407,4 +409,57 @@ func TestFeedTrustOrphanOnALateCopy(t *testing.T) {
 			assert.Equal(t, `"-"`, e.Value().String(), "the copy is in no batch: %s", e.Key())
 		}
 	}
+}
+
+// TestFeedTrustKeepCountsFromPublication: a reader is at the feed's head;
+// the sequencer stops (an outage) and transfer T is made and finishes;
+// once T ended longer ago than history's keep (2 s), the sequencer
+// starts again and publishes T, and a history pass runs at once. Before,
+// keep counted from T's end: the pass moved T as soon as it was published,
+// and the reader, at the head the whole time, got ErrFeedTruncated. Now
+// keep counts from T's publication: the pass keeps it, the reader gets T.
+func TestFeedTrustKeepCountsFromPublication(t *testing.T) {
+	const keep = 2 * time.Second
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle(), twopc.WithHistory(keep, nil))
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	f := b.c.Feed("keep", twopc.WithFeedPoll(5*time.Millisecond))
+	stop := feedRun(t, b, f)
+	transfers(t, b, b.c, 1)
+	_, head := readUntil(t, f, "", 1)
+	stop() // the outage
+
+	tr := transfers(t, b, b.c, 1)[0]
+	got, err := b.c.Get(ctx, tr)
+	require.NoError(t, err)
+	for { // until T ended longer ago than keep, by the server's clock
+		now, err := schema.ServerNow(ctx, b.db)
+		require.NoError(t, err)
+		if now.After(got.LastModified.Add(keep + 100*time.Millisecond)) {
+			break
+		}
+		require.NoError(t, ctx.Err())
+	}
+	published := make(chan struct{})
+	var once atomic.Bool
+	f2 := b.c.Feed("keep", twopc.WithFeedPoll(5*time.Millisecond), twopc.WithFeedHook(func(step int) error {
+		if step == twopc.FeedPublished && once.CompareAndSwap(false, true) {
+			close(published)
+		}
+		return nil
+	}))
+	feedRun(t, b, f2)
+	select {
+	case <-published:
+	case <-ctx.Done():
+		t.Fatal("T never published")
+	}
+	remover := b.coordinator(twopc.WithApplication("remover"), twopc.WithHistory(keep, nil), twopc.WithCheckpoints(1000, 0))
+	_, err = twopc.NewRecoverer(remover).RecoverOnce(ctx)
+	require.NoError(t, err)
+
+	evs, _, err := f.Read(ctx, head, 10)
+	require.NoError(t, err, "the reader at the head the whole time")
+	require.Len(t, evs, 1)
+	assert.Equal(t, tr, evs[0].Txn.ID)
 }

@@ -72,7 +72,7 @@ func (r *Recoverer) pruneBatch(ctx context.Context, recs []*record, now time.Tim
 		dueRecs = append(dueRecs, t)
 	}
 	// The feeds let go only what they published, and record it first.
-	dueRecs, err := c.feedsAllow(ctx, dueRecs)
+	dueRecs, err := c.feedsAllow(ctx, dueRecs, now)
 	if err != nil {
 		firstErr = cmpErr(firstErr, errorf("history: %w", err))
 		return

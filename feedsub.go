@@ -106,6 +106,13 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 			return err
 		}
 		if len(evs) > 0 {
+			// Renewed first if due: the handler's watchdog counts from
+			// the last stamp, and a Read (any number of batches) may
+			// have taken most of a lease since. Refused if another
+			// subscriber took the group meanwhile.
+			if _, err := l.keep(ctx); err != nil {
+				return err
+			}
 			if err := f.handle(ctx, l, h, evs); err != nil {
 				return err
 			}

@@ -66,3 +66,40 @@ func TestFeedAttackSlowReadBeforeHandler(t *testing.T) {
 	require.True(t, errors.Is(err, context.Canceled), "Subscribe: %v", err)
 	require.Empty(t, again, "an event the handler acknowledged was handed again")
 }
+
+// TestFeedAttackTagsStopAtTheFirstUnknown: a round whose first tag
+// command the call bound cut (every update answered 5 s late, a 300 ms
+// bound) gives its epoch up at once. Before, it sent every other tag
+// command of the round all the same, each cut by the bound in turn: Run
+// ended a bound per command after the server stopped answering, not one,
+// and each command left more tags for the next epoch to number again.
+func TestFeedAttackTagsStopAtTheFirstUnknown(t *testing.T) {
+	b := newFaultBank(t, twopc.WithWriteBatch(2), twopc.WithCallTimeout(300*time.Millisecond))
+	ctx := testCtx(t)
+	b.open(map[string]int64{"A": 100, "B": 0})
+	made := errors.New("made")
+	require.ErrorIs(t, b.c.Feed("unknown", twopc.WithFeedHook(func(int) error { return made })).Run(ctx), made)
+	waitFeed(t, ctx, b.db, "unknown")
+	transfers(t, b, b.c, 6) // six tag statements: three commands
+	before, err := b.server.Faults.Stats(ctx)
+	require.NoError(t, err)
+	var delayed int64 = -1
+	stop := errors.New("stop")
+	f := b.c.Feed("unknown", twopc.WithFeedPoll(5*time.Millisecond), twopc.WithFeedHook(func(step int) error {
+		switch step {
+		case twopc.FeedScanned:
+			return b.server.Faults.Add(ctx, mongotest.Fault{Command: "update", Kind: mongotest.Delay, Probability: 1, Delay: 5 * time.Second})
+		case twopc.FeedLost:
+			st, err := b.server.Faults.Stats(ctx)
+			if err != nil {
+				return err
+			}
+			delayed = st.Delay - before.Delay
+			return stop
+		}
+		return nil
+	}))
+	require.ErrorIs(t, f.Run(ctx), stop)
+	// Two updates late: the first tag command and the lease's release.
+	require.Equal(t, int64(2), delayed, "tag commands sent after the first whose outcome was unknown")
+}

@@ -318,16 +318,19 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 			for i, e := range fails {
 				failed[start+i] = e
 			}
-			return nil // a tag whose outcome the bound left unknown gives the epoch up, below
+			return nil // a tag whose outcome the bound left unknown gives the epoch up, next
 		})
+		for _, e := range failed {
+			if tagUnknown(e) {
+				// A tag whose outcome is not known may land later: give
+				// the epoch up at once, so that the next records its
+				// batch as orphaned (the commands left would only add
+				// to its orphans, each cut by the bound in turn).
+				return false, errLeaseLost
+			}
+		}
 	}
 	for i, e := range failed {
-		var we mongo.WriteError
-		if !errors.As(e, &we) || transientCodes[we.Code] {
-			// A tag whose outcome is not known may land later: give the
-			// epoch up, so that the next records its batch as orphaned.
-			return false, errLeaseLost
-		}
 		// Refused by the server: left out of this epoch's scans, so that
 		// it holds up nothing, and said.
 		id, _ := models[i].(*mongo.UpdateOneModel).Filter.(bson.D)[0].Value.(bson.ObjectID)
@@ -369,6 +372,14 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 	sq.dirty = false
 	l.stamped = sent // the publication stamped the lease (after it was sent)
 	return full, f.step(feedPublished)
+}
+
+// tagUnknown reports whether e, a tag statement's error, leaves its
+// outcome unknown (the command not answered, or a transient error): not
+// a refusal by the server.
+func tagUnknown(e error) bool {
+	var we mongo.WriteError
+	return !errors.As(e, &we) || transientCodes[we.Code]
 }
 
 // step calls the test's hook, if any.

@@ -285,7 +285,7 @@ func TestFeedTrustOneHandlerAtATime(t *testing.T) {
 
 // TestFeedTrustLongRoundKeepsItsLease: a round of 40 transactions whose
 // tags go in four commands (WithWriteBatch 10), each reply held back
-// 80 ms, outlasts the sequencer's 150 ms lease, with a second sequencer
+// 400 ms, outlasts the sequencer's 1 s lease, with a second sequencer
 // waiting to take over. The round must keep its lease (renewed between
 // its tag commands): no takeover, and all 40 published by the first
 // sequencer. Before, nothing renewed the lease between the renewal before
@@ -294,7 +294,7 @@ func TestFeedTrustOneHandlerAtATime(t *testing.T) {
 // round, the orphans on top of what waits, was longer still (the
 // livelock seen under load).
 func TestFeedTrustLongRoundKeepsItsLease(t *testing.T) {
-	const lease, n = 150 * time.Millisecond, 40
+	const lease, n = time.Second, 40
 	b := newFaultBank(t, twopc.WithSyncSettle(), twopc.WithWriteBatch(10))
 	ctx := testCtx(t)
 	b.open(map[string]int64{"A": 1000, "B": 0})
@@ -308,14 +308,14 @@ func TestFeedTrustLongRoundKeepsItsLease(t *testing.T) {
 
 	// The first sequencer scans them all, and holds there until the
 	// second waits for the lease; its tag commands' replies then come
-	// 80 ms late each.
+	// 400 ms late each.
 	scanned := newGate(t)
 	var delayed atomic.Bool
 	first := b.coordinator(twopc.WithApplication("first"), twopc.WithWriteBatch(10))
 	f := first.Feed("long", append(opts, twopc.WithFeedHook(func(step int) error {
 		if step == twopc.FeedScanned && delayed.CompareAndSwap(false, true) {
 			scanned.stop()
-			return b.server.Faults.Add(ctx, mongotest.Fault{Command: "update", Kind: mongotest.Delay, Count: n / 10, Delay: 80 * time.Millisecond})
+			return b.server.Faults.Add(ctx, mongotest.Fault{Command: "update", Kind: mongotest.Delay, Count: n / 10, Delay: 400 * time.Millisecond})
 		}
 		return nil
 	}))...)

@@ -374,7 +374,7 @@ func (f *Feed) Status(ctx context.Context) (_ *FeedStatus, err error) {
 		}
 		st.Waiting += n
 	}
-	if _, err := f.scanOrphans(ctx, &d, f.cfg.batch, func(bson.Raw) error { st.Orphaned++; return nil }); err != nil {
+	if _, err := f.scanOrphans(ctx, &d, f.cfg.batch, nil, func(bson.Raw) error { st.Orphaned++; return nil }); err != nil {
 		return nil, errorf("twopc: feed %q: %w", f.name, err)
 	}
 	if d.Run > 0 {

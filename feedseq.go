@@ -270,7 +270,7 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 	// At most WithFeedBatch orphans a round, on top of what waits: a
 	// round stays bounded however many a takeover left (the rest, at
 	// once, in the next).
-	if n, err := f.scanOrphans(ctx, d, f.cfg.batch, add); err != nil {
+	if n, err := f.scanOrphans(ctx, d, f.cfg.batch, sq.refused, add); err != nil {
 		return false, err
 	} else if n >= f.cfg.batch {
 		full = true
@@ -391,9 +391,10 @@ func (f *Feed) step(s feedStep) error {
 }
 
 // scanOrphans reads up to limit transactions that hold a tag an epoch
-// taken over left unpublished, a hundred tags a read, and returns how
-// many it read.
-func (f *Feed) scanOrphans(ctx context.Context, d *feedDoc, limit int, add func(bson.Raw) error) (int, error) {
+// taken over left unpublished, a hundred tags a read, but those in skip
+// (their tag refused by the server in this epoch: rescanning them would
+// fill every round and starve the others), and returns how many it read.
+func (f *Feed) scanOrphans(ctx context.Context, d *feedDoc, limit int, skip map[bson.ObjectID]bool, add func(bson.Raw) error) (int, error) {
 	var tags bson.A
 	for _, o := range d.Orphans {
 		tags = append(tags, feedTag(o.From, o.E))
@@ -405,7 +406,11 @@ func (f *Feed) scanOrphans(ctx context.Context, d *feedDoc, limit int, add func(
 			if n >= limit {
 				break
 			}
-			got, err := f.scan(ctx, bson.D{{Key: feedField(f.name, slot), Value: bson.D{{Key: "$in", Value: chunk}}}}, limit-n, add)
+			filter := bson.D{{Key: feedField(f.name, slot), Value: bson.D{{Key: "$in", Value: chunk}}}}
+			if len(skip) > 0 {
+				filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$nin", Value: skipped(skip)}}})
+			}
+			got, err := f.scan(ctx, filter, limit-n, add)
 			if err != nil {
 				return n, err
 			}
@@ -413,6 +418,15 @@ func (f *Feed) scanOrphans(ctx context.Context, d *feedDoc, limit int, add func(
 		}
 	}
 	return n, nil
+}
+
+// skipped is skip's transactions, for a filter's $nin.
+func skipped(skip map[bson.ObjectID]bool) bson.A {
+	ids := bson.A{}
+	for id := range skip {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // scanWaiting reads up to WithFeedBatch transactions created since the
@@ -430,11 +444,7 @@ func (f *Feed) scanWaiting(ctx context.Context, d *feedDoc, slot string, skip ma
 		{Key: fieldState, Value: bson.D{{Key: "$in", Value: states}}},
 	}
 	if len(skip) > 0 {
-		ids := bson.A{}
-		for id := range skip {
-			ids = append(ids, id)
-		}
-		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$nin", Value: ids}}})
+		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$nin", Value: skipped(skip)}}})
 	}
 	return f.scan(ctx, filter, f.cfg.batch, add)
 }

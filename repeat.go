@@ -30,11 +30,13 @@ const takeoverPoll = 250 * time.Millisecond
 // guarded change of the claim (the claim and lastModified read, never a
 // reuse of the old claim). It leaves t owning it (t.o), or answered: by
 // the transaction's outcome once it left pending, or ErrInProgress when
-// ctx ends first.
+// ctx ends first. One the first attempt left canceling (its rollback
+// begun, a leg refused) is taken over the same way and its rollback
+// finished: the answer is the refusal, the transaction canceled.
 func (e *engine) resume(ctx context.Context, t *transfer, cur *record) {
 	c := e.c
 	for tries := 0; tries < maxTakeoverTries; {
-		if cur.State != StatePending || cur.Placeholder {
+		if (cur.State != StatePending && cur.State != StateCanceling) || cur.Placeholder {
 			t.answer(c.outcome(cur))
 			return
 		}
@@ -47,13 +49,26 @@ func (e *engine) resume(ctx context.Context, t *transfer, cur *record) {
 		if due {
 			sent := c.now()
 			next, moved, err := c.log.advance(ctx, cur, move{
-				step: StepTakeover, from: StatePending, to: StatePending,
+				step: StepTakeover, from: cur.State, to: cur.State,
 				claim: cur.Claim, lastModified: cur.LastModified,
 				newClaim: c.claims.issue(), application: c.application,
 				lease: c.staleAfter, takeover: c.takeover(),
 			})
 			if err != nil {
 				t.answer(cur.txn(), errorf("twopc: transfer %s: taking over its first attempt: %w", cur.ID.Hex(), err))
+				return
+			}
+			if moved && next.State == StateCanceling {
+				// Its rollback, which the first attempt began, finished:
+				// the answer is the refusal that began it.
+				stop := c.claims.drive(next.ID) // another repeat here waits for this one
+				done, err := c.rollback(ctx, next)
+				stop()
+				if err != nil {
+					t.answer(done.txn(), errorf("twopc: transfer %s: finishing its rollback: %w", next.ID.Hex(), err))
+					return
+				}
+				t.answer(c.outcome(done))
 				return
 			}
 			if moved {
@@ -118,7 +133,7 @@ func (c *Coordinator) takeoverDue(ctx context.Context, cur *record) (bool, error
 // that an earlier call made under t's key: see resume. It reports whether
 // t now owns it.
 func (e *engine) repeats(ctx context.Context, t *transfer, prior *record) bool {
-	if err := sameCall(prior, t.rec); err != nil || prior.State != StatePending || prior.Placeholder {
+	if err := sameCall(prior, t.rec); err != nil || (prior.State != StatePending && prior.State != StateCanceling) || prior.Placeholder {
 		t.answer(e.c.replay(prior, t.rec))
 		return false
 	}

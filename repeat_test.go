@@ -334,3 +334,31 @@ func TestRepeatAfterShortDeadlines(t *testing.T) {
 	assert.Equal(t, int64(1_000_000-20*n), b.balance("A"))
 	auditOK(t, b, "after the repeats")
 }
+
+// TestRepeatFinishesARollback: a keyed transfer the server refuses (no
+// funds) stops after its move to canceling, before canceled; its repeat,
+// in the same coordinator and from another application, answers the
+// refusal with the transaction canceled, its rollback finished, not left
+// canceling for a Recoverer's pass a StaleAfter later.
+func TestRepeatFinishesARollback(t *testing.T) {
+	for _, where := range []string{"same coordinator", "another application"} {
+		t.Run(where, func(t *testing.T) {
+			ctx := testCtx(t)
+			b := newBank(t, twopc.WithStepHook(crashAt(twopc.StepCanceled)), twopc.WithTakeoverAfter(200*time.Millisecond))
+			b.open(map[string]int64{"P": 0, "B": 0})
+			first, err := b.c.Transfer(ctx, "P", "B", 10, twopc.WithKey("r"))
+			require.ErrorIs(t, err, errCrash)
+			require.Equal(t, twopc.StateCanceling, b.txn(first.ID).State)
+			c := b.c
+			if where != "same coordinator" {
+				c = b.coordinator(twopc.WithApplication("other"))
+			}
+			again, err := c.Transfer(ctx, "P", "B", 10, twopc.WithKey("r"))
+			require.ErrorIs(t, err, twopc.ErrInsufficientFunds)
+			require.NotNil(t, again)
+			assert.Equal(t, first.ID, again.ID)
+			assert.Equal(t, twopc.StateCanceled, b.txn(first.ID).State, "the repeat finished the rollback")
+			b.checkSettled(map[string]int64{"P": 0, "B": 0})
+		})
+	}
+}

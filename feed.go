@@ -339,10 +339,18 @@ type FeedStatus struct {
 	// batch it has not published yet.
 	Unpublished int
 	Deleted     bool
+	// Groups are the feed's subscriber groups, by name: each one's saved
+	// position, and how far behind the feed its handler is (the events
+	// not acknowledged, counted up to MaxFeedBehind, and the oldest one's
+	// time).
+	Groups []FeedGroupStatus
 }
 
 // Status returns the feed's status; a feed never run has none yet
-// (Published 0, no Since).
+// (Published 0, no Since). It lists the feed's subscriber groups, each
+// with how far behind the feed its handler is, reading the published
+// events after each one's position as Read does, up to MaxFeedBehind a
+// group; the whole call is bounded by the read bound (WithReadTimeout).
 func (f *Feed) Status(ctx context.Context) (_ *FeedStatus, err error) {
 	if f.err != nil {
 		return nil, f.err
@@ -386,6 +394,9 @@ func (f *Feed) Status(ctx context.Context) (_ *FeedStatus, err error) {
 			}
 			st.Unpublished += n
 		}
+	}
+	if st.Groups, err = f.groups(ctx); err != nil {
+		return nil, errorf("twopc: feed %q: its groups: %w", f.name, err)
 	}
 	return st, nil
 }

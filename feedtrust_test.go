@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/twopc/twopc"
 	"github.com/twopc/twopc/internal/mongotest"
@@ -136,13 +137,18 @@ func TestFeedTrustLostPublicationReply(t *testing.T) {
 	assert.Contains(t, after, x.Hex(), "X is delivered to the reader that read batch 2")
 }
 
-// groupPos reads group's saved position on feed name.
+// groupPos reads group's saved position on feed name ("" before the
+// group is made).
 func groupPos(t *testing.T, b *bank, name, group string) string {
 	t.Helper()
 	var d struct {
 		Pos string `bson:"pos"`
 	}
-	require.NoError(t, b.db.Collection("transactions_feeds").FindOne(testCtx(t), bson.D{{Key: "_id", Value: "group:" + name + ":" + group}}).Decode(&d))
+	err := b.db.Collection("transactions_feeds").FindOne(testCtx(t), bson.D{{Key: "_id", Value: "group:" + name + ":" + group}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return "" // not made yet
+	}
+	require.NoError(t, err)
 	return d.Pos
 }
 
@@ -462,4 +468,45 @@ func TestFeedTrustKeepCountsFromPublication(t *testing.T) {
 	require.NoError(t, err, "the reader at the head the whole time")
 	require.Len(t, evs, 1)
 	assert.Equal(t, tr, evs[0].Txn.ID)
+}
+
+// TestFeedStatusShowsGroupsLag: a feed with three events and two groups,
+// one that handled them all and one whose handler refused the first
+// slice: Status lists both, by name, each with its saved position, how
+// many published events follow it and the first one's time.
+func TestFeedStatusShowsGroupsLag(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	f := b.c.Feed("lag", twopc.WithFeedPoll(5*time.Millisecond))
+	feedRun(t, b, f)
+	transfers(t, b, b.c, 3)
+	evs, head := readUntil(t, f, "", 3)
+
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- f.Subscribe(sctx, "done", func(context.Context, []twopc.Event) error { return nil })
+	}()
+	for groupPos(t, b, "lag", "done") != string(head) { // it saved the head
+		require.NoError(t, ctx.Err())
+	}
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+	refused := errors.New("not now")
+	require.ErrorIs(t, f.Subscribe(ctx, "late", func(context.Context, []twopc.Event) error { return refused }), refused)
+
+	st, err := f.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Groups, 2)
+	all, late := st.Groups[0], st.Groups[1]
+	assert.Equal(t, "done", all.Name)
+	assert.Equal(t, head, all.Position)
+	assert.Zero(t, all.Behind)
+	assert.True(t, all.Oldest.IsZero())
+	assert.Equal(t, "late", late.Name)
+	assert.Equal(t, 3, late.Behind)
+	assert.True(t, late.Oldest.Equal(evs[0].At), "the oldest event not acknowledged: %v, want %v", late.Oldest, evs[0].At)
+	assert.False(t, late.Truncated)
+	assert.Empty(t, late.Holder, "released")
 }

@@ -231,7 +231,10 @@ func TestFeedCommand(t *testing.T) {
 	require.Len(t, eventRows(r.stdout), 4)
 	require.Contains(t, r.stdout, "End of the published events", "exactly the limit: none more")
 
-	// status: the feed, its published batch, nothing waiting once read.
+	// status: the feed, its published batch, nothing waiting once read;
+	// a group whose handler took nothing is behind by every event.
+	refused := errors.New("not now")
+	require.ErrorIs(t, feed.Subscribe(f.ctx, "hooks", func(context.Context, []twopc.Event) error { return refused }), refused)
 	st, err := feed.Status(f.ctx)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, st.Published, int64(1))
@@ -250,11 +253,18 @@ func TestFeedCommand(t *testing.T) {
 	assert.NotEmpty(t, fst.Holder)
 	require.NotNil(t, fst.LeaseEnds)
 	assert.True(t, fst.LeaseEnds.After(fst.Since))
+	require.Len(t, fst.Groups, 1)
+	assert.Equal(t, "hooks", fst.Groups[0].Name)
+	assert.Equal(t, st.Groups[0].Behind, fst.Groups[0].Behind)
+	assert.Positive(t, fst.Groups[0].Behind, "behind by every event")
+	require.NotNil(t, fst.Groups[0].Oldest)
 	r = f.run("status")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "Change feeds (twopc help feed):")
 	require.Regexp(t, `(?m)^\s+FEED\s+PUBLISHED\s+EPOCH\s+SEQUENCER\s+LEASE ENDS\s+TAKEOVERS\s+WAITING\s+DELETED$`, r.stdout)
 	require.Regexp(t, `(?m)^\s+audit\s+`+strconv.FormatInt(st.Published, 10)+`\s+1\s+seed/\S+\s+\S+ \(in [^)]+\)\s+0\s+0\s+no$`, r.stdout)
+	require.Contains(t, r.stdout, "Subscriber groups:")
+	require.Regexp(t, `(?m)^\s+audit\s+hooks\s+\S+\s+`+strconv.Itoa(st.Groups[0].Behind)+`\s+\S+ \([^)]+ ago\)\s+none$`, r.stdout)
 
 	// Bad input: usage errors; a name no feed has: refused.
 	for _, tc := range []struct {

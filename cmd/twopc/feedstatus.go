@@ -27,9 +27,25 @@ type feedStatusJSON struct {
 	Waiting int   `json:"waiting"`
 	Gone    int64 `json:"gone"` // the last batch history moved transactions of: positions before it are truncated
 	Deleted bool  `json:"deleted"`
+	// Groups are its subscriber groups: each one's saved position and how
+	// far behind the feed its handler is.
+	Groups []groupStatusJSON `json:"groups"`
 	// Error says why the feed could not be read: a document whose name
 	// the library refuses (written by hand, or by another program).
 	Error string `json:"error,omitempty"`
+}
+
+// groupStatusJSON is a subscriber group as status prints it
+// (FeedStatus.Groups).
+type groupStatusJSON struct {
+	Name     string `json:"name"`
+	Position string `json:"position"` // the position it saved: every event before it acknowledged
+	// Behind counts the published events it has not acknowledged, up to
+	// 1000 (MaxFeedBehind).
+	Behind    int        `json:"behind"`
+	Oldest    *time.Time `json:"oldest"`    // the oldest of those events' time; null if none
+	Truncated bool       `json:"truncated"` // history moved events it had not acknowledged
+	Holder    string     `json:"holder"`    // the subscriber holding its lease; "" if none
 }
 
 // feedStatuses is each feed of the log, deleted ones too, as status lists
@@ -59,6 +75,15 @@ func feedStatuses(ctx context.Context, cn *conn) ([]feedStatusJSON, error) {
 		if st.Holder != "" {
 			ends := st.LeaseEnds
 			f.LeaseEnds = &ends
+		}
+		f.Groups = []groupStatusJSON{}
+		for _, g := range st.Groups {
+			gj := groupStatusJSON{Name: g.Name, Position: string(g.Position), Behind: g.Behind, Truncated: g.Truncated, Holder: g.Holder}
+			if !g.Oldest.IsZero() {
+				oldest := g.Oldest
+				gj.Oldest = &oldest
+			}
+			f.Groups = append(f.Groups, gj)
 		}
 		out = append(out, f)
 	}
@@ -96,4 +121,37 @@ func printFeeds(w io.Writer, feeds []feedStatusJSON, now time.Time) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w, "  (WAITING: transactions whose events wait to be numbered, how far the sequencer is behind; the count stops at 1000.)")
+	printGroups(w, feeds, now)
+}
+
+// printGroups is status's section of the feeds' subscriber groups, if any:
+// how far behind each handler is, by the server's clock now.
+func printGroups(w io.Writer, feeds []feedStatusJSON, now time.Time) {
+	some := false
+	for _, f := range feeds {
+		some = some || len(f.Groups) > 0
+	}
+	if !some {
+		return
+	}
+	fmt.Fprintln(w, "Subscriber groups:")
+	tw := table(w)
+	fmt.Fprintln(tw, "  FEED\tGROUP\tPOSITION\tBEHIND\tOLDEST WAITING\tSUBSCRIBER")
+	for _, f := range feeds {
+		for _, g := range f.Groups {
+			behind, oldest, holder := fmt.Sprint(g.Behind), "-", g.Holder
+			if g.Truncated {
+				behind = "truncated"
+			}
+			if g.Oldest != nil {
+				oldest = fmt.Sprintf("%s (%v ago)", timestamp(*g.Oldest), age(now, *g.Oldest))
+			}
+			if holder == "" {
+				holder = "none"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", f.Name, g.Name, g.Position, behind, oldest, holder)
+		}
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "  (BEHIND: published events the group has not acknowledged; the count stops at 1000. truncated: history moved some.)")
 }

@@ -23,6 +23,10 @@
 // Worth an alert: twopc_transitions_total{outcome="error"} rising (the
 // database is failing writes), and twopc_recovery_actions_total with
 // action roll_forward or roll_back rising (processes die mid-transfer).
+//
+// NewFeedCollector exports the change feeds' lag, read at each scrape:
+// each subscriber group's events not acknowledged and how long the oldest
+// has waited (see FeedCollector).
 package prom
 
 import (

@@ -32,6 +32,13 @@ func groupPrefix(name string) string { return "group:" + name + ":" }
 // together, and skips the IDs it has, handles each exactly once. group is
 // 1 to 32 of a-z, 0-9 and _.
 //
+// A stop is clean: when ctx ends while h runs, h's own context stays live
+// for a grace (the renewals stop; it ends nine tenths of a lease after
+// the last one, before another subscriber can take the group over), and
+// if h returns nil within it, its events are acknowledged (the position
+// saved) before Subscribe returns ctx's error. On return the group's
+// lease is given up, so a restart resumes at once.
+//
 // Subscribe is not bounded as a whole, but each of its round trips is:
 // each page of events it reads is a Read, bounded as Read is
 // (WithReadTimeout), and so are its other reads; each write (a save of
@@ -117,31 +124,22 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 				return err
 			}
 		}
+		if stopped := ctx.Err(); stopped != nil {
+			// Told to stop while the handler worked, and it finished in
+			// its grace: what it handled is saved (on a context of its
+			// own, the write bounded as any), and the stop said.
+			if next != pos {
+				if err := f.save(context.WithoutCancel(ctx), l, next); err != nil {
+					return err
+				}
+			}
+			return stopped
+		}
 		if next != pos {
-			np, err := parsePosition(next)
-			if err != nil {
+			if err := f.save(ctx, l, next); err != nil {
 				return err
 			}
-			// Guarded by the epoch and by the position saved: never behind
-			// it, so a save delivered again late (the network's duplicate
-			// of an earlier one) cannot move the group back.
-			filter := append(l.guard(), np.notBefore()...)
-			var res *mongo.UpdateResult
-			sent := time.Now()
-			err = l.t.write(ctx, func(ctx context.Context) (err error) {
-				res, err = f.coll().UpdateOne(ctx, filter, bson.D{
-					{Key: "$set", Value: bson.D{{Key: "pos", Value: string(next)}, {Key: "posB", Value: np.b}, {Key: "posN", Value: np.n}}},
-					{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
-				})
-				return err
-			})
-			if err != nil {
-				return errorf("twopc: feed %q: save the position: %w", f.name, err)
-			}
-			if res.MatchedCount == 0 {
-				return errLeaseLost
-			}
-			pos, l.stamped = next, sent // the save stamped the lease (after it was sent)
+			pos = next
 		}
 		if len(evs) == 0 {
 			if err := sleepCtx(ctx, min(f.cfg.poll, l.due())); err != nil {
@@ -152,6 +150,35 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 			return err
 		}
 	}
+}
+
+// save saves next as the group's position under lease l: guarded by the
+// epoch and by the position saved, never behind it, so a save delivered
+// again late (the network's duplicate of an earlier one) cannot move the
+// group back. errLeaseLost if the group was taken over.
+func (f *Feed) save(ctx context.Context, l *feedLease, next Position) error {
+	np, err := parsePosition(next)
+	if err != nil {
+		return err
+	}
+	filter := append(l.guard(), np.notBefore()...)
+	var res *mongo.UpdateResult
+	sent := time.Now()
+	err = l.t.write(ctx, func(ctx context.Context) (err error) {
+		res, err = f.coll().UpdateOne(ctx, filter, bson.D{
+			{Key: "$set", Value: bson.D{{Key: "pos", Value: string(next)}, {Key: "posB", Value: np.b}, {Key: "posN", Value: np.n}}},
+			{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
+		})
+		return err
+	})
+	if err != nil {
+		return errorf("twopc: feed %q: save the position: %w", f.name, err)
+	}
+	if res.MatchedCount == 0 {
+		return errLeaseLost
+	}
+	l.stamped = sent // the save stamped the lease (after it was sent)
+	return nil
 }
 
 // handle runs h on evs while it keeps the group's lease: renewed every
@@ -166,7 +193,11 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 // before another subscriber can take the group over (the clocks' rates
 // apart): at most one handler of a group has a live context at a time.
 func (f *Feed) handle(ctx context.Context, l *feedLease, h func(context.Context, []Event) error, evs []Event) error {
-	hctx, cancel := context.WithCancel(ctx)
+	// The handler's context outlives ctx: told to stop (ctx ends), the
+	// handler has its grace to finish, the renewals stopped, until the
+	// watchdog below ends it (nine tenths of a lease from the last
+	// renewal), before another subscriber could take the group over.
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var lost atomic.Bool
 	base := l.stamped
@@ -181,6 +212,8 @@ func (f *Feed) handle(ctx context.Context, l *feedLease, h func(context.Context,
 			select {
 			case <-done:
 				return
+			case <-ctx.Done():
+				return // told to stop: the handler's grace runs out with the lease
 			case <-t.C:
 				sent := time.Now()
 				_, err := l.renew(hctx)

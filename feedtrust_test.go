@@ -510,3 +510,60 @@ func TestFeedStatusShowsGroupsLag(t *testing.T) {
 	assert.False(t, late.Truncated)
 	assert.Empty(t, late.Holder, "released")
 }
+
+// TestFeedTrustCleanStopFinishesTheHandler: a subscriber's context ends
+// (a SIGTERM'd consumer) while its handler is at work: the handler's own
+// context stays live, the handler finishes, its events are acknowledged
+// (the position saved) and the group's lease released, so a restart
+// resumes at once with the next event, not those handled. Before, the
+// handler's context ended with the subscriber's, the slice was handed
+// again after the restart.
+func TestFeedTrustCleanStopFinishesTheHandler(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	f := b.c.Feed("stop", twopc.WithFeedPoll(5*time.Millisecond), twopc.WithFeedLease(2*time.Second))
+	feedRun(t, b, f)
+	first := transfers(t, b, b.c, 1)[0]
+	readUntil(t, f, "", 1)
+
+	sctx, stop := context.WithCancel(ctx)
+	working, finish := make(chan struct{}), make(chan struct{})
+	var liveAfterStop atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		done <- f.Subscribe(sctx, "g", func(hctx context.Context, evs []twopc.Event) error {
+			close(working)
+			<-finish
+			liveAfterStop.Store(hctx.Err() == nil)
+			return nil
+		})
+	}()
+	<-working
+	stop() // the consumer is told to stop while its handler works
+	close(finish)
+	require.ErrorIs(t, <-done, context.Canceled)
+	assert.True(t, liveAfterStop.Load(), "the handler's context outlived the subscriber's, for its grace")
+	st, err := f.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Groups, 1)
+	assert.Zero(t, st.Groups[0].Behind, "the handled event acknowledged")
+	assert.Empty(t, st.Groups[0].Holder, "the lease released")
+
+	next := transfers(t, b, b.c, 1)[0]
+	got := make(chan twopc.Event, 10)
+	rctx, rstop := context.WithCancel(ctx)
+	rdone := make(chan error, 1)
+	go func() {
+		rdone <- f.Subscribe(rctx, "g", func(_ context.Context, evs []twopc.Event) error {
+			for _, e := range evs {
+				got <- e
+			}
+			return nil
+		})
+	}()
+	e := <-got
+	assert.Equal(t, next, e.Txn.ID, "the restart resumes after %s", first.Hex())
+	rstop()
+	<-rdone
+}

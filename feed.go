@@ -27,6 +27,7 @@ const feedsSuffix = schema.FeedsSuffix
 const (
 	defaultFeedLease = 10 * time.Second
 	defaultFeedBatch = 500
+	defaultFeedSlice = 100
 	defaultFeedPoll  = 200 * time.Millisecond
 )
 
@@ -74,6 +75,7 @@ type FeedOption func(*feedConfig)
 type feedConfig struct {
 	lease time.Duration        // the sequencer's and a subscriber group's lease
 	batch int                  // how many transactions a scan takes, per slot
+	slice int                  // how many events Subscribe hands a handler call at most
 	poll  time.Duration        // how often a sequencer, All and Subscribe look again when there is nothing new
 	hook  func(feedStep) error // tests: called at each step of the sequencer
 }
@@ -119,6 +121,18 @@ func WithFeedBatch(n int) FeedOption {
 	}
 }
 
+// WithFeedSlice sets how many events Subscribe hands its handler a call at
+// most: 100 by default, apart from the sequencer's batch (WithFeedBatch).
+// The position is saved after each call, so a crash, or a handler that
+// outlived its lease, hands at most that many events again.
+func WithFeedSlice(n int) FeedOption {
+	return func(c *feedConfig) {
+		if n > 0 {
+			c.slice = n
+		}
+	}
+}
+
 // WithFeedPoll sets how long the sequencer, All and Subscribe wait before
 // they look again when nothing was new: 200 ms by default. On a server
 // with change streams, a write of the log that may settle an event wakes
@@ -144,7 +158,7 @@ type Feed struct {
 // numbers its events, Read, All and Subscribe read them. Nothing is
 // written until Run or Subscribe.
 func (c *Coordinator) Feed(name string, opts ...FeedOption) *Feed {
-	f := &Feed{c: c, name: name, cfg: feedConfig{lease: defaultFeedLease, batch: defaultFeedBatch, poll: defaultFeedPoll}}
+	f := &Feed{c: c, name: name, cfg: feedConfig{lease: defaultFeedLease, batch: defaultFeedBatch, slice: defaultFeedSlice, poll: defaultFeedPoll}}
 	for _, o := range opts {
 		if o != nil {
 			o(&f.cfg)

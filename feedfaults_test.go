@@ -210,7 +210,7 @@ func TestFeedSubscriberResumes(t *testing.T) {
 	}
 	require.Equal(t, 4, holdEvents, "held, captured, captured, expired")
 
-	sub := b.c.Feed("subs", twopc.WithFeedBatch(1), twopc.WithFeedPoll(5*time.Millisecond))
+	sub := b.c.Feed("subs", twopc.WithFeedSlice(1), twopc.WithFeedPoll(5*time.Millisecond))
 	var handled []twopc.Event
 	errStop := errors.New("stopped")
 	starts := 0

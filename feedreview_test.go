@@ -145,7 +145,7 @@ func TestFeedReviewSlowHandler(t *testing.T) {
 	feedRun(t, b, f)
 	transfers(t, b, b.c, 3)
 	readUntil(t, f, "", 3)
-	sub := b.c.Feed("slow", twopc.WithFeedLease(300*time.Millisecond), twopc.WithFeedPoll(20*time.Millisecond), twopc.WithFeedBatch(1))
+	sub := b.c.Feed("slow", twopc.WithFeedLease(300*time.Millisecond), twopc.WithFeedPoll(20*time.Millisecond), twopc.WithFeedSlice(1))
 	var running, overlap, calls atomic.Int32
 	h := func(ctx context.Context, evs []twopc.Event) error {
 		calls.Add(1)

@@ -108,7 +108,7 @@ func (f *Feed) deliver(ctx context.Context, l *feedLease, raw bson.Raw, h func(c
 	p, _ := raw.Lookup("pos").StringValueOK()
 	pos := Position(p)
 	for {
-		evs, next, err := f.Read(ctx, pos, f.cfg.batch)
+		evs, next, err := f.Read(ctx, pos, f.cfg.slice)
 		if err != nil {
 			return err
 		}

@@ -567,3 +567,52 @@ func TestFeedTrustCleanStopFinishesTheHandler(t *testing.T) {
 	rstop()
 	<-rdone
 }
+
+// TestFeedTrustSliceBoundsRedelivery: Subscribe hands at most
+// WithFeedSlice events a handler call (100 by default, apart from the
+// sequencer's batch), and saves after each call: five events in one batch,
+// a slice of 2, are handed as 2, 2, 1, the position saved after each, so
+// a crash redelivers at most one slice.
+func TestFeedTrustSliceBoundsRedelivery(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	start := newGate(t)
+	sq := b.c.Feed("slice", twopc.WithFeedPoll(5*time.Millisecond), twopc.WithFeedHook(func(step int) error {
+		if step == twopc.FeedScanned {
+			start.stop() // one round, once all five wait
+		}
+		return nil
+	}))
+	stopped := errors.New("stopped at once")
+	require.ErrorIs(t, b.c.Feed("slice", twopc.WithFeedHook(func(int) error { return stopped })).Run(ctx), stopped)
+	transfers(t, b, b.c, 5)
+	feedRun(t, b, sq)
+	start.reached(t, "the round of all five")
+	close(start.open)
+	evs, _ := readUntil(t, sq, "", 5)
+	st, err := sq.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), st.Published, "one batch")
+
+	f := b.c.Feed("slice", twopc.WithFeedPoll(5*time.Millisecond), twopc.WithFeedSlice(2))
+	var sizes []int
+	var saved []string
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- f.Subscribe(sctx, "g", func(_ context.Context, got []twopc.Event) error {
+			sizes = append(sizes, len(got))
+			saved = append(saved, groupPos(t, b, "slice", "g"))
+			if len(sizes) == 3 {
+				stop()
+			}
+			return nil
+		})
+	}()
+	require.ErrorIs(t, <-done, context.Canceled)
+	assert.Equal(t, []int{2, 2, 1}, sizes)
+	assert.Equal(t, string(evs[1].Pos), saved[1], "saved after the first slice")
+	assert.Equal(t, string(evs[3].Pos), saved[2], "saved after the second")
+	assert.Equal(t, string(evs[4].Pos), groupPos(t, b, "slice", "g"), "and after the last, at its stop")
+}

@@ -29,7 +29,7 @@ type config struct {
 	secret     []byte // the HMAC key of Webhook-Signature ($WEBHOOK_SECRET)
 	sequencer  bool   // also run the feed's sequencer in this process
 	timeout    time.Duration
-	batch      int           // events handed to the handler at a time (WithFeedBatch)
+	batch      int           // events handed to the handler at a time (WithFeedSlice)
 	lease      time.Duration // the group's lease (WithFeedLease)
 	poll       time.Duration // how often to look again when nothing is new (WithFeedPoll)
 	backoff    time.Duration // the first wait after a failure
@@ -91,7 +91,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 
 	d := &deliverer{
-		feed:  c.Feed(cfg.feed, twopc.WithFeedBatch(cfg.batch), twopc.WithFeedLease(cfg.lease), twopc.WithFeedPoll(cfg.poll)),
+		feed:  c.Feed(cfg.feed, twopc.WithFeedSlice(cfg.batch), twopc.WithFeedLease(cfg.lease), twopc.WithFeedPoll(cfg.poll)),
 		group: cfg.group, lease: cfg.lease, log: log,
 		post: newPoster(cfg.url, cfg.secret, cfg.timeout),
 	}

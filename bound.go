@@ -160,7 +160,7 @@ type trips struct{ r, w *callBound }
 // names it in its errors.
 func (c *config) trips(ctx context.Context, call string) trips {
 	return trips{
-		r: &callBound{parent: ctx, ctx: ctx, cancel: func() {}, cause: c.readCause(), read: call},
+		r: c.readTrips(ctx, call),
 		w: &callBound{parent: ctx, ctx: ctx, cancel: func() {}, cause: c.callCause(), read: call},
 	}
 }
@@ -173,6 +173,16 @@ func (t trips) read(ctx context.Context, op func(context.Context) error) error {
 // write runs op, a write of the long call, under the call bound.
 func (t trips) write(ctx context.Context, op func(context.Context) error) error {
 	return t.w.trip(ctx, op)
+}
+
+// serverNow reads g's server clock (txnLog.serverNow), a read of the
+// long call.
+func (t trips) serverNow(ctx context.Context, g *txnLog) (now time.Time, err error) {
+	err = t.read(ctx, func(ctx context.Context) (err error) {
+		now, err = g.serverNow(ctx)
+		return err
+	})
+	return now, err
 }
 
 // tripped reports whether a bound ended one of the call's round trips:

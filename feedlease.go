@@ -83,11 +83,7 @@ func (l *feedLease) take(ctx context.Context, more func(leaseFields) (bson.D, er
 		if cur.Deleted {
 			return nil, ErrFeedDeleted
 		}
-		var now time.Time
-		err = l.t.read(ctx, func(ctx context.Context) (err error) {
-			now, err = l.c.log.serverNow(ctx)
-			return err
-		})
+		now, err := l.t.serverNow(ctx, l.c.log)
 		if err != nil {
 			return nil, err
 		}

@@ -96,11 +96,7 @@ func (f *Feed) Run(ctx context.Context) (err error) {
 // create inserts the feed's document if there is none: since now, by the
 // server's clock, nothing published, no epoch.
 func (f *Feed) create(ctx context.Context, t trips) error {
-	var now time.Time
-	err := t.read(ctx, func(ctx context.Context) (err error) {
-		now, err = f.c.log.serverNow(ctx)
-		return err
-	})
+	now, err := t.serverNow(ctx, f.c.log)
 	if err != nil {
 		return errorf("twopc: feed %q: %w", f.name, err)
 	}
@@ -312,22 +308,22 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 			}
 		}
 		chunk := models[start:min(start+f.c.writeBatch, len(models))]
+		unknown := false
 		_ = l.t.write(ctx, func(ctx context.Context) error {
 			n, fails := f.c.log.bulkByID(ctx, chunk)
 			modified += n
 			for i, e := range fails {
 				failed[start+i] = e
+				unknown = unknown || tagUnknown(e)
 			}
 			return nil // a tag whose outcome the bound left unknown gives the epoch up, next
 		})
-		for _, e := range failed {
-			if tagUnknown(e) {
-				// A tag whose outcome is not known may land later: give
-				// the epoch up at once, so that the next records its
-				// batch as orphaned (the commands left would only add
-				// to its orphans, each cut by the bound in turn).
-				return false, errLeaseLost
-			}
+		if unknown {
+			// A tag whose outcome is not known may land later: give the
+			// epoch up at once, so that the next records its batch as
+			// orphaned (the commands left would only add to its orphans,
+			// each cut by the bound in turn).
+			return false, errLeaseLost
 		}
 	}
 	for i, e := range failed {

@@ -67,11 +67,7 @@ func (f *Feed) Subscribe(ctx context.Context, group string, h func(context.Conte
 	// (ErrFeedTruncated), not moved past events it never acknowledged.
 	start := feedPosition{b: d.Gone + 1}
 	id := groupPrefix(f.name) + group
-	var now time.Time
-	err = t.read(ctx, func(ctx context.Context) (err error) {
-		now, err = f.c.log.serverNow(ctx)
-		return err
-	})
+	now, err := t.serverNow(ctx, f.c.log)
 	if err != nil {
 		return errorf("twopc: feed %q group %q: %w", f.name, group, err)
 	}

@@ -130,11 +130,7 @@ func (r *Recoverer) RecoverOnce(ctx context.Context) (rep RecoveryReport, err er
 	if err := b.write(ctx, c.indexes.need); err != nil {
 		return rep, errorf("twopc: recover: %w", err)
 	}
-	var now time.Time
-	err = b.read(ctx, func(ctx context.Context) (err error) {
-		now, err = c.log.serverNow(ctx)
-		return err
-	})
+	now, err := b.serverNow(ctx, c.log)
 	if err != nil {
 		return rep, errorf("twopc: recover: %w", err)
 	}

@@ -26,7 +26,7 @@
 //	accounts the accounts of a ledger, by id, of an asset or all, by pages
 //	statement  an account's entries with their running balance
 //	balance  an account's balance at a time, from its entries
-//	feed     a change feed's events, in order, or --follow them; feed delete NAME deletes one
+//	feed     a change feed's events, in order, or --follow them; feed status NAME its groups' lag; feed delete NAME deletes one
 //	recover  finish stale transactions: one recovery pass, or a pass every --interval
 //	cancel   roll back a transaction that has not reached its commit point
 //	reverse  undo a committed transfer with a transfer back
@@ -249,8 +249,11 @@
 // is a usage error. With --json, one object a line: {"id", "kind", "pos",
 // "at", "transaction"}, the transaction as stored with the state the
 // event left it in, and a last line {"error", "exitStatus"} if it failed
-// after the first. twopc feed delete NAME deletes the feed (Feed.Delete):
-// its name is not used again.
+// after the first. twopc feed status NAME prints the feed as status lists
+// it and each of its subscriber groups: its saved position, how many
+// published events it has not acknowledged, the oldest one's time and
+// how long ago that was. twopc feed delete NAME deletes the feed
+// (Feed.Delete): its name is not used again.
 //
 // # Archived transactions
 //

@@ -16,8 +16,8 @@ import (
 
 var feedCommand = &command{
 	name:    "feed",
-	args:    "NAME | delete NAME",
-	summary: "a change feed's events, in order, or --follow them; feed delete NAME deletes one",
+	args:    "NAME | status NAME | delete NAME",
+	summary: "a change feed's events, in order, or --follow them; feed status NAME its groups' lag; feed delete NAME deletes one",
 	help: `Feed prints the events of change feed NAME (twopc's Coordinator.Feed:
 Feed.Read; with --follow, Feed.All): what happened to each transaction
 made since the feed was first run (committed, held, captured, voided,
@@ -64,6 +64,17 @@ event left it in (held, applied or canceled): the transaction may have
 moved on since (a hold held, since captured). A failure after the first
 line ends the output with a line {"error": ..., "exitStatus": N}.
 
+twopc feed status NAME prints the feed as twopc status lists it (Feed.Status:
+its published batch, sequencer, takeovers, what waits to be numbered) and
+each of its subscriber groups (Feed.Subscribe): the position it saved,
+how many published events it has not acknowledged (BEHIND, the count
+stops at 1000), the oldest one's time and how long ago that was by the
+server's clock (OLDEST WAITING), and the subscriber holding its lease.
+A group whose history moved events it had not acknowledged is
+"truncated". --json prints the feed as status --json lists it, with
+serverTime, each group's oldest and oldestAgeSeconds (null if none
+waits).
+
 twopc feed delete NAME deletes the feed (Feed.Delete): history no longer
 waits for it, its subscriber groups' positions and its indexes on the
 log go, and its name is not used again (its readers and its sequencer
@@ -74,6 +85,8 @@ Examples:
   twopc feed audit
   twopc feed audit --limit 20 --json | jq -r '.error // .id'
   twopc feed audit --after "$(cat audit.pos)" --follow
+  twopc feed status audit
+  twopc feed status audit --json | jq '.groups[] | {name, behind, oldestAgeSeconds}'
   twopc feed delete audit`,
 	run: runFeed,
 }
@@ -102,17 +115,20 @@ func runFeed(ctx context.Context, cl *cli, cmd *command, args []string) error {
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if pos[0] == "delete" {
+	if sub := pos[0]; sub == "delete" || sub == "status" {
 		if len(pos) < 2 {
-			return cl.usage(cmd, fs, "missing NAME: twopc feed delete NAME")
+			return cl.usage(cmd, fs, "missing NAME: twopc feed %s NAME", sub)
 		}
 		for _, name := range []string{"after", "limit", "follow"} {
 			if given[name] {
-				return cl.usage(cmd, fs, "--%s is for reading a feed: feed delete takes none", name)
+				return cl.usage(cmd, fs, "--%s is for reading a feed: feed %s takes none", name, sub)
 			}
 		}
 		if err := checkFeedName(pos[1]); err != nil {
 			return cl.usage(cmd, fs, "%v", err)
+		}
+		if sub == "status" {
+			return cl.feedStatus(ctx, &g, pos[1])
 		}
 		return cl.deleteFeed(ctx, &g, pos[1])
 	}

@@ -278,7 +278,7 @@ func TestFeedCommand(t *testing.T) {
 		{[]string{"audit", "--after", "1.999"}, exitUsage, "invalid feed"},
 		{[]string{"audit", "--limit", "-1"}, exitUsage, "--limit must not be negative"},
 		{[]string{"audit", "extra"}, exitUsage, `unexpected argument "extra"`},
-		{[]string{}, exitUsage, "missing NAME | delete NAME"},
+		{[]string{}, exitUsage, "missing NAME | status NAME | delete NAME"},
 		{[]string{"delete"}, exitUsage, "missing NAME: twopc feed delete NAME"},
 		{[]string{"delete", "audit", "--follow"}, exitUsage, "--follow is for reading a feed"},
 		{[]string{"delete", "No"}, exitUsage, `feed name "No"`},

@@ -42,15 +42,18 @@ type groupStatusJSON struct {
 	Position string `json:"position"` // the position it saved: every event before it acknowledged
 	// Behind counts the published events it has not acknowledged, up to
 	// 1000 (MaxFeedBehind).
-	Behind    int        `json:"behind"`
-	Oldest    *time.Time `json:"oldest"`    // the oldest of those events' time; null if none
-	Truncated bool       `json:"truncated"` // history moved events it had not acknowledged
-	Holder    string     `json:"holder"`    // the subscriber holding its lease; "" if none
+	Behind int        `json:"behind"`
+	Oldest *time.Time `json:"oldest"` // the oldest of those events' time; null if none
+	// OldestAge is how long the oldest has waited, by the server's clock
+	// then (serverTime): null if none waits.
+	OldestAge *float64 `json:"oldestAgeSeconds"`
+	Truncated bool     `json:"truncated"` // history moved events it had not acknowledged
+	Holder    string   `json:"holder"`    // the subscriber holding its lease; "" if none
 }
 
 // feedStatuses is each feed of the log, deleted ones too, as status lists
-// them.
-func feedStatuses(ctx context.Context, cn *conn) ([]feedStatusJSON, error) {
+// them, the groups' ages by the server's clock now.
+func feedStatuses(ctx context.Context, cn *conn, now time.Time) ([]feedStatusJSON, error) {
 	c, err := cn.coordinator()
 	if err != nil {
 		return nil, err
@@ -70,24 +73,31 @@ func feedStatuses(ctx context.Context, cn *conn) ([]feedStatusJSON, error) {
 		if err != nil {
 			return nil, err
 		}
-		f := feedStatusJSON{Name: st.Name, Since: st.Since, Published: st.Published, Epoch: st.Epoch, Holder: st.Holder,
-			Takeovers: st.Takeovers, Waiting: st.Waiting, Gone: st.Gone, Deleted: st.Deleted}
-		if st.Holder != "" {
-			ends := st.LeaseEnds
-			f.LeaseEnds = &ends
-		}
-		f.Groups = []groupStatusJSON{}
-		for _, g := range st.Groups {
-			gj := groupStatusJSON{Name: g.Name, Position: string(g.Position), Behind: g.Behind, Truncated: g.Truncated, Holder: g.Holder}
-			if !g.Oldest.IsZero() {
-				oldest := g.Oldest
-				gj.Oldest = &oldest
-			}
-			f.Groups = append(f.Groups, gj)
-		}
+		f := feedStatusOf(st, now)
 		out = append(out, f)
 	}
 	return out, nil
+}
+
+// feedStatusOf is st as status prints it, the groups' ages by the
+// server's clock now.
+func feedStatusOf(st *twopc.FeedStatus, now time.Time) feedStatusJSON {
+	f := feedStatusJSON{Name: st.Name, Since: st.Since, Published: st.Published, Epoch: st.Epoch, Holder: st.Holder,
+		Takeovers: st.Takeovers, Waiting: st.Waiting, Gone: st.Gone, Deleted: st.Deleted}
+	if st.Holder != "" {
+		ends := st.LeaseEnds
+		f.LeaseEnds = &ends
+	}
+	f.Groups = []groupStatusJSON{}
+	for _, g := range st.Groups {
+		gj := groupStatusJSON{Name: g.Name, Position: string(g.Position), Behind: g.Behind, Truncated: g.Truncated, Holder: g.Holder}
+		if !g.Oldest.IsZero() {
+			oldest, waited := g.Oldest, max(0, now.Sub(g.Oldest).Seconds())
+			gj.Oldest, gj.OldestAge = &oldest, &waited
+		}
+		f.Groups = append(f.Groups, gj)
+	}
+	return f
 }
 
 // printFeeds is status's section of the feeds, by the server's clock now.
@@ -122,6 +132,42 @@ func printFeeds(w io.Writer, feeds []feedStatusJSON, now time.Time) {
 	_ = tw.Flush()
 	fmt.Fprintln(w, "  (WAITING: transactions whose events wait to be numbered, how far the sequencer is behind; the count stops at 1000.)")
 	printGroups(w, feeds, now)
+}
+
+// feedStatusReport is what feed status --json prints: the feed as status
+// --json lists it, and the server's clock its ages are from.
+type feedStatusReport struct {
+	ServerTime time.Time `json:"serverTime"`
+	feedStatusJSON
+}
+
+// feedStatus prints feed name's status, as status prints the feeds, and
+// each of its subscriber groups: its position, how many published events
+// it has not acknowledged and how long the oldest has waited.
+func (cl *cli) feedStatus(ctx context.Context, g *globals, name string) error {
+	cn, c, err := feedConnect(ctx, cl, g, name)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	defer func() { _ = closeCoordinator(c) }()
+	now, err := cn.serverNow(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := c.Feed(name).Status(ctx)
+	if err != nil {
+		return feedError(err)
+	}
+	rep := feedStatusReport{ServerTime: now, feedStatusJSON: feedStatusOf(st, now)}
+	if g.json {
+		return cl.printJSON(rep)
+	}
+	printFeeds(cl.stdout, []feedStatusJSON{rep.feedStatusJSON}, now)
+	if len(rep.Groups) == 0 && !rep.Deleted {
+		fmt.Fprintln(cl.stdout, "No subscriber groups (Feed.Subscribe makes one).")
+	}
+	return nil
 }
 
 // printGroups is status's section of the feeds' subscriber groups, if any:

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -179,12 +181,16 @@ func TestHelpJQExamples(t *testing.T) {
 	c := f.coordinator(twopc.WithApplication("seed"), twopc.WithSyncSettle(),
 		twopc.WithLedger("shanghai", f.db.Collection("accounts_sh")))
 	f.open(map[string]int64{"alice": 1000, "carol": 0})
+	feed, _ := f.feedRun(nil, "audit") // the feed examples' feed
 	sh, err := c.Ledger("shanghai")
 	require.NoError(t, err)
 	require.NoError(t, sh.OpenAccount(f.ctx, "bob", 5000))
 	example := f.done("alice", "carol", 100) // the examples' 6740c1a2e4b0a1b2c3d4e500
 	_, err = f.crashAtCommit(twopc.WithApplication("payments-1")).Transfer(f.ctx, "alice", "carol", 7)
 	require.ErrorIs(t, err, errCrash)
+	f.feedEvents(feed, 1)
+	notNow := errors.New("not now") // a group behind by the one event
+	require.ErrorIs(t, feed.Subscribe(f.ctx, "hooks", func(context.Context, []twopc.Event) error { return notNow }), notNow)
 
 	var texts bytes.Buffer
 	(&cli{}).help(&texts)

@@ -152,7 +152,7 @@ func status(ctx context.Context, cn *conn, window time.Duration) (*statusReport,
 	if rep.Applications, err = activity(ctx, cn.txns, now, window); err != nil {
 		return nil, fmt.Errorf("active applications: %w", err)
 	}
-	if rep.Feeds, err = feedStatuses(ctx, cn); err != nil {
+	if rep.Feeds, err = feedStatuses(ctx, cn, now); err != nil {
 		return nil, fmt.Errorf("change feeds: %w", err)
 	}
 	return rep, nil

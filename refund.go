@@ -42,8 +42,10 @@ const refundsSuffix = schema.RefundsSuffix
 // no refund leg pays a party, no leg ever returns more than it received,
 // the legs sum to zero, the last refund takes exactly what is left of
 // every leg, and a canceled refund gives back exactly its own legs; a leg
-// of nothing is left out. A repeat under the key takes the legs of the
-// refund made, never computed again. A transfer of several assets
+// of nothing is left out. After refunds by leg (RefundLegs), a side is
+// apportioned so over what its legs had left after the last one naming
+// it: in proportion to what each leg has left. A repeat under the key
+// takes the legs of the refund made, never computed again. A transfer of several assets
 // is refunded whole only (Reverse), and has no refund book: only
 // Reverse's derived keys keep it from being reversed twice. The refund has Transfer's errors
 // (ErrInsufficientFunds if the destination cannot cover it now, ...) and
@@ -268,6 +270,13 @@ func (c *Coordinator) refundTxn(r *record, legs []Leg, take []int64, amount int6
 // refunds before); one whose reservation stands but no transaction, from
 // its entry in the book.
 func (c *Coordinator) refund(ctx context.Context, r *record, base, amount int64, key string, keyed bool, opts []TransferOption) (*Txn, error) {
+	return c.refundAs(ctx, r, base, refundEntry{Amount: amount}, key, keyed, opts)
+}
+
+// refundAs is refund of what ask asks: its Amount, and for a refund by
+// leg (RefundLegs) the sides it names (Fixed) and its legs on them.
+func (c *Coordinator) refundAs(ctx context.Context, r *record, base int64, ask refundEntry, key string, keyed bool, opts []TransferOption) (*Txn, error) {
+	amount := ask.Amount
 	legs, amounts, err := c.refundLegs(r)
 	if err != nil {
 		return nil, err
@@ -278,6 +287,8 @@ func (c *Coordinator) refund(ctx context.Context, r *record, base, amount int64,
 	switch {
 	case err == nil && !prior.Placeholder && prior.RefundOf != r.ID:
 		return prior.txn(), errorf("%w: key %q is transaction %s, not a refund of %s", ErrKeyConflict, key, prior.ID.Hex(), r.ID.Hex())
+	case err == nil && ask.Fixed != 0 && !prior.Placeholder && !priorAsks(r, prior, ask):
+		return prior.txn(), errorf("%w: key %q refunded other amounts of the legs of %s", ErrKeyConflict, key, r.ID.Hex())
 	case err == nil:
 		// A repeat: the refund made under the key, as it stands (the
 		// transfer below returns it, or ErrKeyConflict). One canceled
@@ -290,7 +301,8 @@ func (c *Coordinator) refund(ctx context.Context, r *record, base, amount int64,
 			}
 		}
 	case errors.Is(err, ErrTxnNotFound):
-		take, err := c.books.reserve(ctx, r.ID, amounts, base, refundEntry{ID: refundID, Amount: amount})
+		ask.ID = refundID
+		take, err := c.books.reserve(ctx, r.ID, amounts, base, ask)
 		if err != nil {
 			return nil, err
 		}

@@ -48,6 +48,10 @@ type refundEntry struct {
 	// LeaseMs is the refunder's lease (its StaleAfter): how long its
 	// insert may take.
 	LeaseMs int64 `bson:"leaseMs,omitempty"`
+	// Fixed is, for a refund by leg (RefundLegs), the sides its caller
+	// named legs of (fixedCredits, fixedDebits): there Legs are the
+	// caller's; 0 for a proportional refund (see bookTake).
+	Fixed int `bson:"fixed,omitempty"`
 }
 
 // maxBookWrites bounds the compare-and-set attempts of one write to a
@@ -77,17 +81,17 @@ func (bk *refundBooks) reserve(ctx context.Context, id bson.ObjectID, legs []int
 		if err != nil {
 			return nil, err
 		}
-		left, seq, returned, n := base, int64(0), []int64(nil), 0
+		left, seq, n := base, int64(0), 0
 		if book != nil {
 			if i := slices.IndexFunc(book.Refunds, func(x refundEntry) bool { return x.ID == e.ID }); i >= 0 {
-				if x := book.Refunds[i]; x.Amount != e.Amount {
+				if x := book.Refunds[i]; !sameAsk(legs, x, e) {
 					// Another call's refund under the same key: it may be
-					// the one the key makes, of another amount.
-					return nil, errorf("%w: refund %s: a refund of %d is reserved under this key", ErrKeyConflict, id.Hex(), x.Amount)
+					// the one the key makes, of another amount or legs.
+					return nil, errorf("%w: refund %s: a refund of %d (other legs, or another amount) is reserved under this key", ErrKeyConflict, id.Hex(), x.Amount)
 				}
 				return book.Refunds[i].Legs, nil // reserved already
 			}
-			left, seq, returned, n = book.Left, book.Seq, book.Returned, len(book.Refunds)
+			left, seq, n = book.Left, book.Seq, len(book.Refunds)
 		}
 		if left < e.Amount || n >= MaxRefunds {
 			if book != nil && !swept {
@@ -105,8 +109,20 @@ func (bk *refundBooks) reserve(ctx context.Context, id bson.ObjectID, legs []int
 			}
 			return nil, errorf("%w: refund %s: %d left to refund; a refund of %d", ErrRefundExceeded, id.Hex(), left, e.Amount)
 		}
-		take, err := refundTake(legs, returned, e.Amount)
-		if err != nil {
+		take, err := bookTake(legs, book, e)
+		switch {
+		case errors.Is(err, ErrRefundExceeded) && book != nil && !swept:
+			swept = true // a leg short: the reservations of refunds that can no longer move money may hold it
+			if released, err := bk.sweepBook(ctx, book); err != nil || released > 0 {
+				if err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, errorf("twopc: refund %s: %w", id.Hex(), err)
+		case errors.Is(err, ErrRefundExceeded):
+			return nil, errorf("twopc: refund %s: %w", id.Hex(), err)
+		case err != nil:
 			return nil, errorf("twopc: refund %s: the refund book does not add up: %v", id.Hex(), err)
 		}
 		e.Legs = take

@@ -23,7 +23,7 @@ import (
 // Child processes: the test binary re-executed with TWOPC_CHILD set runs
 // childMain instead of the tests (see TestMain).
 const (
-	envChild    = "TWOPC_CHILD" // "transfer", "recover" or "repeat" (see repeatChild)
+	envChild    = "TWOPC_CHILD" // "transfer", "recover", "repeat" (see repeatChild) or "subscribe" (subscribeChild)
 	envURI      = "TWOPC_CHILD_URI"
 	envDB       = "TWOPC_CHILD_DB"
 	envApp      = "TWOPC_CHILD_APP"
@@ -61,6 +61,8 @@ func childMain(mode string) int {
 		}
 	case "repeat":
 		return repeatChild(c)
+	case "subscribe":
+		return subscribeChild(c)
 	case "recover":
 		rep, err := twopc.NewRecoverer(c).RecoverOnce(ctx)
 		if err != nil {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -128,4 +131,222 @@ func BenchmarkFeed(b *testing.B) {
 			})
 		}
 	}
+}
+
+// feedDelayWorkers is the concurrency of BenchmarkFeedDelay's transfers,
+// the one the feed's latency goal is stated at; feedDelayBaseline is how
+// many transfers measure the rate the server reaches without a feed.
+const (
+	feedDelayWorkers  = 8
+	feedDelayBaseline = 400
+)
+
+// feedRounds times the sequencer's rounds through its hook: the tags'
+// writes (FeedScanned to FeedTagged), the publication (to FeedPublished),
+// and the time between a publication and the next round's tags (its wait,
+// poll or wake, and its reads, with the rounds that found nothing).
+type feedRounds struct {
+	mu                        sync.Mutex
+	rounds                    int
+	tag, publish, between     time.Duration
+	scanned, tagged, lastDone time.Time
+}
+
+func (r *feedRounds) hook(step int) error {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch step {
+	case twopc.FeedScanned:
+		if !r.lastDone.IsZero() {
+			r.between += now.Sub(r.lastDone)
+		}
+		r.scanned = now
+	case twopc.FeedTagged:
+		r.tag += now.Sub(r.scanned)
+		r.tagged = now
+	case twopc.FeedPublished:
+		r.publish += now.Sub(r.tagged)
+		r.rounds++
+		r.lastDone = now
+	}
+	return nil
+}
+
+// BenchmarkFeedDelay measures how long an event takes from its commit to
+// a subscriber's handler: first the rate feedDelayWorkers goroutines reach
+// with no feed (feedDelayBaseline transfers, closed loop:
+// nofeed-transfers/s), then b.N transfers offered at half that rate from
+// as many goroutines (each started at its time, i/rate from the first),
+// with one sequencer (Run, its defaults, a client of its own) and one
+// subscriber group (Subscribe, its defaults) running. An event's delay
+// runs from its Transfer's return (on the host's clock; the commit is
+// before it, by at most the commit's reply) to the handler's call that
+// is handed it. It reports delay-p50-ms, delay-p99-ms and delay-max-ms,
+// events/s (the events handled over the time from the first transfer to
+// the last event handled) beside offered/s, the sequencer's writes per
+// event (tag-stmts/event: its statements updating the log;
+// feed-writes/event: its writes of the feeds' collection, renewals and
+// publications), and where its rounds' time went: rounds, events/round,
+// tag-ms/round (its tag writes), publish-ms/round, between-ms/round (from
+// a publication to the next round's tags: its wait, poll or wake, and
+// its reads). The goal, on the dev server on a quiet machine: a
+// median ≤ 1 s, p99 ≤ 3 s:
+//
+//	go test -run '^$' -bench 'FeedDelay$' -benchtime 600x .
+func BenchmarkFeedDelay(b *testing.B) {
+	// The rate without a feed.
+	var base benchCounter
+	bdb := benchBank(b, &base)
+	bc, err := twopc.NewCoordinator(bdb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = bc.Close(context.Background()) })
+	ctx := benchCtx(b)
+	began := time.Now()
+	paced(b, feedDelayBaseline, 0, func(i int) {
+		src, dst := pair(i)
+		if _, err := bc.Transfer(ctx, src, dst, 1); err != nil {
+			b.Error(err)
+		}
+	})
+	rate := float64(feedDelayBaseline) / time.Since(began).Seconds()
+
+	var counter benchCounter
+	db := benchBank(b, &counter)
+	c, err := twopc.NewCoordinator(db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close(context.Background()) })
+	var w feedWrites
+	var rounds feedRounds
+	fdb := mongotest.ConnectURI(b, mongotest.Shared(b).URI, options.Client().SetMonitor(w.monitor())).Database(db.Name())
+	fc, err := twopc.NewCoordinator(fdb, twopc.WithApplication("sequencer"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = fc.Close(context.Background()) })
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ran := make(chan error, 1)
+	go func() { ran <- fc.Feed("delay", twopc.WithFeedHook(rounds.hook)).Run(rctx) }()
+	waitFeed(b, ctx, db, "delay")
+
+	var mu sync.Mutex
+	returned := make(map[bson.ObjectID]time.Time, b.N)
+	handed := make(map[bson.ObjectID]time.Time, b.N)
+	all := make(chan struct{})
+	subscribed := make(chan error, 1)
+	go func() {
+		subscribed <- c.Feed("delay").Subscribe(rctx, "delay", func(_ context.Context, evs []twopc.Event) error {
+			now := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, e := range evs {
+				if _, again := handed[e.Txn.ID]; !again && e.Kind == twopc.EventCommitted {
+					handed[e.Txn.ID] = now
+				}
+			}
+			if len(handed) == b.N {
+				close(all)
+			}
+			return nil
+		})
+	}()
+
+	b.ResetTimer()
+	began = time.Now()
+	paced(b, b.N, rate/2, func(i int) {
+		src, dst := pair(i)
+		t, err := c.Transfer(ctx, src, dst, 1)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		now := time.Now()
+		mu.Lock()
+		returned[t.ID] = now
+		mu.Unlock()
+	})
+	offered := float64(b.N) / time.Since(began).Seconds()
+	select {
+	case <-all:
+	case err := <-subscribed:
+		b.Fatalf("Subscribe: %v", err)
+	case err := <-ran:
+		b.Fatalf("Run: %v", err)
+	}
+	b.StopTimer()
+	stop()
+	<-ran
+	<-subscribed
+
+	mu.Lock()
+	defer mu.Unlock()
+	delays := make([]time.Duration, 0, b.N)
+	var last time.Time
+	for id, at := range handed {
+		ret, ok := returned[id]
+		if !ok {
+			b.Fatalf("event of transaction %s, which no transfer of the run returned", id.Hex())
+		}
+		delays = append(delays, max(0, at.Sub(ret)))
+		if at.After(last) {
+			last = at
+		}
+	}
+	slices.Sort(delays)
+	q := func(p float64) float64 {
+		return float64(delays[min(len(delays)-1, int(p*float64(len(delays))))]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(q(0.5), "delay-p50-ms")
+	b.ReportMetric(q(0.99), "delay-p99-ms")
+	b.ReportMetric(float64(delays[len(delays)-1])/float64(time.Millisecond), "delay-max-ms")
+	b.ReportMetric(float64(len(handed))/last.Sub(began).Seconds(), "events/s")
+	b.ReportMetric(offered, "offered/s")
+	b.ReportMetric(rate, "nofeed-transfers/s")
+	w.mu.Lock()
+	b.ReportMetric(float64(w.tagStmts)/float64(b.N), "tag-stmts/event")
+	b.ReportMetric(float64(w.feedWrites)/float64(b.N), "feed-writes/event")
+	w.mu.Unlock()
+	rounds.mu.Lock()
+	defer rounds.mu.Unlock()
+	if n := rounds.rounds; n > 0 {
+		per := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(n) }
+		b.ReportMetric(float64(n), "rounds")
+		b.ReportMetric(float64(b.N)/float64(n), "events/round")
+		b.ReportMetric(per(rounds.tag), "tag-ms/round")
+		b.ReportMetric(per(rounds.publish), "publish-ms/round")
+		if n > 1 {
+			b.ReportMetric(float64(rounds.between)/float64(time.Millisecond)/float64(n-1), "between-ms/round")
+		}
+	}
+}
+
+// paced runs do(i) for i from 0 to n-1 on feedDelayWorkers goroutines:
+// each as soon as a goroutine is free (rate 0), or not before i/rate
+// after the first (a goroutine free sooner waits for its time).
+func paced(b *testing.B, n int, rate float64, do func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range feedDelayWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if rate > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
+				}
+				do(i)
+			}
+		}()
+	}
+	wg.Wait()
 }

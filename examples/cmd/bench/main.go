@@ -32,6 +32,11 @@
 // report to standard output, and with -update rewrites the part of a file
 // between the markers <!-- bench:begin --> and <!-- bench:end -->; with
 // -chart it draws throughput and p99 against concurrency as a PNG.
+//
+// With -feed it runs the change feed's scenario instead (feed.go): the
+// delay from a transfer's commit to a subscriber's handler, at half the
+// rate -feed.workers goroutines reach with no feed, with one sequencer and
+// one subscriber group, and the sequencer's writes per event.
 package main
 
 import (
@@ -86,6 +91,11 @@ type config struct {
 	batch      int
 	rtt        time.Duration
 	args       []string
+	// The change feed's scenario (-feed, feed.go).
+	feed          bool
+	feedWorkers   int
+	feedTransfers int
+	feedRate      float64
 }
 
 // total is the number of transfers a run offers.
@@ -131,6 +141,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.control, "control", "", "with -uri naming a dev server out of process: its control API's `URL` (cmd/devserver -control prints it), whose clock of the server's own work the report reads")
 	fs.BoolVar(&c.warn, "warn", false, "twopc only: log the library's warnings and errors (its coordinators' and Recoverers' logger, WithLogger) to standard error")
 	fs.IntVar(&c.batch, "batch", 1, "twopc only: a worker sends up to this many of the transfers waiting for it in one TransferBatch call")
+	fs.BoolVar(&c.feed, "feed", false, "run the change feed's scenario instead: -transfers transfers from -feed.workers goroutines with no feed (the rate reached), then -feed.transfers offered at half that rate with a sequencer and a subscriber group running; reports the delay from commit to handler")
+	fs.IntVar(&c.feedWorkers, "feed.workers", 8, "with -feed: goroutines making transfers")
+	fs.IntVar(&c.feedTransfers, "feed.transfers", 600, "with -feed: transfers made with the feed running")
+	fs.Float64Var(&c.feedRate, "feed.rate", 0, "with -feed: transfers/s offered with the feed running (0: half the rate reached with no feed)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -176,6 +190,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-pool must not be negative")
 	case c.rtt < 0:
 		return nil, errors.New("-rtt must not be negative")
+	case c.feed && (c.feedWorkers < 1 || c.feedTransfers < 1 || c.feedRate < 0 || c.transfers < 1):
+		return nil, errors.New("-feed needs -feed.workers, -feed.transfers and -transfers positive, -feed.rate not negative")
 	case c.batch < 1 || c.batch > twopc.MaxBatch:
 		return nil, fmt.Errorf("-batch must be between 1 and %d", twopc.MaxBatch)
 	}
@@ -209,6 +225,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer b.close()
 	b.clock = clock
 	b.server = server + ", " + b.serverVersion(ctx)
+	if cfg.feed {
+		fmt.Fprintf(stderr, "bench: %s; the change feed's scenario\n", b.server)
+		r, err := b.runFeed(ctx)
+		if err != nil {
+			return fmt.Errorf("feed: %w", err)
+		}
+		r.markdown(stdout, b.server)
+		return nil
+	}
 	fmt.Fprintf(stderr, "bench: %s; %s\n", b.server, cfg.describe())
 
 	// Native transactions run only where the server has them; elsewhere

@@ -312,3 +312,22 @@ func TestRunHot(t *testing.T) {
 	assert.Contains(t, log.String(), "bench: twopc: the hot account's document at the end: ")
 	assert.Contains(t, log.String(), "bench: tutorial: the hot account's document at the end: 67 bytes: _id 14 B, balance 8 B, pendingTransactions 5 B (0 elements)")
 }
+
+// TestRunFeed runs the change feed's scenario small: it measures a rate
+// with no feed, then every transfer's event reaches the subscriber, and
+// the report has the delays, the writes per event and the goals.
+func TestRunFeed(t *testing.T) {
+	var out, log bytes.Buffer
+	err := run(context.Background(), []string{
+		"-feed", "-transfers", "20", "-feed.transfers", "20", "-feed.workers", "4", "-accounts", "6", "-progress", "0",
+	}, &out, &log)
+	require.NoError(t, err, log.String())
+	s := out.String()
+	require.Contains(t, s, "## Change feed: from commit to handler")
+	require.Contains(t, s, "20 transfers from 4 goroutines")
+	require.Regexp(t, `(?m)^\| [0-9.]+ \| [0-9.]+ m?s \| [0-9.]+ m?s \| [0-9.]+ m?s \| 1\.000 \| [0-9.]+ \| [1-9][0-9]* \| 0 \|$`, s,
+		"one tag statement an event, no takeover")
+	require.Contains(t, s, "Goals (issue 50")
+	_, err = parseFlags([]string{"-feed", "-feed.workers", "0"}, &bytes.Buffer{})
+	assert.Error(t, err)
+}

@@ -46,8 +46,8 @@ const refundsSuffix = schema.RefundsSuffix
 // apportioned so over what its legs had left after the last one naming
 // it: in proportion to what each leg has left. A repeat under the key
 // takes the legs of the refund made, never computed again. A transfer of several assets
-// is refunded whole only (Reverse), and has no refund book: only
-// Reverse's derived keys keep it from being reversed twice. The refund has Transfer's errors
+// (an exchange) is refunded whole only, by Reverse, under a book that is
+// whole or nothing: reversed once, whatever keys ask. The refund has Transfer's errors
 // (ErrInsufficientFunds if the destination cannot cover it now, ...) and
 // its options: WithKey (a repeat returns the first refund made under the
 // key, and reserves nothing again), WithMetadata. Its Txn.RefundOf names
@@ -330,7 +330,7 @@ func (c *Coordinator) refundAs(ctx context.Context, r *record, base int64, ask r
 // repeat then finds not the same call (ErrKeyConflict) or, for a
 // placeholder, canceled.
 func (c *Coordinator) repeatTxn(r, prior *record, legs []Leg, amounts []int64, amount int64) (Txn, error) {
-	if !prior.Placeholder && prior.Value == amount && len(prior.Legs) > 0 {
+	if !prior.Placeholder && refundAmount(prior.txn()) == amount && len(prior.Legs) > 0 {
 		t, err := c.legsTxn(prior.txn().AllLegs())
 		t.RefundOf = r.ID
 		return t, err

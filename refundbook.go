@@ -267,6 +267,6 @@ func (bk *refundBooks) sweepBook(ctx context.Context, book *refundBook) (int, er
 // releaseRefund gives back the reservation of refund r, just canceled.
 func (bk *refundBooks) releaseRefund(ctx context.Context, r *record) {
 	if r != nil && !r.RefundOf.IsZero() && r.State == StateCanceled {
-		bk.release(ctx, r.RefundOf, r.ID, r.Value)
+		bk.release(ctx, r.RefundOf, r.ID, refundAmount(r.txn()))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -17,29 +18,35 @@ import (
 // Transfer, the same value from its destination back to its source; for
 // TransferLegs, every leg with its sign turned; a capture of a hold is a
 // transfer of its parts, reversed so (a hold itself moves nothing, and is
-// not reversed: ErrNotRefundable). Its idempotency key is derived from id
-// ("reverse:<id>", then "reverse:<id>:2", ...), so reversing twice moves
-// the money back once: a reversal that committed or is in progress is
-// returned, and one that was canceled (say the destination lacked the
-// funds then) is followed by a new attempt under the next key; a repeat
-// with other metadata (WithMetadata) than the reversal's is, like any
-// keyed repeat, ErrKeyConflict, with that reversal as the Txn. A key given
-// in opts is used as it is. The reversal is a transfer of its own, with
-// Transfer's errors (ErrInsufficientFunds if the destination cannot cover
-// it now, ...). An id that names no transaction gives ErrTxnNotFound; a
-// transaction not applied or done, ErrNotRefundable, saying what to do
-// instead (a pending one is finished first, a held hold voided, a
-// canceled one moved nothing), and nothing is written. What it moves is
-// reserved in the transfer's refund book (see Refund): a transfer
-// refunded in part is not reversed whole (ErrRefundExceeded). The whole
-// call, its reads and the reversal, is bounded as Transfer is
-// (WithCallTimeout).
+// not reversed: ErrNotRefundable). A transfer of any assets is reversed
+// at most once, whatever keys ask: the reversal reserves all that the
+// transfer moved in its refund book (see Refund) before it is made, so
+// a second Reverse under another key (or none) is ErrRefundExceeded and
+// writes nothing, and so is Reverse of a transfer refunded in part; a
+// transfer of several assets (an exchange), which Refund refuses, has a
+// book too, whole or nothing: only its reversal, every leg whole, is ever
+// reserved in it. A reversal that is canceled (say the destination lacked
+// the funds then) gives its reservation back, so a later Reverse is made.
+// Without WithKey, its idempotency key is derived from id ("reverse:<id>",
+// then "reverse:<id>:2", ... after one canceled), so a repeat returns the
+// reversal that committed or is in progress; a repeat with other metadata
+// (WithMetadata) than the reversal's is, like any keyed repeat,
+// ErrKeyConflict, with that reversal as the Txn. A key given in opts is
+// used as it is, and its repeat returns the reversal made under it. The
+// reversal is a transfer of its own, with Transfer's errors
+// (ErrInsufficientFunds if the destination cannot cover it now, ...). An
+// id that names no transaction gives ErrTxnNotFound; a transaction not
+// applied or done, ErrNotRefundable, saying what to do instead (a pending
+// one is finished first, a held hold voided, a canceled one moved
+// nothing), and nothing is written. The whole call, its reads and the
+// reversal, is bounded as Transfer is (WithCallTimeout).
 //
 // Errors: with nothing written, ErrInvalidTransfer (a key or metadata
 // Transfer refuses, a WithAsset other than the assets it moved, a leg on a
-// ledger this coordinator was not given: with ErrUnknownLedger),
-// ErrTxnNotFound, ErrNotRefundable (see there), ErrRefundExceeded
-// (refunded in part already), ErrKeyConflict, ErrShardKey and ErrClosed;
+// ledger this coordinator was not given: with ErrUnknownLedger; credits
+// of several assets past MaxInt64 in all), ErrTxnNotFound,
+// ErrNotRefundable (see there), ErrRefundExceeded (reversed, or refunded
+// in part, already), ErrKeyConflict, ErrShardKey and ErrClosed;
 // the reversal itself canceled, Transfer's refusals (ErrInsufficientFunds,
 // ErrLimitExceeded, ErrAssetMismatch, ErrAccountNotFound,
 // ErrBalanceOverflow, ErrInvalidAccount, ErrTooLate, ErrCanceled);
@@ -63,19 +70,15 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 			}
 		}
 	}
-	t, err := c.reverseTxn(r)
+	// What it moved is reserved in its refund book (see Refund): a
+	// transfer refunded in part cannot be reversed whole, and one of
+	// several assets, whole or not at all, is reversed once.
+	base, err := wholeBase(r)
 	if err != nil {
 		return nil, err
 	}
-	// What it moved is reserved in its refund book (see Refund): a
-	// transfer refunded in part cannot be reversed whole. One of several
-	// assets, which Refund refuses, has no book.
-	base, err := refundBase(r)
-	if err != nil {
-		base = -1
-	}
 	if tc.keyed {
-		return c.reverse(ctx, r, t, base, tc.key, opts)
+		return c.reverse(ctx, r, base, tc.key, opts)
 	}
 	for n := 1; n <= maxReverseAttempts; n++ {
 		key := "reverse:" + id.Hex()
@@ -90,36 +93,50 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 		case prior.State == StateCanceled:
 			continue // that attempt failed: the next key is a new attempt
 		}
-		return c.reverse(ctx, r, t, base, key, opts)
+		return c.reverse(ctx, r, base, key, opts)
 	}
 	return nil, errorf("twopc: reverse %s: %d attempts were canceled", id.Hex(), maxReverseAttempts)
 }
 
-// reverseTxn is the transfer that undoes committed transfer r: what it
-// moved (a capture of a hold is a transfer of its parts; a hold itself is
-// refused before this).
-func (c *Coordinator) reverseTxn(r *record) (Txn, error) {
-	legs := r.txn().SettledLegs()
-	if len(r.Legs) == 0 {
-		return Txn{Source: r.Destination, Destination: r.Source, Value: legs[1].Amount, Asset: r.Asset, RefundOf: r.ID}, nil
-	}
-	for i := range legs {
-		legs[i].Amount = -legs[i].Amount
-	}
-	t, err := c.legsTxn(legs)
-	t.RefundOf = r.ID
-	return t, err
+// reverse makes the reversal of r under key: with what it moves reserved
+// in r's refund book (base, what r moved: see wholeBase), as the refund of
+// all of base, whose legs the book gives (every leg whole, when nothing
+// was refunded; otherwise it is ErrRefundExceeded).
+func (c *Coordinator) reverse(ctx context.Context, r *record, base int64, key string, opts []TransferOption) (*Txn, error) {
+	return c.refund(ctx, r, base, base, key, true, opts)
 }
 
-// reverse makes t, the reversal of r, under key: with what it moves
-// reserved in r's refund book (base, what r moved; -1: no book), as the
-// refund of all of base, whose legs the book gives (t's, when nothing
-// was refunded; otherwise it is ErrRefundExceeded).
-func (c *Coordinator) reverse(ctx context.Context, r *record, t Txn, base int64, key string, opts []TransferOption) (*Txn, error) {
-	if base < 0 {
-		return c.startKeyed(ctx, t, key, opts, nil)
+// wholeBase is what committed transfer r credited, by its settled legs,
+// whatever their assets: the base of its refund book. For a transfer of
+// one asset it is what it moved (refundBase); for one of several, a sum
+// of amounts of different assets that only a refund of all of it (the
+// reversal: every leg whole) ever reserves, so the book is whole or
+// nothing, and reversed once whatever keys ask.
+// Credits of several assets past MaxInt64 in all are ErrInvalidTransfer.
+func wholeBase(r *record) (int64, error) {
+	var base int64
+	for _, l := range r.txn().SettledLegs() {
+		if l.Amount > 0 {
+			if base > math.MaxInt64-l.Amount {
+				return 0, errorf("%w: reverse %s: its credits, of several assets, sum past MaxInt64: reverse it by TransferLegs", ErrInvalidTransfer, r.ID.Hex())
+			}
+			base += l.Amount
+		}
 	}
-	return c.refund(ctx, r, base, base, key, true, opts)
+	return base, nil
+}
+
+// refundAmount is what refund t reserved in its transfer's book: what it
+// credits, whatever its assets (see wholeBase); for a refund of one asset,
+// its Value.
+func refundAmount(t *Txn) int64 {
+	var amount int64
+	for _, l := range t.AllLegs() {
+		if l.Amount > 0 {
+			amount += l.Amount
+		}
+	}
+	return amount
 }
 
 // startKeyed makes t, a transfer the library built (its asset, if any,

@@ -76,7 +76,13 @@ const refundsSuffix = schema.RefundsSuffix
 // and gives the reservation back. (Giving it back at once could let a
 // refund of the same key made meanwhile by another process go unreserved.)
 // A refund refused by the book (ErrRefundExceeded) reserves and writes
-// nothing, and leaves its key free. The book is kept for good (at most MaxRefunds entries), whatever
+// nothing, and leaves its key free. The book's writes are retried on
+// transient errors, and after one whose outcome is unknown the book is
+// read back (an entry of the refund's own id and amount: reserved
+// already, the refund goes on); a keyed refund whose call fails so is
+// answered by its repeat at once, and an unkeyed one settles its own id
+// before it returns (Cancel's placeholder, then the release), so its
+// amount is refundable again at once. The book is kept for good (at most MaxRefunds entries), whatever
 // WithHistory does to the transfer. The whole call is bounded as Transfer
 // is (WithCallTimeout).
 //
@@ -304,6 +310,9 @@ func (c *Coordinator) refundAs(ctx context.Context, r *record, base int64, ask r
 		ask.ID = refundID
 		take, err := c.books.reserve(ctx, r.ID, amounts, base, ask)
 		if err != nil {
+			if !keyed && !errors.Is(err, ErrRefundExceeded) && !errors.Is(err, ErrKeyConflict) {
+				c.books.settle(ctx, r.ID, refundID, amount) // its reservation may have applied
+			}
 			return nil, err
 		}
 		if t, err = c.refundTxn(r, legs, take, amount); err != nil {

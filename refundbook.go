@@ -151,6 +151,13 @@ func (bk *refundBooks) reserve(ctx context.Context, id bson.ObjectID, legs []int
 			})
 		}
 		if err != nil {
+			// The write's outcome is unknown (it may have applied before
+			// it failed): the book read back says.
+			if got, rerr := bk.readBook(ctx, id); rerr == nil && got != nil {
+				if i := slices.IndexFunc(got.Refunds, func(x refundEntry) bool { return x.ID == e.ID && x.Amount == e.Amount }); i >= 0 {
+					return got.Refunds[i].Legs, nil // reserved already
+				}
+			}
 			return nil, errorf("twopc: refund %s: reserve: %w", id.Hex(), err)
 		}
 		if applied {
@@ -262,6 +269,23 @@ func (bk *refundBooks) sweepBook(ctx context.Context, book *refundBook) (int, er
 		}
 	}
 	return released, nil
+}
+
+// settle settles refund refundID of amount of transfer id, unkeyed, whose
+// call fails with its reservation's outcome unknown: no other call knows
+// its key, so nothing will make it. Cancel's placeholder first (a late
+// insert of it can then never move money, and a reservation of it applied
+// late is given back by the next sweep, which finds it canceled), then the
+// release, so the amount is refundable again at once. On a context of its
+// own: the call's may have ended. A failure leaves it to sweepBook.
+func (bk *refundBooks) settle(ctx context.Context, id, refundID bson.ObjectID, amount int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	txn, err := NewCanceler(bk.c).Cancel(ctx, refundID)
+	if err != nil || txn.State != StateCanceled {
+		return
+	}
+	bk.release(ctx, id, refundID, amount)
 }
 
 // releaseRefund gives back the reservation of refund r, just canceled.

@@ -56,3 +56,53 @@ func ExampleCoordinator_Refund() {
 	// seller 45
 	// fees 5
 }
+
+// ExampleCoordinator_RefundLegs refunds an order in part: first the
+// seller's part of one item only, the platform's fee kept, then the rest,
+// which takes from each leg what it has left, so every party ends where it
+// started.
+func ExampleCoordinator_RefundLegs() {
+	ctx := context.Background()
+	db, cleanup := exampleDatabase(ctx, "twopc_example_refund_legs")
+	defer cleanup()
+	c, _ := twopc.NewCoordinator(db, twopc.WithSyncSettle())
+	defer c.Close(ctx)
+	_ = c.OpenAccount(ctx, "buyer", 1000)
+	_ = c.OpenAccount(ctx, "seller", 0)
+	_ = c.OpenAccount(ctx, "fees", 0)
+
+	order, err := c.TransferLegs(ctx, []twopc.Leg{
+		{Account: "buyer", Amount: -400},
+		{Account: "seller", Amount: 360},
+		{Account: "fees", Amount: 40},
+	}, twopc.WithKey("order/18"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// One item returned: the seller gives back its 100, the fee is kept.
+	item, err := c.RefundLegs(ctx, order.ID, []twopc.Leg{{Account: "seller", Amount: 100}}, twopc.WithKey("order/18/refund/item"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("item:", item.Legs)
+	// The order canceled: the rest, from what each leg has left.
+	left, _ := c.Refundable(ctx, order.ID)
+	rest, err := c.Refund(ctx, order.ID, left, twopc.WithKey("order/18/refund/rest"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("rest:", rest.Legs)
+	left, _ = c.Refundable(ctx, order.ID)
+	fmt.Println("left to refund", left)
+	for _, id := range []string{"buyer", "seller", "fees"} {
+		bal, _ := c.Balance(ctx, id)
+		fmt.Println(id, bal)
+	}
+	// Output:
+	// item: [buyer +100 seller -100]
+	// rest: [buyer +300 seller -260 fees -40]
+	// left to refund 0
+	// buyer 1000
+	// seller 0
+	// fees 0
+}

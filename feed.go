@@ -1,7 +1,7 @@
 package twopc
 
-// A durable change feed: every event of the transactions created since the
-// feed was, numbered into batches by one sequencer at a time (Run), read in
+// A durable change feed: every event of the transactions that reached one
+// since the feed began (by the log server's clock), numbered into batches by one sequencer at a time (Run), read in
 // batch order by any number of readers (Read, All, Subscribe), none
 // skipped, at least once. See PROTOCOL.md, "Change feed".
 
@@ -176,7 +176,7 @@ func (f *Feed) Name() string { return f.name }
 // feedDoc is a feed's document in the feeds collection.
 type feedDoc struct {
 	ID           string    `bson:"_id"`
-	Since        time.Time `bson:"since"` // the feed numbers the transactions created since
+	Since        time.Time `bson:"since"` // the server's clock when the feed was made: it numbers the transactions whose eventAt is at or after it
 	Epoch        int64     `bson:"epoch"` // the sequencer's lease: 0 before the first
 	Holder       string    `bson:"holder,omitempty"`
 	LeaseMs      int64     `bson:"leaseMs"`
@@ -322,19 +322,19 @@ const (
 )
 
 // feedIndexName is the name of the index of feed name's tags in slot.
-func feedIndexName(name, slot string) string { return feedField(name, slot) + "_1_created_1" }
+func feedIndexName(name, slot string) string { return feedField(name, slot) + "_1_eventAt_1" }
 
 // feedIndexKeys is the index of feed name's tags in slot: the search for
-// events not yet numbered ({tag: null, created ≥ since}) and a reader's
+// events not yet numbered ({tag: null, eventAt ≥ since}) and a reader's
 // read of a batch ({tag: t}) are both read by it.
 func feedIndexKeys(name, slot string) bson.D {
-	return bson.D{{Key: feedField(name, slot), Value: 1}, {Key: fieldCreated, Value: 1}}
+	return bson.D{{Key: feedField(name, slot), Value: 1}, {Key: fieldEventAt, Value: 1}}
 }
 
 // FeedStatus is what a feed's document and the log say of it (Status).
 type FeedStatus struct {
 	Name      string
-	Since     time.Time // the feed numbers the transactions created since
+	Since     time.Time // the log server's clock when the feed was made: it numbers the transactions that moved to held, applied or canceled since (see Run)
 	Published int64     // the last batch readers may read
 	Epoch     int64     // the sequencer's epoch: raised by each takeover
 	Holder    string    // the sequencer holding the lease ("" if none)

@@ -323,7 +323,7 @@ func TestFeedReadsByIndex(t *testing.T) {
 		text, scans := planScans(t, b.db, cmd)
 		assert.False(t, scans, "a scan of the log for %s:\n%s", cmd, text)
 		switch {
-		case strings.Contains(filter, `"$in"`) && strings.Contains(filter, "created") && strings.Contains(filter, "null"):
+		case strings.Contains(filter, `"$in"`) && strings.Contains(filter, "eventAt") && strings.Contains(filter, "null"):
 			kinds["search"]++
 		case strings.Contains(filter, `"$in"`):
 			kinds["orphans"]++

@@ -15,8 +15,8 @@ import (
 )
 
 // feedsAllow returns those of recs (final transactions about to leave the
-// log) that every feed lets go at server time now: a feed numbers a
-// transaction created at or after its since, and lets it go once both of
+// log) that every feed lets go at server time now: a feed numbers the
+// transactions its scans find (feedMember), and lets one go once both of
 // its slots hold a tag the feed published (or tagNone) and the
 // transaction's time to keep (KeepMs) has passed since that publication
 // (publishedBy: a time at or after it). Before it returns, each feed's gone is
@@ -71,7 +71,7 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record, now time.T
 		let := true
 		for i := range feeds {
 			d := &feeds[i]
-			if r.Created.Before(d.Since) {
+			if !feedMember(r, d) {
 				continue // not this feed's
 			}
 			name := d.name()
@@ -115,3 +115,11 @@ func (c *Coordinator) feedsAllow(ctx context.Context, recs []*record, now time.T
 	}
 	return out, nil
 }
+
+// feedMember reports whether feed d numbers r's events, by the rule its
+// scans read (scanWaiting): r's eventAt, the log server's stamp of its
+// last move to held, applied or canceled, at or after d's since, also the
+// server's clock. No host's clock decides it (created, a coordinator's
+// stamp, does not). For a final transaction, as history reads, eventAt no
+// longer changes: the scans and history agree on it.
+func feedMember(r *record, d *feedDoc) bool { return !r.EventAt.IsZero() && !r.EventAt.Before(d.Since) }

@@ -18,8 +18,7 @@ import (
 )
 
 // Run is the feed's sequencer: it blocks, numbering the events of the
-// transactions created since the feed was first run into batches that
-// readers read, until ctx is done (it returns ctx's error) or the feed is
+// feed's transactions into batches that readers read, until ctx is done (it returns ctx's error) or the feed is
 // deleted (ErrFeedDeleted). One Run numbers a feed at a time, across
 // processes: the others wait for its lease (WithFeedLease) to lapse, and
 // take over. A sequencer taken over, or stopped anywhere, never makes a
@@ -47,6 +46,17 @@ import (
 // does, with an error that says the server could not be reached within
 // that bound; a tag whose write it cut may land later, and the next
 // sequencer numbers it again, as it does a taken-over sequencer's.
+//
+// A transaction is the feed's when its last move to held, applied or
+// canceled (the moves that give it an event) was stamped by the log
+// server's clock at or after the feed's since, the server's clock when
+// the feed was first run; then each of its events is numbered (a hold
+// held before the feed began and ended after has its held event too). No
+// coordinator's clock decides it: a transfer a coordinator whose clock
+// stepped back stamped (created) before the feed began, committed after,
+// is the feed's. On a sharded log the stamp is the clock of the shard
+// that holds the transaction, since the router's: a move more than their
+// skew after the feed began is the feed's.
 func (f *Feed) Run(ctx context.Context) (err error) {
 	if f.err != nil {
 		return f.err
@@ -425,10 +435,12 @@ func skipped(skip map[bson.ObjectID]bool) bson.A {
 	return ids
 }
 
-// scanWaiting reads up to WithFeedBatch transactions created since the
-// feed whose slot has no tag and will have no other event than it shows
-// (a query for a missing field matches null: the index's null range holds
-// the transactions in flight, the held holds, and those waiting).
+// scanWaiting reads up to WithFeedBatch transactions of the feed (their
+// eventAt, the server's stamp of their last move to held, applied or
+// canceled, at or after its since) whose slot has no tag and will have no
+// other event than it shows (a query for a missing field matches null:
+// the index's null range holds the transactions in flight, the held
+// holds, and those waiting).
 func (f *Feed) scanWaiting(ctx context.Context, d *feedDoc, slot string, skip map[bson.ObjectID]bool, add func(bson.Raw) error) (int, error) {
 	states := bson.A{StateApplied, StateDone, StateCanceled}
 	if slot == slotHeld {
@@ -436,7 +448,7 @@ func (f *Feed) scanWaiting(ctx context.Context, d *feedDoc, slot string, skip ma
 	}
 	filter := bson.D{
 		{Key: feedField(f.name, slot), Value: nil},
-		{Key: fieldCreated, Value: bson.D{{Key: "$gte", Value: d.Since}}},
+		{Key: fieldEventAt, Value: bson.D{{Key: "$gte", Value: d.Since}}},
 		{Key: fieldState, Value: bson.D{{Key: "$in", Value: states}}},
 	}
 	if len(skip) > 0 {

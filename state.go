@@ -118,6 +118,7 @@ const (
 	fieldHeldAt        = schema.HeldAt
 	fieldOnAccounts    = schema.OnAccounts
 	fieldRefundOf      = schema.RefundOf
+	fieldEventAt       = schema.EventAt
 )
 
 // record is a transaction document as stored: the public Txn plus what the
@@ -139,6 +140,12 @@ type record struct {
 	// ($currentDate): the time a statement orders the transfer's entries
 	// by. Zero before it committed.
 	CommittedAt time.Time `bson:"committedAt,omitempty"`
+	// EventAt is when the transaction last moved to held, applied or
+	// canceled, stamped by the log server's clock in that move
+	// ($currentDate, beside lastModified): a change feed numbers the
+	// transactions whose EventAt is at or after its since. Zero for a
+	// transaction that never made such a move (a placeholder).
+	EventAt time.Time `bson:"eventAt,omitempty"`
 	// LeaseMs is the longest StaleAfter of any process that claimed the
 	// transaction: takeover and Cancel judge staleness by it, so a process
 	// configured with a short StaleAfter cannot take a transaction another
@@ -262,7 +269,8 @@ func (m move) filter(id bson.ObjectID) bson.D {
 }
 
 // update is the write of m: the new state, the extra fields, a new claim if
-// taken, and lastModified from the server's clock.
+// taken, and lastModified from the server's clock (committedAt too on a
+// commit, and eventAt on a move that gives the transaction an event).
 func (m move) update() bson.D {
 	set := bson.D{{Key: fieldState, Value: m.to}}
 	if !m.newClaim.IsZero() {
@@ -275,6 +283,11 @@ func (m move) update() bson.D {
 	stamps := bson.D{{Key: fieldLastModified, Value: true}}
 	if m.to == StateApplied {
 		stamps = append(stamps, bson.E{Key: fieldCommittedAt, Value: true})
+	}
+	if m.to != m.from && (m.to == StateHeld || m.to == StateApplied || m.to == StateCanceled) {
+		// The moves that give a transaction an event: a feed's
+		// membership, by the server's clock (see Feed).
+		stamps = append(stamps, bson.E{Key: fieldEventAt, Value: true})
 	}
 	if m.stampHeldAt {
 		stamps = append(stamps, bson.E{Key: fieldHeldAt, Value: true})

@@ -15,7 +15,7 @@ import (
 // feedStatusJSON is a feed as status prints it (Feed.Status).
 type feedStatusJSON struct {
 	Name      string     `json:"name"`
-	Since     time.Time  `json:"since"`     // it numbers the transactions created since
+	Since     time.Time  `json:"since"`     // it numbers the events since (the log server's clock)
 	Published int64      `json:"published"` // the last batch readers may read
 	Epoch     int64      `json:"epoch"`     // raised by each takeover of its sequencer
 	Holder    string     `json:"holder"`    // the sequencer holding the lease; "" if none

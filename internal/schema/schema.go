@@ -61,6 +61,10 @@ const (
 	HeldAt        = "heldAt"     // when a hold became held, by the server's clock
 	OnAccounts    = "onAccounts" // a held hold whose legs recovery found on their accounts
 	RefundOf      = "refundOf"   // a refund's transfer (see Refund)
+	// EventAt is when the transaction last moved to held, applied or
+	// canceled (the moves that give it an event), by the log server's
+	// clock: a change feed's membership (at or after its since).
+	EventAt = "eventAt"
 )
 
 // Field names of account documents (see the root package's account.go for

@@ -24,8 +24,8 @@
 // library refuses, or a group that fell behind what the log keeps
 // (twopc.ErrFeedTruncated).
 //
-// A feed numbers the transactions created since its sequencer first ran
-// (Feed.Run), and its events reach subscribers only once it numbered them:
+// A feed numbers the events since its sequencer first ran (Feed.Run; by
+// the log server's clock), and its events reach subscribers only once it numbered them:
 // one sequencer runs per feed, anywhere. -sequencer runs it in this
 // process, beside the subscriber (started again after a backoff too).
 //

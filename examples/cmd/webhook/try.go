@@ -20,8 +20,8 @@ import (
 // transfer of 100 from A to B (with a key and metadata), one of 5000
 // (more than A has: canceled), and a hold of 50 from A to B, left held for
 // the operators' tool to capture or void. The feed has their events if
-// its sequencer ran before: it numbers the transactions created since its
-// first run.
+// its sequencer ran before: it numbers the events since its first run
+// (by the log server's clock).
 func try(ctx context.Context, cfg config, out io.Writer) error {
 	c, closeAll, err := connect(cfg)
 	if err != nil {

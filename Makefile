@@ -33,7 +33,8 @@ test:
 # test over SOAK_REPLAY transfers, every write command delivered again; the
 # repeats' acceptance run, 200 keyed calls of each kind cut short and each
 # repeated at once in the coordinator that made it, another, or another
-# process.
+# process; the refunds' acceptance run, 150 transfers of 2 to 5 legs each
+# refunded in 1 to 10 parts from two coordinators at once, then to zero.
 SOAK_TRANSFERS ?= 1500
 SOAK_REPLAY    ?= 600
 SOAK_HISTORY   ?= 20000

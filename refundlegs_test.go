@@ -1,12 +1,15 @@
 package twopc_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/mongotest"
 )
 
 // TestRefundByLegSellerOnly: a sale buyer −100, seller +67, fees +33, the
@@ -165,4 +168,39 @@ func TestRefundByLegRepeat(t *testing.T) {
 	require.ErrorIs(t, err, twopc.ErrKeyConflict)
 	assert.Equal(t, int64(60), refundable(t, b.c, sale.ID))
 	assert.Len(t, b.book(sale.ID).Refunds, 2)
+}
+
+// TestRefundByLegRepeatFromItsEntry: a keyed refund by leg whose call
+// failed with its reservation in the book (its reply came after the
+// call's context ended) and no transaction: its repeat takes the legs of
+// its own entry, never computed again, though a refund since changed what
+// the payers have left; the key with other amounts of the legs is
+// ErrKeyConflict, and reserves nothing.
+func TestRefundByLegRepeatFromItsEntry(t *testing.T) {
+	ctx := testCtx(t)
+	b := newFaultBank(t, twopc.WithFrozenMark(), twopc.WithSyncSettle())
+	b.open(map[string]int64{"x": 50, "y": 50, "seller": 0, "fees": 0})
+	sale, err := b.c.TransferLegs(ctx, []twopc.Leg{{Account: "x", Amount: -50}, {Account: "y", Amount: -50}, {Account: "seller", Amount: 67}, {Account: "fees", Amount: 33}})
+	require.NoError(t, err)
+	_, err = b.c.Refund(ctx, sale.ID, 10) // the book exists: a reservation is an update
+	require.NoError(t, err)
+	require.NoError(t, b.server.Faults.Add(ctx, mongotest.Fault{Command: "update", Kind: mongotest.Delay, Delay: 2 * time.Second, Count: 1}))
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	asked := []twopc.Leg{{Account: "seller", Amount: 31}}
+	_, err = b.c.RefundLegs(short, sale.ID, asked, twopc.WithKey("item/3"))
+	cancel()
+	require.Error(t, err)
+	book := b.book(sale.ID)
+	require.Len(t, book.Refunds, 2, "reserved, with no transaction")
+	entry := book.Refunds[1].Legs
+	_, err = b.c.RefundLegs(ctx, sale.ID, []twopc.Leg{{Account: "x", Amount: 3}}) // the payers' left moves
+	require.NoError(t, err)
+
+	_, err = b.c.RefundLegs(ctx, sale.ID, []twopc.Leg{{Account: "seller", Amount: 21}, {Account: "fees", Amount: 10}}, twopc.WithKey("item/3"))
+	require.ErrorIs(t, err, twopc.ErrKeyConflict)
+	again, err := b.c.RefundLegs(ctx, sale.ID, asked, twopc.WithKey("item/3"))
+	require.NoError(t, err)
+	assert.Equal(t, map[any]int64{"x": entry[0], "y": entry[1], "seller": -31}, refundLegs(again), "its entry's legs")
+	assert.Len(t, b.book(sale.ID).Refunds, 3)
+	assert.Equal(t, int64(100-10-31-3), refundable(t, b.c, sale.ID))
 }

@@ -147,6 +147,16 @@ func WithFeedPoll(d time.Duration) FeedOption {
 
 // Feed is a named change feed of the coordinator's log. Its methods are
 // safe for concurrent use; a Feed holds no state between calls.
+//
+// Its order is causal, across batches too: a hold's held event comes
+// before its captures' and its own end (voided, expired), and a transfer's
+// committed (or a capture's captured) event before its refunds' and
+// reversals', in an earlier batch or earlier in the same one; within a
+// batch, after that, by the log server's stamp of the move that settled
+// each event (heldAt, eventAt), then by transaction. Events with no cause
+// between them are in the order the sequencer's scans found them (oldest
+// first by that stamp), not in commit order across batches: a move
+// visible late is numbered late.
 type Feed struct {
 	c    *Coordinator
 	name string

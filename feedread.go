@@ -1,10 +1,10 @@
 package twopc
 
 // Reading a feed: only published batches, in number order; within a
-// batch by the transaction's id (which begins with its creation time), a
-// hold's held event before its end: never by the event's own time, which
-// can move (a cancel's is its lastModified, which a late copy of its
-// insert refreshes), where a position must not. A batch's events are
+// batch each event after its cause, then by the server's stamp of the move
+// that settled it (sortBatch): never by Event.At, which can move (a
+// cancel's is its lastModified, which a late copy of its insert
+// refreshes), where a position must not. A batch's events are
 // fixed once it is published (its run tags nothing more for it, and no
 // other run's tag is taken for it), so a position is a batch and how
 // many of its events were read.
@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -145,14 +146,10 @@ func (f *Feed) read1(ctx context.Context, after Position, limit int) ([]Event, P
 	return out, pos.String(), nil
 }
 
-// readBatch returns the events of published batch b in their order: by
-// the transaction's id, a hold's held event before its end.
+// readBatch returns the events of published batch b in their order (see
+// sortBatch).
 func (f *Feed) readBatch(ctx context.Context, d *feedDoc, b int64) ([]Event, error) {
 	tag := feedTag(b, d.owner(b))
-	type found struct {
-		e    Event
-		slot string
-	}
 	var all []found
 	for _, slot := range feedSlots {
 		field := feedField(f.name, slot)
@@ -178,24 +175,100 @@ func (f *Feed) readBatch(ctx context.Context, d *feedDoc, b int64) ([]Event, err
 			default:
 				txn.State = StateApplied
 			}
-			all = append(all, found{e: Event{ID: eventID(&r, kind), Kind: kind, Txn: *txn, At: at}, slot: slot})
+			all = append(all, found{e: Event{ID: eventID(&r, kind), Kind: kind, Txn: *txn, At: at}, slot: slot, rec: &r})
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
-	slices.SortFunc(all, func(x, y found) int {
-		if c := bytes.Compare(x.e.Txn.ID[:], y.e.Txn.ID[:]); c != 0 {
-			return c
-		}
-		return strings.Compare(x.slot, y.slot) // "h" before "x"
-	})
+	sortBatch(all)
 	out := make([]Event, len(all))
 	for i, x := range all {
 		out[i] = x.e
 	}
 	return out, nil
+}
+
+// found is an event of a batch read, with its slot and its transaction
+// as read.
+type found struct {
+	e    Event
+	slot string
+	rec  *record
+}
+
+// sortBatch orders a batch's events: each after its cause in the batch (a
+// hold's end after its held event, a capture after its hold's held event,
+// a refund or a reversal after its transfer's event), and otherwise by the
+// time of the move that settled each (the server's stamp: heldAt for a
+// held event, eventAt for a final one), then by transaction and slot. An
+// event's key is the later of its own time and its cause's key, and its
+// depth one more than its cause's, so a cause sorts first. Every input is
+// fixed once the batch is published (a settled slot's move is not made
+// again; a late copy's insert refreshes lastModified, never these), so a
+// position never moves.
+func sortBatch(all []found) {
+	type key struct {
+		at    time.Time
+		depth int
+	}
+	at := map[string]int{} // id.slot → index in all
+	for i, x := range all {
+		at[x.rec.ID.Hex()+"."+x.slot] = i
+	}
+	keys := make([]*key, len(all))
+	var keyOf func(i, guard int) key
+	keyOf = func(i, guard int) key {
+		if keys[i] != nil {
+			return *keys[i]
+		}
+		x := all[i]
+		k := key{at: x.rec.EventAt}
+		if x.slot == slotHeld {
+			k.at = x.rec.HeldAt
+		}
+		var cause string
+		if x.slot == slotFinal {
+			if p, slot, ok := causeOf(x.rec); ok {
+				cause = p.Hex() + "." + slot
+			} else if x.rec.Hold {
+				cause = x.rec.ID.Hex() + "." + slotHeld
+			}
+		}
+		if j, ok := at[cause]; ok && guard < len(all) {
+			c := keyOf(j, guard+1)
+			if c.at.After(k.at) {
+				k.at = c.at
+			}
+			k.depth = c.depth + 1
+		}
+		keys[i] = &k
+		return k
+	}
+	idx := make([]int, len(all))
+	for i := range all {
+		keyOf(i, 0)
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(i, j int) int {
+		x, y := keys[i], keys[j]
+		if c := x.at.Compare(y.at); c != 0 {
+			return c
+		}
+		if c := x.depth - y.depth; c != 0 {
+			return c
+		}
+		if c := bytes.Compare(all[i].rec.ID[:], all[j].rec.ID[:]); c != 0 {
+			return c
+		}
+		return strings.Compare(all[i].slot, all[j].slot) // "h" before "x"
+	})
+	sorted := make([]found, len(all))
+	for n, i := range idx {
+		sorted[n] = all[i]
+	}
+	copy(all, sorted)
 }
 
 // All returns the events after position after, following the feed: when

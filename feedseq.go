@@ -25,10 +25,11 @@ import (
 // reader skip an event: a tag it wrote and did not publish is numbered
 // again by the next.
 //
-// Each round numbers what one scan found: an event acknowledged before
-// the scan for batch k began is in batch k or an earlier one, unless that
-// scan found WithFeedBatch transactions or more (the next round, at once,
-// takes the rest). It costs one write per transaction numbered (its held
+// Each round numbers what one scan found, oldest first by the server's
+// stamp: an event acknowledged before the scan for batch k began is in
+// batch k or an earlier one, unless that scan found WithFeedBatch
+// transactions or more (the next round, at once, takes the rest). Causes
+// come first, across batches too (see Feed). It costs one write per transaction numbered (its held
 // and final events together when both wait); per round two reads of the
 // events waiting and two per hundred orphans the feed had; per batch one
 // write of the feed's document (its publication, which stamps its lease),
@@ -252,21 +253,12 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 	cands := map[bson.ObjectID]*candidate{}
 	var order []bson.ObjectID
 	add := func(raw bson.Raw) error {
-		var r record
-		if err := bson.Unmarshal(raw, &r); err != nil {
+		cd, err := f.candidate(raw)
+		if err != nil || cands[cd.rec.ID] != nil {
 			return err
 		}
-		if cands[r.ID] != nil {
-			return nil
-		}
-		cd := &candidate{rec: &r, tags: map[string]string{}}
-		for _, slot := range feedSlots {
-			if s, ok := raw.Lookup(feedField(f.name, slot)).StringValueOK(); ok {
-				cd.tags[slot] = s
-			}
-		}
-		cands[r.ID] = cd
-		order = append(order, r.ID)
+		cands[cd.rec.ID] = cd
+		order = append(order, cd.rec.ID)
 		return nil
 	}
 	orphans := map[string]bool{}
@@ -287,6 +279,12 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 			return false, err
 		}
 		full = full || n >= f.cfg.batch
+	}
+	// Causal order: each cause the feed numbers in this batch or an
+	// earlier one, before its consequences (feedcausal.go).
+	order, pairs, err := sq.order(ctx, cands, order, orphans)
+	if err != nil {
+		return false, err
 	}
 	tag := feedTag(k, d.Run)
 	var models []mongo.WriteModel
@@ -345,6 +343,9 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 		}
 		f.c.logger.Warn("twopc: feed: the server refused a tag", "feed", f.name, "transaction", id, "err", e)
 	}
+	if err := sq.confirm(ctx, pairs, tag, orphans); err != nil {
+		return false, err
+	}
 	if modified == 0 {
 		// Nothing changed: published only if a tag of this batch is there
 		// (a first attempt whose reply was lost wrote it), else nothing
@@ -380,110 +381,12 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 	return full, f.step(feedPublished)
 }
 
-// tagUnknown reports whether e, a tag statement's error, leaves its
-// outcome unknown (the command not answered, or a transient error): not
-// a refusal by the server.
-func tagUnknown(e error) bool {
-	var we mongo.WriteError
-	return !errors.As(e, &we) || transientCodes[we.Code]
-}
-
 // step calls the test's hook, if any.
 func (f *Feed) step(s feedStep) error {
 	if f.cfg.hook == nil {
 		return nil
 	}
 	return f.cfg.hook(s)
-}
-
-// scanOrphans reads up to limit transactions that hold a tag an epoch
-// taken over left unpublished, a hundred tags a read, but those in skip
-// (their tag refused by the server in this epoch: rescanning them would
-// fill every round and starve the others), and returns how many it read.
-func (f *Feed) scanOrphans(ctx context.Context, d *feedDoc, limit int, skip map[bson.ObjectID]bool, add func(bson.Raw) error) (int, error) {
-	var tags bson.A
-	for _, o := range d.Orphans {
-		tags = append(tags, feedTag(o.From, o.E))
-	}
-	n := 0
-	for start := 0; start < len(tags) && n < limit; start += 100 {
-		chunk := tags[start:min(start+100, len(tags))]
-		for _, slot := range feedSlots {
-			if n >= limit {
-				break
-			}
-			filter := bson.D{{Key: feedField(f.name, slot), Value: bson.D{{Key: "$in", Value: chunk}}}}
-			if len(skip) > 0 {
-				filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$nin", Value: skipped(skip)}}})
-			}
-			got, err := f.scan(ctx, filter, limit-n, add)
-			if err != nil {
-				return n, err
-			}
-			n += got
-		}
-	}
-	return n, nil
-}
-
-// skipped is skip's transactions, for a filter's $nin.
-func skipped(skip map[bson.ObjectID]bool) bson.A {
-	ids := bson.A{}
-	for id := range skip {
-		ids = append(ids, id)
-	}
-	return ids
-}
-
-// scanWaiting reads up to WithFeedBatch transactions of the feed (their
-// eventAt, the server's stamp of their last move to held, applied or
-// canceled, at or after its since) whose slot has no tag and will have no
-// other event than it shows (a query for a missing field matches null:
-// the index's null range holds the transactions in flight, the held
-// holds, and those waiting).
-func (f *Feed) scanWaiting(ctx context.Context, d *feedDoc, slot string, skip map[bson.ObjectID]bool, add func(bson.Raw) error) (int, error) {
-	states := bson.A{StateApplied, StateDone, StateCanceled}
-	if slot == slotHeld {
-		states = append(states, StateHeld)
-	}
-	filter := bson.D{
-		{Key: feedField(f.name, slot), Value: nil},
-		{Key: fieldEventAt, Value: bson.D{{Key: "$gte", Value: d.Since}}},
-		{Key: fieldState, Value: bson.D{{Key: "$in", Value: states}}},
-	}
-	if len(skip) > 0 {
-		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$nin", Value: skipped(skip)}}})
-	}
-	return f.scan(ctx, filter, f.cfg.batch, add)
-}
-
-// scan reads the transactions filter matches (at most limit, 0: all) and
-// adds each; it returns how many it read. It is bounded by the read bound
-// (WithReadTimeout), unless ctx's deadline comes first (a Read's).
-func (f *Feed) scan(ctx context.Context, filter bson.D, limit int, add func(bson.Raw) error) (int, error) {
-	n := 0
-	ctx, b := f.c.readBound(ctx, f.readName())
-	defer b.end()
-	err := f.c.retry(ctx, func(ctx context.Context) error {
-		n = 0
-		opts := options.Find()
-		if limit > 0 {
-			opts.SetLimit(int64(limit))
-		}
-		cur, err := f.c.log.txns.Find(ctx, filter, opts)
-		if err != nil {
-			return err
-		}
-		defer cur.Close(ctx)
-		for cur.Next(ctx) {
-			n++
-			if err := add(cur.Current); err != nil {
-				return err
-			}
-		}
-		return cur.Err()
-	})
-	return n, b.explain(err)
 }
 
 // tagModel is the write that tags cd's slots for the batch of tag: each

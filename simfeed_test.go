@@ -42,7 +42,9 @@ func startSimFeed(t *testing.T, ctx context.Context, log *mongo.Database, newApp
 // captured event for each transaction that committed (a hold's end by its
 // captures is its captures' events), one held event for each hold held,
 // one for each end of a hold voided or expired, and none for a
-// transaction that did not reach its kind.
+// transaction that did not reach its kind; and each event after its cause
+// (a hold's end and its captures after its held event, a refund after its
+// transfer's event) when the feed has it.
 func checkSimFeed(t *testing.T, c *twopc.Coordinator, log *mongo.Database) (events int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -68,6 +70,7 @@ func checkSimFeed(t *testing.T, c *twopc.Coordinator, log *mongo.Database) (even
 	require.NoError(t, log.Collection("transactions_feeds").FindOne(ctx, bson.D{{Key: "_id", Value: "feed:" + simFeedName}}).Decode(&since))
 
 	got := map[string]twopc.Event{}
+	place := map[string]int{} // an event's place in the feed
 	var pos twopc.Position
 	for {
 		evs, next, err := f.Read(ctx, pos, 1000)
@@ -79,12 +82,13 @@ func checkSimFeed(t *testing.T, c *twopc.Coordinator, log *mongo.Database) (even
 			_, dup := got[e.ID]
 			require.False(t, dup, "event %s read twice from one reader", e.ID)
 			got[e.ID] = e
+			place[e.ID] = len(place)
 		}
 		pos = next
 	}
 
 	want := map[string]bool{}
-	cur, err := log.Collection("transactions").Find(ctx, bson.D{{Key: "created", Value: bson.D{{Key: "$gte", Value: since.Since}}}})
+	cur, err := log.Collection("transactions").Find(ctx, bson.D{{Key: "eventAt", Value: bson.D{{Key: "$gte", Value: since.Since}}}})
 	require.NoError(t, err)
 	for cur.Next(ctx) {
 		var d struct {
@@ -122,6 +126,20 @@ func checkSimFeed(t *testing.T, c *twopc.Coordinator, log *mongo.Database) (even
 	}
 	for id, e := range got {
 		require.True(t, want[id], "an event %s (%s) of no transaction that reached it", id, e.Kind)
+		var causes []string
+		switch {
+		case e.Kind == twopc.EventCaptured:
+			causes = []string{e.Txn.CaptureOf.Hex() + ".held"}
+		case !e.Txn.RefundOf.IsZero():
+			causes = []string{e.Txn.RefundOf.Hex() + ".committed", e.Txn.RefundOf.Hex() + ".captured"}
+		case e.Kind == twopc.EventVoided || e.Kind == twopc.EventExpired || (e.Kind == twopc.EventCanceled && e.Txn.Hold):
+			causes = []string{e.Txn.ID.Hex() + ".held"}
+		}
+		for _, c := range causes {
+			if at, ok := place[c]; ok {
+				require.Less(t, at, place[id], "event %s before its cause %s", id, c)
+			}
+		}
 	}
 	return len(got)
 }

@@ -317,6 +317,30 @@ func complete(h *record) bool {
 	return len(h.Captures) > 0
 }
 
+// endedAmounts are the fields the write that ends hold h sets (see
+// Txn.Captured, Txn.Released), from its book as read, every capture in it
+// committed (the write is guarded by the book's capturesSeq): what its
+// captures credited in all, in the asset of its first leg (written even
+// if 0 when byCaptures, the hold ended by them; else only above 0), and
+// what they left, which returns to the debited accounts (only above 0).
+func endedAmounts(h *record, byCaptures bool) bson.D {
+	var captured int64
+	legs := h.AllLegs()
+	for i, taken := range h.CapturedLegs {
+		if i < len(legs) && legs[i].Amount > 0 && legs[i].Asset == legs[0].Asset {
+			captured += taken
+		}
+	}
+	var set bson.D
+	if captured > 0 || byCaptures {
+		set = append(set, bson.E{Key: fieldCaptured, Value: captured})
+	}
+	if released := h.Value - captured; released > 0 {
+		set = append(set, bson.E{Key: fieldReleased, Value: released})
+	}
+	return set
+}
+
 // endCaptured ends hold hid by its captures, if its book is complete
 // (complete) and every capture in it committed: held → applied, guarded
 // by the book as read (capturesSeq), with captured what they credited;
@@ -352,17 +376,10 @@ func (bk captureBook) end(ctx context.Context, hid bson.ObjectID) error {
 	if !complete(h) {
 		return nil // a canceled capture gave back its part
 	}
-	var captured int64
-	legs := h.AllLegs()
-	for i, taken := range h.CapturedLegs {
-		if i < len(legs) && legs[i].Amount > 0 && legs[i].Asset == legs[0].Asset {
-			captured += taken
-		}
-	}
 	cur, moved, err := c.log.advance(ctx, h, move{
 		step: StepCapture, from: StateHeld, to: StateApplied, anyClaim: true, heldAt: h.HeldAt, book: true, seq: h.CapturesSeq,
 		newClaim: c.claims.issue(), application: c.application, lease: c.staleAfter, takeover: c.takeover(),
-		set: bson.D{{Key: fieldCaptured, Value: captured}},
+		set: endedAmounts(h, true),
 	})
 	if err != nil || !moved {
 		return err

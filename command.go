@@ -206,6 +206,8 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.HeldAt, ok = timeOK(v)
 	case fieldCaptured:
 		r.Captured, ok = v.Int64OK()
+	case fieldReleased:
+		r.Released, ok = v.Int64OK()
 	case fieldClaim:
 		r.Claim, ok = v.ObjectIDOK()
 	case fieldLease:

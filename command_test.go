@@ -78,7 +78,7 @@ func TestUnitDecodeRecordIsTheDriversDecoding(t *testing.T) {
 		Txn: Txn{
 			ID: newTxnID(), Source: "acct-1", Destination: "acct-2", Value: 250, State: StateHeld,
 			LastModified: at, Application: "app", Key: "k", Reason: "r", Created: at.Add(-time.Second),
-			Hold: true, ExpiryMs: 60_000, HeldAt: at.Add(time.Second), Captured: 100, Metadata: map[string]string{"order": "o-1", "memo": ""}, Asset: "USD/2",
+			Hold: true, ExpiryMs: 60_000, HeldAt: at.Add(time.Second), Captured: 100, Released: 150, Metadata: map[string]string{"order": "o-1", "memo": ""}, Asset: "USD/2",
 			RefundOf: bson.NewObjectID(), CaptureOf: bson.NewObjectID(), VoidMetadata: map[string]string{"why": "out of stock"}, VoidKey: "void-1",
 		},
 		Claim: bson.NewObjectID(), CommittedAt: at.Add(2 * time.Second), LeaseMs: 30_000, TakeoverMs: 5_000, KeepMs: 1,

@@ -245,6 +245,7 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID, opts ...Transf
 			return r.txn(), errorf("twopc: void %s: %w: its captures took it whole, or its final capture was made", id.Hex(), ErrHoldCaptured)
 		}
 		m := voidMove(c, r, reasonVoided)
+		m.set = append(m.set, endedAmounts(r, false)...)
 		if len(tc.metadata) > 0 {
 			m.set = append(m.set, bson.E{Key: fieldVoidMetadata, Value: metadataDoc(tc.metadata)})
 		}
@@ -322,6 +323,7 @@ func (c *Coordinator) expire(ctx context.Context, r *record) (*record, bool, err
 		return r, false, (captureBook{c}).end(ctx, r.ID)
 	}
 	m := voidMove(c, r, reasonExpired)
+	m.set = append(m.set, endedAmounts(r, false)...)
 	m.heldAt = r.HeldAt
 	cur, moved, err := c.log.advance(ctx, r, m)
 	if err != nil || !moved {

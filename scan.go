@@ -103,7 +103,7 @@ func (s *statement) scan(ctx context.Context, lo, hi time.Time, desc bool, need 
 				continue
 			}
 			out = append(out, entry{Entry: Entry{Txn: r.ID, Ledger: l.Ledger, Account: l.Account, Amount: l.Amount,
-				At: r.CommittedAt, Key: r.Key, Metadata: r.Metadata, Asset: l.Asset}, leg: i})
+				At: r.CommittedAt, Key: r.Key, Metadata: r.Metadata, Asset: l.Asset, CaptureOf: r.CaptureOf}, leg: i})
 		}
 	}
 	slices.SortFunc(out, func(a, b entry) int {

@@ -107,6 +107,7 @@ const (
 	fieldHold          = schema.Hold
 	fieldExpiryMs      = schema.ExpiryMs
 	fieldCaptured      = schema.Captured
+	fieldReleased      = schema.Released
 	fieldCapturedLegs  = "capturedLegs"
 	fieldCaptures      = "captures"
 	fieldCapturesSeq   = "capturesSeq"
@@ -213,6 +214,10 @@ func (r *record) check() error {
 	if r.Captured != 0 && (!r.Hold || r.Captured < 0 || r.Captured > r.Value) {
 		return errorf("%w: transaction %s: captured %d of a %s of value %d",
 			ErrMalformedTxn, r.ID.Hex(), r.Captured, map[bool]string{true: "hold", false: "transfer"}[r.Hold], r.Value)
+	}
+	if r.Released != 0 && (!r.Hold || r.Released < 0 || r.Released > r.Value-r.Captured) {
+		return errorf("%w: transaction %s: released %d of a %s of value %d that captured %d",
+			ErrMalformedTxn, r.ID.Hex(), r.Released, map[bool]string{true: "hold", false: "transfer"}[r.Hold], r.Value, r.Captured)
 	}
 	if !r.CaptureOf.IsZero() && len(r.HoldLegs) != len(r.AllLegs()) {
 		return errorf("%w: transaction %s: a capture of %d legs names %d of the hold's", ErrMalformedTxn, r.ID.Hex(), len(r.AllLegs()), len(r.HoldLegs))

@@ -41,6 +41,11 @@ type Entry struct {
 	Metadata map[string]string
 	// Asset is the asset the leg moved (Leg.Asset); "" for none.
 	Asset string
+	// CaptureOf is, for an entry of a capture, the hold it captured from
+	// (Txn.CaptureOf): what a hold charged is its captures' entries,
+	// whether it then ended by them or was voided or expired. Zero for
+	// any other transfer.
+	CaptureOf bson.ObjectID
 }
 
 // StatementQuery selects and pages an account's entries.
@@ -90,9 +95,12 @@ const statementHorizon = clockskew.PageHorizon
 
 // Statement returns a page of account's entries in ledger ("" for the
 // default one): one entry per leg of a committed transfer on the account
-// (applied or done; a hold once captured, for what it captured; a
-// reversal as its own entry), never a canceled transfer, a voided or
-// expired hold, or a hold still held (its amount is in Account.Held).
+// (applied or done; a reversal as its own entry), never a canceled
+// transfer. A hold itself is never an entry: each of its captures is,
+// for its part, with Entry.CaptureOf naming the hold, whether the hold
+// then ended by its captures or was voided or expired after them (what
+// its captures charged stays charged); what a hold still holds is in
+// Account.Held.
 //
 // Entries are in commit order: At (the commit write's time, stamped by
 // the log server's clock, not a coordinator's; on a sharded cluster each

@@ -55,10 +55,20 @@ type Txn struct {
 	// HeldAt is when the hold became held, by the server's clock
 	// ($currentDate, in the write that made it held); zero before.
 	HeldAt time.Time `bson:"heldAt,omitempty"`
-	// Captured is, for a hold its captures ended (StateApplied, then
-	// StateDone), what they credited in all: Value if captured whole; the
-	// rest went back to the debited accounts.
+	// Captured is, for a hold that ended after captures, what they
+	// credited in all (in the asset of its first leg, as Value): Value if
+	// captured whole. It is written by the write that ends the hold, with
+	// Released: by its captures (StateApplied, then StateDone), or by Void
+	// or expiry after some (StateCanceling, then StateCanceled, reason
+	// "voided" or "expired": a canceled hold with Captured above 0
+	// charged that much, by its captures). 0 while the hold is held (see
+	// CapturedLegs), and for a hold ended with no capture.
 	Captured int64 `bson:"captured,omitempty"`
+	// Released is, for a hold that ended (by its captures, Void or
+	// expiry), what no capture took and it returned to the debited
+	// accounts: Value less Captured. 0 while held, for a hold captured
+	// whole, and for one canceled before it was held.
+	Released int64 `bson:"released,omitempty"`
 	// CapturedLegs is, for a hold, what its captures made or in flight
 	// took of each of its legs (AllLegs' order), as absolute amounts:
 	// zeros until its first capture (see Coordinator.Capture).

@@ -60,7 +60,7 @@ func TestReviewVoidAfterCapturesSaysNothingMoved(t *testing.T) {
 	r := f.run("void", hold.ID.Hex())
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.NotContains(t, r.stdout, "nothing moved", "its capture moved 120 to bob")
-	assert.Contains(t, r.stdout, "its captures moved 120, the rest returned")
+	assert.Contains(t, r.stdout, "captured 120 in all, 180 released")
 	r = f.run("show", hold.ID.Hex())
 	assert.Contains(t, r.stdout, "120 by its captures")
 	assert.EqualValues(t, 120, f.balance("bob"))

@@ -31,7 +31,7 @@
 //	cancel   roll back a transaction that has not reached its commit point
 //	reverse  undo a committed transfer with a transfer back
 //	capture  capture a held transfer (a hold): all of it, or part of a two-leg one
-//	void     void a held transfer (a hold): nothing moves, it ends canceled
+//	void     void a held transfer (a hold): what no capture took returns, it ends canceled
 //	audit    check the protocol's invariants on the live system
 //	doctor   check that the server gives the single-document atomicity twopc needs
 //
@@ -145,8 +145,10 @@
 // (repeatable: metadata given with twopc.WithMetadata), --key KEY (the
 // transaction of that idempotency key, twopc.WithKey: read by the _id
 // the library derives from the key). Each transaction's legs are listed
-// with their amounts, and a hold captured with what it captured
-// ("alice → shop 3.00 USD/2, captured 1.20 USD/2"). With --archive
+// with their amounts, and a hold with what its captures charged and,
+// once it ended (captured, voided or expired), what it released
+// ("alice → shop 3.00 USD/2, captured 1.20 USD/2 in all, 1.80 USD/2
+// released"; "captured nothing" for a hold voided with none). With --archive
 // COLLECTION it reads the archive that twopc.WithHistory moves final
 // transactions to, as well as the log, and says where it found each
 // (foundIn: log or archive); see Archived transactions.
@@ -169,7 +171,8 @@
 // id; any other as a key (--json: "foundBy": "id" or "key"). A hold
 // shows what it captured beside its value ("captured 1.20 USD/2 (of its
 // value 3.00 USD/2; the rest returned to the source)"), or "nothing yet"
-// while it is held.
+// while it is held, and once it ended what it released; a hold voided or
+// expired after captures says what they took before it was voided.
 //
 // # Account
 //

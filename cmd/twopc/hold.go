@@ -21,7 +21,10 @@ capture is a transfer of its own (its captureOf names the hold), which
 the tool settles before it exits: the destination receives AMOUNT. By
 default it is the hold's last: the hold then ends (done) and the rest
 returns to the source. With --more the rest stays held for more captures
-(the hold ends when captured whole, voided or expired). A hold of more
+(the hold ends when captured whole, voided or expired). The tool then
+says what the hold's captures took: when the capture ended the hold, in
+all and what was released ("Captured 8.00 USD/2 in all, 2.00 USD/2
+released."); with --more, so far and what is still held. A hold of more
 than two legs is captured whole (the library's CaptureLegs takes a part
 of each leg).
 
@@ -63,11 +66,15 @@ Examples:
 var voidCommand = &command{
 	name:    "void",
 	args:    "ID",
-	summary: "void a held transfer (a hold): nothing moves, it ends canceled",
+	summary: "void a held transfer (a hold): what no capture took returns, it ends canceled",
 	help: `Void voids hold ID (twopc's Coordinator.Void): the hold moves from held
 to canceling, its legs are fenced and undone (the source's held amount
 returns to its balance, the destination's pending credit goes), and it
-ends canceled with reason "voided".
+ends canceled with reason "voided". What its captures took before stays
+taken: the tool says what they charged and what the void released
+("captured 120.00 USD/2 in all, 180.00 USD/2 released", or "captured
+nothing, 300.00 USD/2 released"), as the hold records them (its captured
+and released fields, which list and show print too).
 
 Void refuses (exit status 1) a hold that was captured or expired, and a
 transaction that is not a hold. Void again succeeds, finishing the
@@ -150,8 +157,12 @@ func runCapture(ctx context.Context, cl *cli, cmd *command, args []string) error
 		}
 	}, func(before, after *txnDoc, u *units) string {
 		code, _ := after.asset()
-		return fmt.Sprintf("Hold %s (%s) is captured for %s; it is %s (%s).",
+		out := fmt.Sprintf("Hold %s (%s) is captured for %s; it is %s (%s).",
 			id.Hex(), legSummary(after, u), u.of(amount, code, false), after.state, madeBy(before, after, "captured"))
+		if w := after.chargedWords(u); w != "" {
+			out += " C" + strings.TrimPrefix(w, "c") + "." // "Captured 8.00 USD/2 in all, 2.00 USD/2 released."
+		}
+		return out
 	})
 }
 
@@ -171,10 +182,9 @@ func runVoid(ctx context.Context, cl *cli, cmd *command, args []string) error {
 		_, err := c.Void(ctx, id)
 		return err
 	}, func(before, after *txnDoc, u *units) string {
-		moved := "nothing moved"
-		if n := after.takenCredit(); n > 0 {
-			code, _ := after.asset()
-			moved = fmt.Sprintf("its captures moved %s, the rest returned", u.of(n, code, false))
+		moved := after.chargedWords(u) // "captured 6.00 USD/2 in all, 4.00 USD/2 released"
+		if moved == "" {
+			moved = "nothing moved"
 		}
 		return fmt.Sprintf("Hold %s (%s) is voided; it is %s: %s (%s).",
 			id.Hex(), legSummary(after, u), after.state, moved, madeBy(before, after, "voided"))

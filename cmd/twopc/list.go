@@ -42,8 +42,11 @@ library derives from the key, as twopc show KEY finds it.
 Each transaction's legs are shown with their amounts, as every command
 shows amounts: with the asset's scale where its code has one (3.00
 USD/2), else whole numbers, minor units for no asset, which the output
-says once; a hold captured shows what it captured beside its value
-("alice → shop 3.00 USD/2, captured 1.20 USD/2"). --json prints the
+says once; a hold shows what its captures charged beside its value,
+and once it ended what it released ("alice → shop 3.00 USD/2, captured
+1.20 USD/2 in all, 1.80 USD/2 released"), a hold voided or expired after
+captures included: canceled does not mean nothing was charged ("captured
+nothing" says that); a hold held, what its captures took so far. --json prints the
 documents as stored: amounts in minor units, with their asset codes.
 
 With --archive COLLECTION, list reads the archive twopc.WithHistory moves
@@ -332,14 +335,16 @@ func (r *listReport) print(w io.Writer, limit int) {
 	}
 }
 
-// capturedWords is what hold t captured, as list adds it to its legs:
-// "" if it records no capture.
+// capturedWords is what hold t charged, as list adds it to its legs
+// (see chargedWords): a hold voided or expired after captures says what
+// they took ("alice → shop 100.00 USD/2, captured 60.00 USD/2 in all,
+// 40.00 USD/2 released"), never only "canceled"; "" for a transfer, and
+// for a hold held with nothing captured.
 func capturedWords(t *txnDoc, u *units) string {
-	if t.captured == nil {
-		return ""
+	if w := t.chargedWords(u); w != "" {
+		return ", " + w
 	}
-	code, _ := t.asset()
-	return ", captured " + u.of(*t.captured, code, false)
+	return ""
 }
 
 // legSummary is a transaction's legs in a few words, their amounts

@@ -36,7 +36,11 @@ asset's scale where its code has one (3.00 USD/2), else as whole
 numbers, minor units for no asset, which the output says once. A hold
 shows what it captured beside its value: "captured 1.20 USD/2 (of its
 value 3.00 USD/2; the rest returned to the source)", or "nothing yet"
-while it is held. --json prints the documents as stored: minor units.
+while it is held, and once it ended what it released ("released 1.80
+USD/2 (returned to the debited accounts when the hold ended)"); a hold
+voided or expired after captures says what they took before ("captured
+60.00 USD/2 by its captures (their captureOf names it), before it was
+voided"). --json prints the documents as stored: minor units.
 
 The argument is the transaction's _id (24 hexadecimal digits) or its
 idempotency key (twopc.WithKey; a reversal's is "reverse:ID"): an
@@ -293,8 +297,14 @@ func (r *showReport) print(w io.Writer) {
 			continue
 		case "lastModified":
 			v += fmt.Sprintf(" (untouched for %v)", age(r.ServerTime, t.lastModified))
-		case "value", schema.Captured:
+		case "value", schema.Captured, schema.Released:
 			v = r.txnAmount(&u, e.Value())
+			if e.Key() == schema.Released {
+				v += " (returned to the debited accounts when the hold ended)"
+			}
+			if e.Key() == schema.Captured && t.hold() && t.state != "applied" && t.state != "done" {
+				v += fmt.Sprintf(" by its captures (their captureOf names it), before it was %s", t.reason)
+			}
 			if e.Key() == schema.Captured && t.captured != nil && *t.captured < t.value {
 				code, _ := t.asset()
 				v += fmt.Sprintf(" (of its value %s; the rest returned to the source)", u.of(t.value, code, false))

@@ -22,7 +22,10 @@ var statementCommand = &command{
 Coordinator.Statement): one per leg of a committed transfer on it, in
 commit order, each with its time, transaction, signed amount, the
 account's balance after it, and the transfer's key and metadata. Canceled
-transfers and holds not captured are not entries. A transfer's entry is
+transfers are not entries, nor are holds themselves: each capture of a
+hold is an entry, for its part, whose CAPTURE OF column (--json:
+captureOf) names the hold, whether the hold was then captured whole,
+voided or expired. A transfer's entry is
 listed as soon as the call that made it returned.
 
 --since and --until (RFC 3339 times) bound the entries' times, --since
@@ -89,6 +92,9 @@ type entryJSON struct {
 	Key      string            `json:"key,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Asset    string            `json:"asset,omitempty"`
+	// CaptureOf is, for an entry of a capture, the hold it charged
+	// (twopc's Entry.CaptureOf), voided or expired since or not.
+	CaptureOf string `json:"captureOf,omitempty"`
 }
 
 // accountArgs registers statement's and balance's flags.
@@ -199,7 +205,11 @@ func runStatement(ctx context.Context, cl *cli, cmd *command, args []string) err
 		return err
 	}
 	for _, e := range rep.entries {
-		rep.Entries = append(rep.Entries, entryJSON{Txn: e.Txn.Hex(), At: e.At, Amount: e.Amount, Balance: e.Balance, Key: e.Key, Metadata: e.Metadata, Asset: e.Asset})
+		j := entryJSON{Txn: e.Txn.Hex(), At: e.At, Amount: e.Amount, Balance: e.Balance, Key: e.Key, Metadata: e.Metadata, Asset: e.Asset}
+		if !e.CaptureOf.IsZero() {
+			j.CaptureOf = e.CaptureOf.Hex()
+		}
+		rep.Entries = append(rep.Entries, j)
 	}
 	if a.g.json {
 		return cl.printJSON(rep)
@@ -215,11 +225,11 @@ func (r *statementReport) print(w io.Writer) {
 		return
 	}
 	tw := table(w)
-	fmt.Fprintln(tw, "AT\tTRANSACTION\tAMOUNT\tBALANCE\tKEY\tMETADATA")
+	fmt.Fprintln(tw, "AT\tTRANSACTION\tAMOUNT\tBALANCE\tKEY\tMETADATA\tCAPTURE OF")
 	var u units
 	for _, e := range r.Entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", timestamp(e.At), e.Txn, u.of(e.Amount, e.Asset, true), u.of(e.Balance, e.Asset, false),
-			e.Key, metaString(e.Metadata))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", timestamp(e.At), e.Txn, u.of(e.Amount, e.Asset, true), u.of(e.Balance, e.Asset, false),
+			e.Key, metaString(e.Metadata), e.CaptureOf)
 	}
 	_ = tw.Flush()
 	u.note(w)

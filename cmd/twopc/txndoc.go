@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/twopc/twopc/internal/schema"
@@ -22,7 +23,8 @@ type txnDoc struct {
 	twoLegged    bool // source and destination, not legs
 	legs         []legDoc
 	value        int64   // what it moves: a transfer's value, or what its legs credit
-	captured     *int64  // what a captured hold moved; nil if none is recorded
+	captured     *int64  // what an ended hold's captures moved; nil if none is recorded
+	released     *int64  // what an ended hold returned to its debited accounts; nil if none is recorded
 	taken        []int64 // a hold's capturedLegs: what its captures made or in flight took of each leg
 }
 
@@ -37,6 +39,54 @@ func (t *txnDoc) takenCredit() int64 {
 		}
 	}
 	return n
+}
+
+// charged is what hold t's captures took, as recorded when it ended
+// (captured), else what its book says its captures made or in flight
+// took (a hold still held, or one ended by an earlier build); ended
+// reports that the hold ended with captured recorded, or by a void or
+// expiry (then its book is what its captures took: every capture in it
+// committed before the void).
+func (t *txnDoc) charged() (n int64, ended bool) {
+	switch {
+	case t.captured != nil:
+		return *t.captured, true
+	case t.state == "canceled" || t.state == "canceling":
+		return t.takenCredit(), true
+	}
+	return t.takenCredit(), false
+}
+
+// chargedWords says what hold t charged and released, in its own amounts
+// (through u): "captured 8.00 USD/2 in all, 2.00 USD/2 released" for one
+// ended, "captured nothing, 10.00 USD/2 released" for one voided or
+// expired with no capture, "captured 6.00 USD/2 so far, 4.00 USD/2 still
+// held" for one held; "" for a transaction that is not a hold, and for a
+// hold held with nothing captured.
+func (t *txnDoc) chargedWords(u *units) string {
+	if !t.hold() {
+		return ""
+	}
+	code, _ := t.asset()
+	n, ended := t.charged()
+	if !ended {
+		if n == 0 || t.state != "held" {
+			return ""
+		}
+		return fmt.Sprintf("captured %s so far, %s still held", u.of(n, code, false), u.of(t.value-n, code, false))
+	}
+	words := "captured nothing"
+	if n > 0 {
+		words = "captured " + u.of(n, code, false) + " in all"
+	}
+	released := t.value - n
+	if t.released != nil {
+		released = *t.released
+	}
+	if released > 0 && (t.state == "canceled" || t.state == "canceling" || t.state == "done" || t.state == "applied") {
+		words += ", " + u.of(released, code, false) + " released"
+	}
+	return words
 }
 
 // legDoc is one leg: a transfer's source (its debit) and destination (its
@@ -60,6 +110,9 @@ func parseTxn(raw bson.Raw) txnDoc {
 	t.value, _ = raw.Lookup("value").AsInt64OK()
 	if n, ok := raw.Lookup(schema.Captured).AsInt64OK(); ok {
 		t.captured = &n
+	}
+	if n, ok := raw.Lookup(schema.Released).AsInt64OK(); ok {
+		t.released = &n
 	}
 	if arr, ok := raw.Lookup("capturedLegs").ArrayOK(); ok {
 		vals, _ := arr.Values()

@@ -57,7 +57,8 @@ const (
 	Legs          = "legs"
 	Hold          = "hold"       // a hold (Coordinator.Hold)
 	ExpiryMs      = "expiryMs"   // a hold's expiry, after it became held
-	Captured      = "captured"   // the amount a captured hold moved
+	Captured      = "captured"   // the amount an ended hold's captures moved
+	Released      = "released"   // the amount an ended hold returned to its debited accounts
 	HeldAt        = "heldAt"     // when a hold became held, by the server's clock
 	OnAccounts    = "onAccounts" // a held hold whose legs recovery found on their accounts
 	RefundOf      = "refundOf"   // a refund's transfer (see Refund)

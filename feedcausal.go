@@ -102,6 +102,12 @@ func (sq *seq) order(ctx context.Context, cands map[bson.ObjectID]*candidate, or
 				changed = true
 			default: // refused in this epoch, or not settled: later
 				held[id], changed = true, true
+				if sq.refused[p] && len(sq.refused) < maxRefused {
+					// Its cause left out of this epoch's scans: it is too,
+					// not to fill every round's scan (a later epoch
+					// numbers both).
+					sq.refused[id] = true
+				}
 			}
 		}
 		if len(need) == 0 && !changed {

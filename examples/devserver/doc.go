@@ -10,7 +10,10 @@
 // single-document atomicity MongoDB guarantees, and no more: the front
 // takes its lock per statement of a write command, and per document of an
 // update of many or a delete of many, so other clients' requests land in
-// between, as they may on MongoDB.
+// between, as they may on MongoDB. FerretDB listens on no socket of its
+// own: the front hands it each request in process, in the goroutine of the
+// client's connection, one connection of FerretDB's for each of the
+// front's.
 //
 // The front also runs every update, delete and insert command one statement
 // at a time, one FerretDB command per statement, and answers with the

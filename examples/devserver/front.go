@@ -63,8 +63,9 @@ type Stats struct {
 // Front is a MongoDB wire protocol proxy that lets one request through at a
 // time across all client connections, and injects faults on request.
 //
-// For each client connection it opens its own connection to the backend.
-// It reads a whole message from the client, takes a lock shared by all
+// For each client connection it opens its own connection to the backend
+// (over TCP for [NewFront]; a [Server]'s front hands each request to
+// FerretDB in process, in the client connection's goroutine). It reads a whole message from the client, takes a lock shared by all
 // connections, runs the request on the backend and reads the whole reply,
 // releases the lock and relays the reply. Put before a server whose updates
 // are read-modify-write, such as FerretDB v1, this makes every
@@ -114,7 +115,8 @@ type Stats struct {
 // streaming (awaitable) hello would block everyone; FerretDB v1 offers
 // neither.
 type Front struct {
-	backend string
+	backend string // the backend's name, for the logs
+	dial    dialer
 	ln      net.Listener
 	log     *slog.Logger
 	faults  *faultSet
@@ -141,16 +143,24 @@ type Front struct {
 	wg     sync.WaitGroup
 
 	connsMu sync.Mutex
-	conns   map[net.Conn]struct{} // nil once closed
+	conns   map[io.Closer]struct{} // client and backend connections; nil once closed
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
 // NewFront starts a Front listening on addr (for example "127.0.0.1:0")
-// that forwards to the MongoDB server at backend ("host:port"). It returns
-// once the listener is bound; call [Front.Close] to stop it.
+// that forwards to the MongoDB server at backend ("host:port"), over a
+// connection of its own for each client connection. It returns once the
+// listener is bound; call [Front.Close] to stop it. A [Server]'s front
+// hands its requests to FerretDB in process instead.
 func NewFront(addr, backend string, opts FrontOptions) (*Front, error) {
+	return newFront(addr, backend, dialTCP(backend), opts)
+}
+
+// newFront starts a Front on addr whose client connections each reach the
+// backend (named backend in the logs) by a connection dial opens.
+func newFront(addr, backend string, dial dialer, opts FrontOptions) (*Front, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("devserver: front listening on %s: %w", addr, err)
@@ -168,12 +178,13 @@ func NewFront(addr, backend string, opts FrontOptions) (*Front, error) {
 		pause:   newPauser(opts.Seed, opts.StatementPause),
 		stall:   stall,
 		backend: backend,
+		dial:    dial,
 		ln:      ln,
 		log:     logger,
 		faults:  newFaultSet(opts.Seed),
 		ctx:     ctx,
 		cancel:  cancel,
-		conns:   make(map[net.Conn]struct{}),
+		conns:   make(map[io.Closer]struct{}),
 	}
 	f.wg.Add(1)
 	go f.acceptLoop()
@@ -240,7 +251,7 @@ func (f *Front) Close() error {
 
 // track registers c to be closed by Close; it reports false (and closes c)
 // if the front is already closed.
-func (f *Front) track(c net.Conn) bool {
+func (f *Front) track(c io.Closer) bool {
 	f.connsMu.Lock()
 	defer f.connsMu.Unlock()
 	if f.conns == nil {
@@ -251,7 +262,7 @@ func (f *Front) track(c net.Conn) bool {
 	return true
 }
 
-func (f *Front) untrack(c net.Conn) {
+func (f *Front) untrack(c io.Closer) {
 	f.connsMu.Lock()
 	defer f.connsMu.Unlock()
 	if f.conns != nil {
@@ -287,11 +298,10 @@ func (f *Front) acceptLoop() {
 // serve relays one client connection until either side closes it or a
 // fault drops it.
 func (f *Front) serve(client net.Conn) error {
-	var d net.Dialer
-	backend, err := d.DialContext(f.ctx, "tcp", f.backend)
+	backend, err := f.dial(f.ctx, client)
 	if err != nil {
 		f.log.Warn("front cannot reach backend", slog.String("backend", f.backend), slog.Any("error", err))
-		return fmt.Errorf("dialing backend %s: %w", f.backend, err)
+		return err
 	}
 	if !f.track(backend) {
 		return net.ErrClosed
@@ -390,7 +400,7 @@ var unserialized = map[string]bool{
 // other request reaches the backend in between (forward). If
 // the request takes longer than the stall warning, the front says so in the
 // log: every client is waiting.
-func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, error) {
+func (f *Front) roundTrip(backend backendConn, msg []byte, req request) ([][]byte, error) {
 	serialized := !unserialized[req.command]
 	if serialized && req.write == nil { // a write takes the lock per statement (runWrite)
 		f.serial.Lock()
@@ -427,17 +437,17 @@ func (f *Front) roundTrip(backend net.Conn, msg []byte, req request) ([][]byte, 
 // flag is sent without it and its reply dropped (see acknowledged): FerretDB
 // v1 answers such a request all the same, and a reply left unread would be
 // taken for the answer to the client's next request.
-func (f *Front) forward(backend net.Conn, msg []byte, req request) ([][]byte, error) {
+func (f *Front) forward(backend backendConn, msg []byte, req request) ([][]byte, error) {
 	if !req.expectsReply && opCode(msg) == opMsg {
 		msg = acknowledged(msg)
 	}
-	if _, err := backend.Write(msg); err != nil {
+	if err := backend.send(msg); err != nil {
 		return nil, fmt.Errorf("forwarding request: %w", err)
 	}
 	f.forwarded.Add(1)
 	var replies [][]byte
 	for {
-		reply, err := readMessage(backend)
+		reply, err := backend.receive()
 		if err != nil {
 			return nil, fmt.Errorf("reading reply: %w", err)
 		}
@@ -466,7 +476,7 @@ func (f *Front) forward(backend net.Conn, msg []byte, req request) ([][]byte, er
 // 0 becomes that statement's write error. A multi-document statement runs
 // a document at a time (runMulti). It adds the time the backend held the
 // lock to *busy.
-func (f *Front) runWrite(backend net.Conn, req request, busy *time.Duration) ([][]byte, error) {
+func (f *Front) runWrite(backend backendConn, req request, busy *time.Duration) ([][]byte, error) {
 	w := req.write
 	s := &statementRunner{f: f, backend: backend, w: w, busy: busy}
 	var res writeResult
@@ -533,7 +543,7 @@ func (f *Front) gap(stmt, doc int) {
 // backend, each under the front's lock.
 type statementRunner struct {
 	f       *Front
-	backend net.Conn
+	backend backendConn
 	w       *writeCommand
 	busy    *time.Duration
 }
@@ -545,10 +555,10 @@ func (s *statementRunner) command(what string, cmd []byte) (bson.Raw, error) {
 	defer s.f.serial.Unlock()
 	start := time.Now()
 	defer func() { *s.busy += time.Since(start) }()
-	if _, err := s.backend.Write(opMsgMessage(s.f.nextRequestID(), 0, cmd)); err != nil {
+	if err := s.backend.send(opMsgMessage(s.f.nextRequestID(), 0, cmd)); err != nil {
 		return nil, fmt.Errorf("forwarding %s: %w", what, err)
 	}
-	msg, err := readMessage(s.backend)
+	msg, err := s.backend.receive()
 	if err != nil {
 		return nil, fmt.Errorf("reading reply to %s: %w", what, err)
 	}

@@ -56,7 +56,8 @@ type Config struct {
 
 // Server is an embedded FerretDB (SQLite storage) behind a [Front] that
 // serializes requests, which makes single-document writes atomic. Clients
-// connect to the front, at [Server.URI].
+// connect to the front, at [Server.URI]; FerretDB listens nowhere, and the
+// front hands it each request in process.
 type Server struct {
 	dir     string
 	front   *Front
@@ -74,8 +75,8 @@ type Server struct {
 // when several Servers start at once.
 var newFerretDBMu sync.Mutex
 
-// Start starts FerretDB on a free loopback port and the front on cfg.Addr,
-// and returns once both answer. ctx bounds the start only; stop the server
+// Start starts FerretDB, serving only the front's in-process connections,
+// and the front on cfg.Addr, and returns once the front answers. ctx bounds the start only; stop the server
 // with [Server.Close].
 func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	ferretLogger, frontLogger := cfg.Logger, cfg.Logger
@@ -107,7 +108,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	newFerretDBMu.Lock()
 	s.ferret, err = ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
+		Listener:  ferretdb.ListenerConfig{InProcess: true},
 		Logger:    ferretLogger.With(slog.String("component", "ferretdb")),
 		Handler:   "sqlite",
 		SQLiteURL: sqliteURL.String(),
@@ -123,16 +124,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		_ = s.ferret.Run(runCtx) // always returns nil
 	}()
 
-	// New has bound the listener already, so MongoDBURI does not block.
-	backendURI, err := url.Parse(s.ferret.MongoDBURI())
-	if err != nil {
-		return nil, fmt.Errorf("devserver: parsing FerretDB URI: %w", err)
-	}
-	if err := ping(ctx, backendURI.Host); err != nil {
-		return nil, fmt.Errorf("devserver: FerretDB not answering: %w", err)
-	}
-
-	s.front, err = NewFront(addr, backendURI.Host, FrontOptions{
+	s.front, err = newFront(addr, "FerretDB in process", dialInProcess(s.ferret), FrontOptions{
 		Seed:           cfg.Seed,
 		Logger:         frontLogger.With(slog.String("component", "front")),
 		StallWarning:   cfg.StallWarning,
@@ -142,7 +134,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if err := ping(ctx, s.front.Addr().String()); err != nil {
-		return nil, fmt.Errorf("devserver: front not answering: %w", err)
+		return nil, fmt.Errorf("devserver: front or FerretDB not answering: %w", err)
 	}
 	return s, nil
 }

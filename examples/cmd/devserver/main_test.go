@@ -96,7 +96,7 @@ func TestWithoutControl(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, string(rest), "one line without -control")
 	require.NoError(t, cmd.Wait())
-	assert.Contains(t, stderr.String(), "Listening on TCP", "-v shows FerretDB's logs on standard error")
+	assert.Contains(t, stderr.String(), "Connection started", "-v shows FerretDB's logs on standard error")
 }
 
 // TestCPUProfile: -cpuprofile leaves a CPU profile in the file when the

@@ -76,6 +76,12 @@ type ListenerConfig struct {
 
 	// Root CA certificate path.
 	TLSCAFile string
+
+	// InProcess, if set, lets TCP, Unix and TLS all be empty: FerretDB
+	// then listens nowhere, and serves only the connections opened in
+	// process with [FerretDB.OpenConn] (which it serves whatever the
+	// listeners). twopc's dev server.
+	InProcess bool
 }
 
 // FerretDB represents an instance of embeddable FerretDB implementation.
@@ -91,7 +97,10 @@ type FerretDB struct {
 func New(config *Config) (*FerretDB, error) {
 	version.Get().Package = "embedded"
 
-	if config.Listener.TCP == "" &&
+	// twopc's dev server: with no listener, FerretDB serves only the
+	// in-process connections of [FerretDB.OpenConn] (inprocess.go).
+	if !config.Listener.InProcess &&
+		config.Listener.TCP == "" &&
 		config.Listener.Unix == "" &&
 		config.Listener.TLS == "" {
 		return nil, errors.New("Listener TCP, Unix and TLS are empty")
@@ -184,7 +193,8 @@ func (f *FerretDB) Run(ctx context.Context) error {
 // MongoDBURI returns MongoDB URI for this FerretDB instance.
 //
 // TCP's connection string is returned if both TCP and Unix listeners are enabled.
-// TLS is preferred over both.
+// TLS is preferred over both. It is "" if FerretDB listens nowhere
+// ([ListenerConfig.InProcess]).
 func (f *FerretDB) MongoDBURI() string {
 	var u *url.URL
 
@@ -213,6 +223,8 @@ func (f *FerretDB) MongoDBURI() string {
 			Host:   f.l.UnixAddr().String(),
 			Path:   "/",
 		}
+	default: // twopc's dev server: in process only
+		return ""
 	}
 
 	return u.String()

@@ -52,6 +52,8 @@ type Listener struct {
 	unixListenerReady chan struct{}
 	tlsListenerReady  chan struct{}
 	listenersClosed   chan struct{}
+
+	sess sessions // in-process sessions (session.go, twopc's dev server)
 }
 
 // NewListenerOpts represents listener configuration.
@@ -87,6 +89,7 @@ func Listen(opts *NewListenerOpts) (*Listener, error) {
 		tlsListenerReady:  make(chan struct{}),
 		listenersClosed:   make(chan struct{}),
 	}
+	l.sess.ctx, l.sess.cancel = context.WithCancel(context.Background())
 
 	var err error
 
@@ -211,6 +214,7 @@ func (l *Listener) Run(ctx context.Context) {
 
 	l.ll.InfoContext(ctx, "Waiting for all connections to stop...")
 	wg.Wait()
+	l.stopSessions() // twopc's dev server: in-process sessions (session.go)
 
 	l.Handler.Close()
 }

@@ -55,6 +55,24 @@ func New(db *mongo.Database) *Bank {
 	return &Bank{Accounts: db.Collection("accounts"), Transactions: db.Collection("transactions")}
 }
 
+// RecoveryIndexKeys are the keys of the one index the tutorial's recovery
+// needs: its query for the transactions to recover, {state: "pending",
+// lastModified: {$lt: threshold}} (and "applied"), reads by
+// {state: 1, lastModified: 1}. The tutorial makes no index (its recovery
+// reads the whole log); a service running it would make this one.
+func RecoveryIndexKeys() bson.D {
+	return bson.D{{Key: "state", Value: 1}, {Key: "lastModified", Value: 1}}
+}
+
+// EnsureRecoveryIndex makes the index of RecoveryIndexKeys on the
+// transactions, idempotently.
+func (b *Bank) EnsureRecoveryIndex(ctx context.Context) error {
+	if _, err := b.Transactions.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: RecoveryIndexKeys()}); err != nil {
+		return fmt.Errorf("tutorial: recovery index: %w", err)
+	}
+	return nil
+}
+
 // OpenAccount inserts {_id: id, balance, pendingTransactions: []}.
 func (b *Bank) OpenAccount(ctx context.Context, id any, balance int64) error {
 	_, err := b.Accounts.InsertOne(ctx, bson.D{

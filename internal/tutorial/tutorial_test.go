@@ -140,3 +140,27 @@ func TestConcurrentTransfers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(workers*each), n)
 }
+
+// TestEnsureRecoveryIndex makes the recovery's index twice (idempotent) and
+// checks that the transactions carry it, by its keys in order, beside
+// _id's.
+func TestEnsureRecoveryIndex(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b := tutorial.New(mongotest.NewDatabase(t))
+	require.NoError(t, b.EnsureRecoveryIndex(ctx))
+	require.NoError(t, b.EnsureRecoveryIndex(ctx), "a second time")
+	specs, err := b.Transactions.Indexes().ListSpecifications(ctx)
+	require.NoError(t, err)
+	var indexes [][]string
+	for _, s := range specs {
+		elems, err := s.KeysDocument.Elements()
+		require.NoError(t, err)
+		var keys []string
+		for _, e := range elems {
+			keys = append(keys, e.Key())
+		}
+		indexes = append(indexes, keys)
+	}
+	assert.ElementsMatch(t, [][]string{{"_id"}, {"state", "lastModified"}}, indexes)
+}

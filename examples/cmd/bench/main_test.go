@@ -39,7 +39,7 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err, log.String())
 
 	s := out.String()
-	for _, row := range []string{"| 1 | twopc | 6 |", "| 1 | tutorial | 6 |", "| 2 | twopc | 6 |", "| 2 | tutorial | 6 |"} {
+	for _, row := range []string{"| 1 | twopc | 6 |", "| 1 | tutorial | 6 |", "| 1 | tutorial-indexed | 6 |", "| 2 | twopc | 6 |", "| 2 | tutorial | 6 |", "| 2 | tutorial-indexed | 6 |"} {
 		assert.Contains(t, s, row)
 	}
 	// Round trips and commands: the tutorial's are 8 and 8; the library's
@@ -60,8 +60,11 @@ func TestRun(t *testing.T) {
 	if os.Getenv("MONGODB_URI") != "" {
 		serverTime = "not measured"
 	}
-	assert.Regexp(t, `\| 1 \| [0-9.]+× \|[^\n]*\| [78]\.[0-9]{2} \(accounts [45]\.[0-9]{2}, transactions 3\.00, others 0\.00\); 8\.00 \(accounts 4\.00, transactions 4\.00, others 0\.00\) \| `+serverTime+` \|`, s,
-		"each ratio beside both implementations' writes and the account statement's server time")
+	for _, against := range []string{"tutorial", "tutorial-indexed"} {
+		assert.Regexp(t, `\| 1 \| `+against+` \| [0-9.]+× \|[^\n]*\| [78]\.[0-9]{2} \(accounts [45]\.[0-9]{2}, transactions 3\.00, others 0\.00\); 8\.00 \(accounts 4\.00, transactions 4\.00, others 0\.00\) \| `+serverTime+` \|`, s,
+			"each ratio, against the bare tutorial and the indexed one, beside both implementations' writes and the account statement's server time")
+	}
+	assert.Regexp(t, `\| one at a time: ≥ 1\.0 × \| [0-9.]+× [^|]*; the bare tutorial [0-9.]+× `, s, "the goal against the indexed tutorial, the bare one's ratio beside")
 	assert.Contains(t, s, "| one at a time: ≥ 1.0 × |")
 	assert.NotContains(t, s, "| random pairs, 2 workers:", "the goal is stated at 32 workers")
 	if os.Getenv("MONGODB_URI") == "" {
@@ -90,6 +93,8 @@ func TestRun(t *testing.T) {
 		// Only the in-process dev server's front tells its own time.
 		assert.Regexp(t, `The dev server's own time[^\n]*\n\n\| workers \| implementation \| server time / finished transfer \| busy \|`, s)
 		assert.Regexp(t, `\| 1 \| twopc \| [0-9.]+ ms \| 0\.[0-9]+ \| [^|]*update accounts`, s, "the in-process dev server's time, by kind")
+		assert.Regexp(t, `\| 2 \| tutorial-indexed \| update [a-z]+ [0-9.]+ ms, update [a-z]+ [0-9.]+ ms[^|;]*; [^|]*insert transactions [0-9.]+ ms[^|]*\|`, s,
+			"the server's time per statement by command, twopc's and the indexed tutorial's")
 		assert.Contains(t, log.String(), "server ", "the log says the server's time per transfer")
 	} else {
 		assert.NotContains(t, s, "The dev server's own time")
@@ -158,7 +163,7 @@ func TestParseFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{1, 8, 32}, c.levels)
 	assert.Equal(t, 25_000, c.total(), "the seed's 1000 per second for 25 iterations")
-	assert.Equal(t, []string{implTwopc, implTutorial, implNative}, c.impls)
+	assert.Equal(t, []string{implTwopc, implTutorial, implTutorialIndexed, implNative}, c.impls)
 	for _, bad := range [][]string{
 		{"-workers", "0"}, {"-workers", "x"}, {"-impls", "mgo"}, {"-accounts", "1"},
 		{"-rate", "-1"}, {"-rate", "0", "-transfers", "0"}, {"-value", "0"}, {"extra"}, {"-pool", "-1"},

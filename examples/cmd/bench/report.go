@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -91,16 +92,23 @@ func (r *report) markdown(chartLink string) string {
 
 	pairs := r.pairs()
 	if len(pairs) > 0 {
-		b.WriteString("\nThe library against the tutorial at each level (twopc ÷ tutorial; throughput above 1 and the rest below 1 favour the library):\n\n")
-		b.WriteString("| workers | throughput | p50 | p99 | caller round trips | data commands / finished transfer | write statements / finished transfer | document writes / finished transfer (twopc; tutorial) | server time per account update statement (twopc against tutorial) |\n")
-		b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
+		b.WriteString("\nThe library against the tutorial at each level, on a log with no index (tutorial) and with its recovery's index (tutorial-indexed); twopc ÷ that run: throughput above 1 and the rest below 1 favour the library:\n\n")
+		b.WriteString("| workers | against | throughput | p50 | p99 | caller round trips | data commands / finished transfer | write statements / finished transfer | document writes / finished transfer (twopc; tutorial) | server time per account update statement (twopc against tutorial) |\n")
+		b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
 		for _, p := range pairs {
-			fmt.Fprintf(&b, "| %d | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %s; %s | %s |\n", p.lib.workers,
+			fmt.Fprintf(&b, "| %d | %s | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %s; %s | %s |\n", p.lib.workers, p.tut.impl,
 				ratio(p.lib.throughput(), p.tut.throughput()),
 				ratio(p.lib.pct(50).Seconds(), p.tut.pct(50).Seconds()),
 				ratio(p.lib.pct(99).Seconds(), p.tut.pct(99).Seconds()),
 				ratio(p.lib.callerRTs, p.tut.callerRTs), ratio(p.lib.commands, p.tut.commands), ratio(p.lib.statements, p.tut.statements),
 				p.lib.writes, p.tut.writes, p.acctStatement())
+		}
+		if slices.ContainsFunc(pairs, func(p pair) bool { return len(p.lib.serverPerStmt) > 0 }) {
+			b.WriteString("\nThe dev server's time per statement, by command and collection (twopc against the tutorial run):\n\n")
+			b.WriteString("| workers | against | per statement: twopc; tutorial |\n| ---: | --- | --- |\n")
+			for _, p := range pairs {
+				fmt.Fprintf(&b, "| %d | %s | %s; %s |\n", p.lib.workers, p.tut.impl, perStatement(p.lib), perStatement(p.tut))
+			}
 		}
 		b.WriteString(r.goals(pairs))
 	}
@@ -112,20 +120,55 @@ func (r *report) markdown(chartLink string) string {
 
 type pair struct{ lib, tut *result }
 
-// pairs matches each level's library run with its tutorial run.
+// pairs matches each level's library run with its tutorial runs: the bare
+// tutorial's, then the indexed one's.
 func (r *report) pairs() []pair {
 	var out []pair
 	for i := range r.results {
 		if r.results[i].impl != implTwopc {
 			continue
 		}
-		for j := range r.results {
-			if r.results[j].impl == implTutorial && r.results[j].workers == r.results[i].workers {
-				out = append(out, pair{&r.results[i], &r.results[j]})
+		for _, tut := range []string{implTutorial, implTutorialIndexed} {
+			for j := range r.results {
+				if r.results[j].impl == tut && r.results[j].workers == r.results[i].workers {
+					out = append(out, pair{&r.results[i], &r.results[j]})
+				}
 			}
 		}
 	}
 	return out
+}
+
+// perStatement is a run's server time per statement by command and
+// collection, the write statements first ("update transactions 1.56 ms,
+// update accounts 1.04 ms, insert transactions 0.61 ms"), or "not
+// measured".
+func perStatement(x *result) string {
+	if len(x.serverPerStmt) == 0 {
+		return "not measured"
+	}
+	kinds := make([]string, 0, len(x.serverPerStmt))
+	for k := range x.serverPerStmt {
+		kinds = append(kinds, k)
+	}
+	write := func(k string) bool {
+		cmd, _, _ := strings.Cut(k, " ")
+		return cmd == "update" || cmd == "insert" || cmd == "delete" || cmd == "findAndModify"
+	}
+	slices.SortFunc(kinds, func(a, b string) int {
+		if wa, wb := write(a), write(b); wa != wb {
+			if wa {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(cmp.Compare(x.serverPerStmt[b], x.serverPerStmt[a]), cmp.Compare(a, b))
+	})
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = k + " " + fmtDur(x.serverPerStmt[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // goalLevel is the concurrency issue 36's goals for many transfers in
@@ -159,29 +202,31 @@ func (p pair) acctStatement() string {
 // commit, two closes and done.
 const pairWritesFloor = 7
 
-// goals renders the goals of issue 36 against the measurements, each
-// throughput ratio beside the document writes per transfer of both.
+// goals renders the project's goals (issue 36's, restated by issue 49
+// against the tutorial with the indexes its reads need) against the
+// measurements: each throughput ratio is twopc ÷ the indexed tutorial
+// where it ran (else the bare one), the bare tutorial's ratio beside it,
+// with the document writes per transfer of both.
 func (r *report) goals(pairs []pair) string {
 	var b strings.Builder
-	b.WriteString("\nGoals (issue 36, at 1 and 32 workers; ratios are twopc ÷ tutorial in this run, writes are document writes per finished transfer, twopc against tutorial):\n\n")
+	b.WriteString("\nGoals (issues 36 and 49, at 1 and 32 workers; ratios are twopc ÷ the tutorial with its recovery's index where it ran, the bare tutorial's beside; writes are document writes per finished transfer, twopc against tutorial):\n\n")
 	b.WriteString("| goal | measured | met |\n| --- | --- | --- |\n")
 	maxRT, tutRT := 0.0, 0.0
 	for _, p := range pairs {
 		maxRT, tutRT = max(maxRT, p.lib.callerRTs), max(tutRT, p.tut.callerRTs)
 	}
 	fmt.Fprintf(&b, "| caller round trips ≤ 3 (tutorial 8) | at most %.2f (tutorial %.2f) | %s |\n", maxRT, tutRT, yes(maxRT <= 3))
-	for _, p := range pairs {
+	for _, p := range goalPairs(pairs) {
 		tr := ratio(p.lib.throughput(), p.tut.throughput())
 		measured := fmt.Sprintf("%.2f× (%.1f against %.1f transfers/s; writes %.2f against %.2f)",
 			tr, p.lib.throughput(), p.tut.throughput(), p.lib.writes.total(), p.tut.writes.total())
+		if p.bare != nil && p.bare != p.tut {
+			measured += fmt.Sprintf("; the bare tutorial %.2f× (%.1f transfers/s)", ratio(p.lib.throughput(), p.bare.throughput()), p.bare.throughput())
+		}
 		sr := p.acctStatementRatio()
 		switch w := p.lib.workers; {
 		case r.cfg.hot && w == goalLevel:
-			want, why := 1.5, ""
-			if sr > 1 {
-				want, why = 1.4, ", its account statements costing the server more than the tutorial's"
-			}
-			fmt.Fprintf(&b, "| hot account, %d workers: throughput ≥ %.1f × the tutorial's%s | %s | %s |\n", w, want, why, measured, yes(tr >= want))
+			fmt.Fprintf(&b, "| hot account, %d workers: throughput ≥ 1.5 × the tutorial's | %s | %s |\n", w, measured, yes(tr >= 1.5))
 			lf := ratio(p.lib.lastRate, p.lib.firstRate)
 			fmt.Fprintf(&b, "| hot account: last third ≥ 0.9 × the first | %.2f (%.1f → %.1f transfers/s) | %s |\n", lf, p.lib.firstRate, p.lib.lastRate, yes(lf >= 0.9))
 			fmt.Fprintf(&b, "| hot account's document ≤ 16 KB at the end | %d bytes (tutorial %d) | %s |\n", p.lib.hotBytes, p.tut.hotBytes, yes(p.lib.hotBytes <= 16<<10))
@@ -197,6 +242,34 @@ func (r *report) goals(pairs []pair) string {
 		}
 	}
 	return b.String()
+}
+
+// goalPair is a level's library run against the tutorial the goals are
+// stated against (the indexed one where it ran), and the bare tutorial's
+// run (nil if it did not run).
+type goalPair struct {
+	pair
+	bare *result
+}
+
+// goalPairs returns one goalPair a level, in the order of pairs.
+func goalPairs(pairs []pair) []goalPair {
+	var out []goalPair
+	for _, p := range pairs {
+		i := slices.IndexFunc(out, func(g goalPair) bool { return g.lib == p.lib })
+		if i < 0 {
+			out = append(out, goalPair{pair: p})
+			i = len(out) - 1
+		}
+		g := &out[i]
+		if p.tut.impl == implTutorial {
+			g.bare = p.tut
+		}
+		if p.tut.impl == implTutorialIndexed || g.tut.impl != implTutorialIndexed {
+			g.tut = p.tut
+		}
+	}
+	return out
 }
 
 // atFloor notes a pair transfer's writes at the floor.

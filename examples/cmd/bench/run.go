@@ -31,6 +31,10 @@ import (
 const (
 	implTwopc    = "twopc"
 	implTutorial = "tutorial"
+	// implTutorialIndexed is the tutorial's protocol on a log with the
+	// one index its recovery's query needs ({state, lastModified}), as a
+	// service running it would deploy it; implTutorial's log has none.
+	implTutorialIndexed = "tutorial-indexed"
 	// implNative is MongoDB's multi-document transactions
 	// (internal/native); it runs only where the server has them.
 	implNative = "native"
@@ -359,6 +363,11 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	if err := b.openAccounts(ctx, db); err != nil {
 		return res, err
 	}
+	if impl == implTutorialIndexed {
+		if err := tutorial.New(db).EnsureRecoveryIndex(ctx); err != nil {
+			return res, err
+		}
+	}
 
 	var cnt counter
 	pool := uint64((workers + procs - 1) / procs)
@@ -413,7 +422,7 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 					_ = twopc.NewRecoverer(c).Run(recoverCtx)
 				}()
 			}
-		case implTutorial:
+		case implTutorial, implTutorialIndexed:
 			ps[i].sys = tut{tutorial.New(pdb)}
 		case implNative:
 			nb, err := native.New(ctx, pdb)

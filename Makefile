@@ -34,12 +34,19 @@ test:
 # repeats' acceptance run, 200 keyed calls of each kind cut short and each
 # repeated at once in the coordinator that made it, another, or another
 # process; the refunds' acceptance run, 150 transfers of 2 to 5 legs each
-# refunded in 1 to 10 parts from two coordinators at once, then to zero.
+# refunded in 1 to 10 parts from two coordinators at once, then to zero;
+# the change feed's load run, SOAK_FEED transfers from 8 goroutines with
+# two sequencers (at the default 10 s lease), the holder stalled and taken
+# over twice and restarted once during it, an All reader and two
+# subscriber groups, each committed transfer checked once in the feed, the
+# reader and each group (make test runs it at 120 transfers and a 300 ms
+# lease).
 SOAK_TRANSFERS ?= 1500
 SOAK_REPLAY    ?= 600
 SOAK_HISTORY   ?= 20000
+SOAK_FEED      ?= 2000
 soak:
-	@SOAK_TRANSFERS=$(SOAK_TRANSFERS) SOAK_REPLAY=$(SOAK_REPLAY) SOAK_HISTORY=$(SOAK_HISTORY) SEED=$(SEED) .ci/soak
+	@SOAK_TRANSFERS=$(SOAK_TRANSFERS) SOAK_REPLAY=$(SOAK_REPLAY) SOAK_HISTORY=$(SOAK_HISTORY) SOAK_FEED=$(SOAK_FEED) SEED=$(SEED) .ci/soak
 
 # demo seeds two accounts and runs transfers, printing each step with the
 # state it leaves.

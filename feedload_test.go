@@ -67,17 +67,25 @@ func (s *loadSequencer) loop(ctx context.Context) {
 }
 
 // loadStall stalls the first sequencer to reach a step once armed, until
-// released: both sequencers' hook.
+// released or the run ends (quit): both sequencers' hook.
 type loadStall struct {
 	armed   atomic.Int64 // the step+1 to stall at; 0: none
 	reached chan struct{}
 	release chan struct{}
+	quit    <-chan struct{}
 }
 
 func (s *loadStall) hook(step int) error {
 	if s.armed.CompareAndSwap(int64(step)+1, 0) {
-		s.reached <- struct{}{}
-		<-s.release
+		select {
+		case s.reached <- struct{}{}:
+		case <-s.quit:
+			return nil
+		}
+		select {
+		case <-s.release:
+		case <-s.quit:
+		}
 	}
 	return nil
 }
@@ -183,12 +191,12 @@ func TestFeedLoad(t *testing.T) {
 	b.open(opening)
 	lease, n := *feedLoadLease, *feedLoadTransfers
 	poll := min(200*time.Millisecond, lease/5)
-	stall := &loadStall{reached: make(chan struct{}), release: make(chan struct{})}
 	seqs := map[string]*loadSequencer{}
 	errs := make(chan error, 16)
 	var running sync.WaitGroup
 	runCtx, stopAll := context.WithCancel(ctx)
 	defer func() { stopAll(); running.Wait() }()
+	stall := &loadStall{reached: make(chan struct{}), release: make(chan struct{}), quit: runCtx.Done()}
 	for _, name := range []string{"seq-a", "seq-b"} {
 		s := &loadSequencer{name: name, c: b.coordinator(twopc.WithApplication(name)), restart: make(chan struct{}), errs: errs,
 			opts: []twopc.FeedOption{twopc.WithFeedLease(lease), twopc.WithFeedPoll(poll), twopc.WithFeedHook(stall.hook)}}
@@ -310,7 +318,11 @@ func TestFeedLoad(t *testing.T) {
 	takeOver(1, twopc.FeedTagged)
 	holder := waitFor("a holder", func(st *twopc.FeedStatus) bool { return st.Holder != "" })
 	done := quarter(2)
-	seqs[strings.SplitN(holder.Holder, "/", 2)[0]].restart <- struct{}{}
+	select {
+	case seqs[strings.SplitN(holder.Holder, "/", 2)[0]].restart <- struct{}{}:
+	case err := <-errs:
+		t.Fatal(err)
+	}
 	<-done
 	takeOver(3, twopc.FeedPublished)
 	require.Len(t, committed, n, "every transfer committed")

@@ -70,15 +70,16 @@ func (s *loadSequencer) loop(ctx context.Context) {
 // released or the run ends (quit): both sequencers' hook.
 type loadStall struct {
 	armed   atomic.Int64 // the step+1 to stall at; 0: none
-	reached chan struct{}
+	reached chan string  // the sequencer stalled
 	release chan struct{}
 	quit    <-chan struct{}
 }
 
-func (s *loadStall) hook(step int) error {
+// hook is sequencer name's.
+func (s *loadStall) hook(name string, step int) error {
 	if s.armed.CompareAndSwap(int64(step)+1, 0) {
 		select {
-		case s.reached <- struct{}{}:
+		case s.reached <- name:
 		case <-s.quit:
 			return nil
 		}
@@ -196,10 +197,11 @@ func TestFeedLoad(t *testing.T) {
 	var running sync.WaitGroup
 	runCtx, stopAll := context.WithCancel(ctx)
 	defer func() { stopAll(); running.Wait() }()
-	stall := &loadStall{reached: make(chan struct{}), release: make(chan struct{}), quit: runCtx.Done()}
+	stall := &loadStall{reached: make(chan string), release: make(chan struct{}), quit: runCtx.Done()}
 	for _, name := range []string{"seq-a", "seq-b"} {
+		hook := func(step int) error { return stall.hook(name, step) }
 		s := &loadSequencer{name: name, c: b.coordinator(twopc.WithApplication(name)), restart: make(chan struct{}), errs: errs,
-			opts: []twopc.FeedOption{twopc.WithFeedLease(lease), twopc.WithFeedPoll(poll), twopc.WithFeedHook(stall.hook)}}
+			opts: []twopc.FeedOption{twopc.WithFeedLease(lease), twopc.WithFeedPoll(poll), twopc.WithFeedHook(hook)}}
 		seqs[name] = s
 		running.Add(1)
 		go func() { defer running.Done(); s.loop(runCtx) }()
@@ -294,20 +296,22 @@ func TestFeedLoad(t *testing.T) {
 		return done
 	}
 	// takeOver stalls the holder at step, during quarter q, until the
-	// other sequencer took the lease over.
+	// other sequencer holds the lease: taken over from the stalled one
+	// (or before it stalled, its lease lapsed under load: the stalled one
+	// learns it at its next write).
 	takeOver := func(q, step int) {
 		stall.armed.Store(int64(step) + 1)
 		done := quarter(q)
+		var stalled string
 		select {
-		case <-stall.reached:
+		case stalled = <-stall.reached:
 		case err := <-errs:
 			t.Fatal(err)
 		case <-ctx.Done():
 			t.Fatalf("quarter %d: no sequencer reached step %d", q, step)
 		}
-		stalled := status()
 		waitFor("the takeover", func(st *twopc.FeedStatus) bool {
-			return st.Epoch > stalled.Epoch && st.Holder != "" && st.Holder != stalled.Holder
+			return st.Holder != "" && !strings.HasPrefix(st.Holder, stalled+"/")
 		})
 		stall.release <- struct{}{}
 		<-done

@@ -20,8 +20,10 @@ import (
 // as a Server's did before issue 49's "one hop") and one that hands each
 // request to FerretDB in process (a Server's). A raw wire client sends
 // one request at a time: a ping, or the guarded update by _id of a
-// transaction's state move (BenchmarkServerTransactionUpdate's, on a
-// collection with no index but _id's). Besides ns/op it reports cpu-us/op,
+// transaction's state move (BenchmarkServerTransactionUpdate's) on a
+// collection with no index but _id's (update) or with the library's three
+// log indexes (update-indexed: {state, created}, {accounts, committedAt},
+// {accounts, created, _id}). Besides ns/op it reports cpu-us/op,
 // the whole process's CPU time (user and system: client, front and
 // FerretDB) per request, and srv-us/op, the front's clock of the backend
 // per request. Compare the two hops within one run.
@@ -58,36 +60,52 @@ func BenchmarkFrontHop(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		coll := "hop_" + hop
 		const docs = 64
 		ids := make([]bson.ObjectID, docs) // an ObjectID, as the library's: the dev server reads it by the _id index
 		for i := range ids {
 			ids[i] = bson.NewObjectID()
-			hopRoundTrip(b, conn, bson.D{{Key: "insert", Value: coll}, {Key: "documents", Value: bson.A{
-				bson.D{{Key: "_id", Value: ids[i]}, {Key: "source", Value: "a"}, {Key: "destination", Value: "b"}, {Key: "value", Value: int64(100)},
-					{Key: "state", Value: "pending"}, {Key: "lastModified", Value: time.Now()}}}}, {Key: "$db", Value: "hop"}})
 		}
-		applied := make([]bool, docs) // each document's state, across the runs of b.N
-		for _, cmd := range []string{"ping", "update"} {
+		for _, coll := range []string{"hop_" + hop, "hop_indexed_" + hop} {
+			if coll != "hop_"+hop {
+				hopRoundTrip(b, conn, bson.D{{Key: "createIndexes", Value: coll}, {Key: "indexes", Value: bson.A{
+					bson.D{{Key: "key", Value: bson.D{{Key: "state", Value: 1}, {Key: "created", Value: 1}}}, {Key: "name", Value: "s"}},
+					bson.D{{Key: "key", Value: bson.D{{Key: "accounts", Value: 1}, {Key: "committedAt", Value: 1}}}, {Key: "name", Value: "a"}},
+					bson.D{{Key: "key", Value: bson.D{{Key: "accounts", Value: 1}, {Key: "created", Value: 1}, {Key: "_id", Value: 1}}}, {Key: "name", Value: "t"}},
+				}}, {Key: "$db", Value: "hop"}})
+			}
+			for i := range ids {
+				hopRoundTrip(b, conn, bson.D{{Key: "insert", Value: coll}, {Key: "documents", Value: bson.A{
+					bson.D{{Key: "_id", Value: ids[i]}, {Key: "source", Value: "a"}, {Key: "destination", Value: "b"}, {Key: "value", Value: int64(100)},
+						{Key: "state", Value: "pending"}, {Key: "lastModified", Value: time.Now()},
+						{Key: "created", Value: time.Now()}, {Key: "accounts", Value: bson.A{"0::sa", "0::sb"}}}}}, {Key: "$db", Value: "hop"}})
+			}
+		}
+		// each document's state, by command, across the runs of b.N
+		applied := map[string][]bool{"update": make([]bool, docs), "update-indexed": make([]bool, docs)}
+		for _, cmd := range []string{"ping", "update", "update-indexed"} {
 			b.Run(fmt.Sprintf("hop=%s/cmd=%s", hop, cmd), func(b *testing.B) {
 				f.ResetWork()
 				cpu := processCPU(b)
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					c := bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}
-					if cmd == "update" {
+					if cmd != "ping" {
+						coll := "hop_" + hop
+						if cmd == "update-indexed" {
+							coll = "hop_indexed_" + hop
+						}
 						from, to := "pending", "applied"
-						if applied[i%docs] {
+						if applied[cmd][i%docs] {
 							from, to = to, from
 						}
-						applied[i%docs] = !applied[i%docs]
+						applied[cmd][i%docs] = !applied[cmd][i%docs]
 						c = bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{bson.D{
 							{Key: "q", Value: bson.D{{Key: "_id", Value: ids[i%docs]}, {Key: "state", Value: from}}},
 							{Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: to}}},
 								{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}}}}}}}, {Key: "$db", Value: "hop"}}
 					}
 					reply := hopRoundTrip(b, conn, c)
-					if n, _ := reply.Lookup("nModified").AsInt64OK(); cmd == "update" && n != 1 {
+					if n, _ := reply.Lookup("nModified").AsInt64OK(); cmd != "ping" && n != 1 {
 						b.Fatalf("modified %d, want 1: %s", n, reply)
 					}
 				}
@@ -97,7 +115,7 @@ func BenchmarkFrontHop(b *testing.B) {
 				for _, w := range f.Work() {
 					busy += w.Busy
 				}
-				if cmd == "update" { // the front's clock counts no ping
+				if cmd != "ping" { // the front's clock counts no ping
 					b.ReportMetric(float64(busy)/float64(time.Microsecond)/float64(b.N), "srv-us/op")
 				}
 			})

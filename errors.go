@@ -181,16 +181,16 @@ var (
 	// it with Coordinator.Reverse.
 	ErrNotCancelable = errors.New("twopc: transaction is past its commit point")
 
-	// ErrNotRefundable reports a Refund, Reverse or Refundable of a
-	// transaction that moved nothing to give back: one not yet at its
-	// commit point (initial or pending: let it finish, by waiting or by
-	// repeating its call with its key, and read it with Get), a held hold
-	// (it moves nothing until captured: release it with Void), one
-	// canceling or canceled (a voided or expired hold, a placeholder of
-	// Cancel: it moved nothing), or a hold, whatever its state, whose
-	// captures moved what it took (refund or reverse each capture: its
-	// CaptureOf names the hold; for a hold captured, applied or done, the
-	// error also wraps ErrInvalidTransfer). Nothing is written.
+	// ErrNotRefundable reports a Refund, RefundLegs, Reverse or
+	// Refundable of a transaction that moved nothing to give back: one not
+	// yet at its commit point (initial or pending: let it finish, by
+	// waiting or by repeating its call with its key, and read it with
+	// Get), a held hold with nothing captured (it moves nothing until
+	// captured: release it with Void), one canceling or canceled (a hold
+	// voided or expired with nothing captured, a placeholder of Cancel: it
+	// moved nothing); or of a capture of a hold, which is refunded with
+	// its hold, as one order (see Refund; the error names the hold).
+	// Nothing is written.
 	ErrNotRefundable = errors.New("twopc: transaction not refundable")
 
 	// ErrTxnNotFound reports a transaction id that names no transaction.

@@ -587,9 +587,9 @@ func TestHoldLosersAreToldTheyLost(t *testing.T) {
 	assert.EqualValues(t, 50, b.balance("B"))
 }
 
-// TestReverseOfACapturedHold (review): reversing a capture of part of a
-// hold moves back what moved, not the value held; the hold itself, which
-// moves nothing, is not reversed.
+// TestReverseOfACapturedHold (review): reversing a hold captured in part
+// moves back what its capture moved, not the value held; the capture is
+// not reversed on its own (the hold's book holds it: issue 48, item 3).
 func TestReverseOfACapturedHold(t *testing.T) {
 	b := newBank(t, twopc.WithSyncSettle())
 	ctx := testCtx(t)
@@ -598,9 +598,9 @@ func TestReverseOfACapturedHold(t *testing.T) {
 	require.NoError(t, err)
 	capture, err := b.c.Capture(ctx, hold.ID, 30)
 	require.NoError(t, err)
-	_, err = b.c.Reverse(ctx, hold.ID)
-	require.ErrorIs(t, err, twopc.ErrInvalidTransfer, "a hold moves nothing itself: its captures are reversed")
-	rev, err := b.c.Reverse(ctx, capture.ID)
+	_, err = b.c.Reverse(ctx, capture.ID)
+	require.ErrorIs(t, err, twopc.ErrNotRefundable, "a capture is reversed with its hold")
+	rev, err := b.c.Reverse(ctx, hold.ID)
 	require.NoError(t, err)
 	assert.EqualValues(t, 30, rev.Value)
 	b.checkSettled(map[string]int64{"A": 1000, "B": 500})

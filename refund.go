@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -29,8 +28,8 @@ const MaxRefunds = 100
 // collection: "transactions_refunds" by default.
 const refundsSuffix = schema.RefundsSuffix
 
-// Refund returns amount of committed transfer id (applied or done; a
-// capture of a hold, not the hold itself) to where it came from: a transfer
+// Refund returns amount of committed transfer id (applied or done; or a
+// hold, as one order: see below) to where it came from: a transfer
 // of its own, from the original's destination back to its source, or for
 // a transfer of legs every leg turned, in proportion, exact over any
 // sequence of refunds: on each side (the credits, the debits) the refunds
@@ -47,7 +46,15 @@ const refundsSuffix = schema.RefundsSuffix
 // it: in proportion to what each leg has left. A repeat under the key
 // takes the legs of the refund made, never computed again. A transfer of several assets
 // (an exchange) is refunded whole only, by Reverse, under a book that is
-// whole or nothing: reversed once, whatever keys ask. The refund has Transfer's errors
+// whole or nothing: reversed once, whatever keys ask. A hold whose
+// captures took something (held, ended by its captures, voided or
+// expired) is refunded as one order across all its captures: as the
+// transfer they make together, of what they took of each of its legs (of
+// those committed: the base grows as captures commit), under one book, the
+// hold's, whose entries name the captures each refund takes from (the
+// oldest first); the refund's RefundOf is the hold. A capture itself is not
+// refunded on its own (ErrNotRefundable, naming its hold), so no money of
+// it is ever refundable twice. The refund has Transfer's errors
 // (ErrInsufficientFunds if the destination cannot cover it now, ...) and
 // its options: WithKey (a repeat returns the first refund made under the
 // key, and reserves nothing again), WithMetadata. Its Txn.RefundOf names
@@ -90,7 +97,8 @@ const refundsSuffix = schema.RefundsSuffix
 // positive, a key or metadata Transfer refuses, a transfer of several
 // assets, a leg on a ledger this coordinator was not given: with
 // ErrUnknownLedger), ErrTxnNotFound, ErrNotRefundable (a transaction not
-// applied or done, or a hold: see ErrNotRefundable), ErrRefundExceeded,
+// applied or done, a hold with nothing captured, or a capture: see
+// ErrNotRefundable), ErrRefundExceeded,
 // ErrKeyConflict, ErrShardKey and ErrClosed; the refund itself canceled,
 // its reservation given back, Transfer's refusals (ErrInsufficientFunds,
 // ErrLimitExceeded, ErrAssetMismatch, ErrAccountNotFound,
@@ -126,7 +134,8 @@ func (c *Coordinator) Refund(ctx context.Context, id bson.ObjectID, amount int64
 }
 
 // Refundable returns what is left to refund of committed transfer id (see
-// Refund): what it moved, less its refunds made or in flight. It first
+// Refund): what it moved (a hold: what its committed captures took), less
+// its refunds made or in flight. It first
 // gives back the reservations of refunds known canceled. A transaction
 // Refund refuses is refused as Refund refuses it: ErrTxnNotFound,
 // ErrNotRefundable, ErrInvalidTransfer for a transfer of several assets.
@@ -151,50 +160,63 @@ func (c *Coordinator) Refundable(ctx context.Context, id bson.ObjectID) (_ int64
 	if book, err = c.books.readBook(ctx, id); err != nil || book == nil {
 		return base, err
 	}
-	return book.Left, nil
+	return base - book.reserved(), nil
 }
 
 // refundable reads transfer id for op (refund, reverse or refundable),
-// and refuses one that moved nothing to give back (notRefundable).
+// and refuses one that moved nothing to give back (notRefundable). A hold
+// is returned as its order (orderOf): what its captures took.
 func (c *Coordinator) refundable(ctx context.Context, id bson.ObjectID, op string) (*record, error) {
 	r, _, err := c.log.lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return r, notRefundable(r, op)
+	if err := notRefundable(r, op); err != nil {
+		return r, err
+	}
+	if r.Hold {
+		o, err := c.orderOf(ctx, r)
+		if err != nil {
+			return r, errorf("twopc: %s %s: %w", op, id.Hex(), err)
+		}
+		return o, nil
+	}
+	return r, nil
 }
 
 // notRefundable is the refusal of op (refund, reverse or refundable) of
 // transaction r, ErrNotRefundable with advice that fits its state; nil
-// for a committed transfer, which moved what it is to give back.
+// for a committed transfer, which moved what it is to give back, and for
+// a hold whose captures took something (committed, held, or voided or
+// expired after captures), refunded as one order (see orderOf). A capture
+// is refused: its hold's book holds it.
 func notRefundable(r *record, op string) error {
 	verb := op // what the caller does instead, spliced into the advice
 	if op == "refundable" {
 		verb = "refund"
 	}
-	captures := fmt.Sprintf("%s its captures instead (each capture's CaptureOf names the hold)", verb)
 	var why string
 	switch {
 	case r.Placeholder:
 		why = "it was canceled before it was made (Cancel's placeholder): it moved nothing"
-	case r.State.Committed() && !r.Hold:
-		return nil
+	case !r.CaptureOf.IsZero():
+		why = fmt.Sprintf("it is a capture of hold %s, whose captures are refunded as one order, under one book: %s the hold instead (what its captures took, across all of them)",
+			r.CaptureOf.Hex(), verb)
 	case r.State.Committed():
-		return errorf("twopc: %s %s: %w: %w: a hold moves nothing itself, its captures moved what it took: %s",
-			op, r.ID.Hex(), ErrNotRefundable, ErrInvalidTransfer, captures)
+		return nil // a hold committed was ended by its captures
 	case r.State == StateHeld:
-		why = "it is a hold, still held: it moves nothing until captured; release it with Void"
-		if len(r.Captures) > 0 {
-			why += ", and " + captures
+		if chargedSomething(r) {
+			return nil
 		}
+		why = "it is a hold, still held, nothing captured: it moves nothing until captured; release it with Void"
 	case r.State == StateCanceling || r.State == StateCanceled:
 		state := string(r.State)
 		if r.Reason != "" {
 			state += " (" + r.Reason + ")"
 		}
 		switch {
-		case r.Hold && len(r.Captures) > 0:
-			why = fmt.Sprintf("it is a hold, %s: it moved nothing itself, its captures moved what they took: %s", state, captures)
+		case r.Hold && chargedSomething(r):
+			return nil
 		case r.Hold:
 			why = fmt.Sprintf("it is a hold, %s: it moved nothing", state)
 		default:
@@ -232,9 +254,12 @@ func refundBase(r *record) (int64, error) {
 func (c *Coordinator) refundLegs(r *record) ([]Leg, []int64, error) {
 	legs := r.txn().SettledLegs()
 	if len(r.Legs) > 0 {
-		turned := slices.Clone(legs)
-		for i := range turned {
-			turned[i].Amount = -turned[i].Amount
+		var turned []Leg // of a hold's order, the legs its captures took of
+		for _, l := range legs {
+			if l.Amount != 0 {
+				l.Amount = -l.Amount
+				turned = append(turned, l)
+			}
 		}
 		if _, err := c.legsTxn(turned); err != nil {
 			return nil, nil, err
@@ -307,7 +332,7 @@ func (c *Coordinator) refundAs(ctx context.Context, r *record, base int64, ask r
 			}
 		}
 	case errors.Is(err, ErrTxnNotFound):
-		ask.ID = refundID
+		ask.ID, ask.of = refundID, r.Captures // a hold's order: its committed captures (orderOf)
 		take, err := c.books.reserve(ctx, r.ID, amounts, base, ask)
 		if err != nil {
 			if !keyed && !errors.Is(err, ErrRefundExceeded) && !errors.Is(err, ErrKeyConflict) {

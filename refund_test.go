@@ -213,9 +213,11 @@ func TestRefundLegs(t *testing.T) {
 
 // TestRefundNotRefundable: Refund, Reverse and Refundable of a transaction
 // that moved nothing that can be given back (pending, canceling, canceled,
-// a placeholder, a hold held, voided or captured) are ErrNotRefundable,
-// with advice that fits its state, and write nothing: no reservation in
-// the refund book, no transaction, no account touched.
+// a placeholder, a hold held or voided with nothing captured) and of a
+// capture of a hold (its hold is refunded as one order) are
+// ErrNotRefundable, with advice that fits its state, and write nothing:
+// no reservation in the refund book, no transaction, no account touched.
+// A hold captured, or voided after a capture, is refundable.
 func TestRefundNotRefundable(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBank(t, twopc.WithSyncSettle())
@@ -246,7 +248,7 @@ func TestRefundNotRefundable(t *testing.T) {
 	_ = id(b.c.Capture(ctx, captureThenVoid, 4, twopc.WithFinalCapture(false)))
 	_ = id(b.c.Void(ctx, captureThenVoid))
 	captured := id(b.c.Hold(ctx, "A", "B", 10))
-	_ = id(b.c.Capture(ctx, captured, 6))
+	capture := id(b.c.Capture(ctx, captured, 6))
 	for txn, state := range map[bson.ObjectID]twopc.State{pending: twopc.StatePending, pendingHold: twopc.StatePending,
 		canceling: twopc.StateCanceling, canceled: twopc.StateCanceled, held: twopc.StateHeld, voided: twopc.StateCanceled,
 		captureThenVoid: twopc.StateCanceled, captured: twopc.StateDone} {
@@ -271,8 +273,7 @@ func TestRefundNotRefundable(t *testing.T) {
 		{"a placeholder", placeholder, "it moved nothing"},
 		{"held", held, "Void"},
 		{"voided", voided, "a hold, canceled (voided): it moved nothing"},
-		{"voided after a capture", captureThenVoid, "refund its captures"},
-		{"captured", captured, "refund its captures"},
+		{"a capture of a hold", capture, "the hold instead"},
 	} {
 		_, err := b.c.Refund(ctx, c.id, 1)
 		assert.ErrorIs(t, err, twopc.ErrNotRefundable, "refund of %s", c.name)
@@ -284,6 +285,10 @@ func TestRefundNotRefundable(t *testing.T) {
 		_, err = b.c.Refundable(ctx, c.id)
 		assert.ErrorIs(t, err, twopc.ErrNotRefundable, "refundable of %s", c.name)
 		assert.NotContains(t, fmt.Sprint(err), "refundable them", "refundable of %s", c.name)
+	}
+	for _, hold := range []bson.ObjectID{captureThenVoid, captured} {
+		_, err := b.c.Refundable(ctx, hold)
+		assert.NoError(t, err, "a hold whose captures took something")
 	}
 	assert.Equal(t, accounts, b.accountStates(), "no account touched")
 	assert.Len(t, b.txns(), txns, "no transaction written")

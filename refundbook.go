@@ -23,10 +23,12 @@ type refundBooks struct {
 }
 
 // refundBook is what was refunded of one transfer: a document under the
-// transfer's _id, created by its first refund. Left plus the entries'
-// amounts is what the transfer moved, and Returned is the sum of the
-// entries' legs, leg by leg: every write changes them together, under
-// Seq as read.
+// transfer's _id, created by its first refund (a hold's, for its order:
+// see orderOf). Left plus the entries' amounts is what the transfer
+// moved (for a hold, what its captures had taken at the book's first
+// write: what is left is computed as the base less the entries, see
+// reserved), and Returned is the sum of the entries' legs, leg by leg:
+// every write changes them together, under Seq as read.
 type refundBook struct {
 	ID   bson.ObjectID `bson:"_id"`  // the transfer's
 	Seq  int64         `bson:"seq"`  // one more at every write: the compare-and-set
@@ -52,6 +54,24 @@ type refundEntry struct {
 	// named legs of (fixedCredits, fixedDebits): there Legs are the
 	// caller's; 0 for a proportional refund (see bookTake).
 	Fixed int `bson:"fixed,omitempty"`
+	// Captures is, for a refund of a hold (its order: see orderOf), the
+	// captures it takes from and how much of each (see captureTakes).
+	Captures []captureTake `bson:"captures,omitempty"`
+	// of are, for a refund of a hold, its committed captures, which
+	// Captures is computed from; not stored.
+	of []captureEntry
+}
+
+// reserved is what book's entries reserve: what its refunds made or in
+// flight take in all. What is left to refund is the base less it (Left,
+// for a transfer whose base never changes; a hold's order grows as its
+// captures commit: see orderOf).
+func (b *refundBook) reserved() int64 {
+	var n int64
+	for _, e := range b.Refunds {
+		n += e.Amount
+	}
+	return n
 }
 
 // maxBookWrites bounds the compare-and-set attempts of one write to a
@@ -91,7 +111,7 @@ func (bk *refundBooks) reserve(ctx context.Context, id bson.ObjectID, legs []int
 				}
 				return book.Refunds[i].Legs, nil // reserved already
 			}
-			left, seq, n = book.Left, book.Seq, len(book.Refunds)
+			left, seq, n = base-book.reserved(), book.Seq, len(book.Refunds)
 		}
 		if left < e.Amount || n >= MaxRefunds {
 			if book != nil && !swept {
@@ -126,6 +146,9 @@ func (bk *refundBooks) reserve(ctx context.Context, id bson.ObjectID, legs []int
 			return nil, errorf("twopc: refund %s: the refund book does not add up: %v", id.Hex(), err)
 		}
 		e.Legs = take
+		if e.Captures, err = captureTakes(e.of, book, e.Amount); err != nil {
+			return nil, errorf("twopc: refund %s: %w", id.Hex(), err)
+		}
 		var applied bool
 		if book == nil {
 			err = c.retry(ctx, func(ctx context.Context) error {

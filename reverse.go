@@ -16,9 +16,10 @@ import (
 // Reverse undoes a committed transfer the way the tutorial says to: a new
 // transfer that moves back what it moved (see Txn.SettledLegs): for a
 // Transfer, the same value from its destination back to its source; for
-// TransferLegs, every leg with its sign turned; a capture of a hold is a
-// transfer of its parts, reversed so (a hold itself moves nothing, and is
-// not reversed: ErrNotRefundable). A transfer of any assets is reversed
+// TransferLegs, every leg with its sign turned; a hold, what its
+// committed captures took, every capture at once, as one transfer (see
+// Refund: a capture is reversed only with its hold, ErrNotRefundable on
+// its own). A transfer of any assets is reversed
 // at most once, whatever keys ask: the reversal reserves all that the
 // transfer moved in its refund book (see Refund) before it is made, so
 // a second Reverse under another key (or none) is ErrRefundExceeded and

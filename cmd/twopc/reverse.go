@@ -17,7 +17,9 @@ same amounts the other way, made by the tool under its application name
 and settled before it exits. Its idempotency key derives from ID, so
 reversing twice moves the money back once: a reversal that committed is
 returned again; one that was canceled (the destination lacked the funds
-then) is followed by a new attempt.
+then) is followed by a new attempt. A hold is reversed as one order:
+what its committed captures took, all of them at once; a capture is
+reversed only with its hold (refused on its own, naming the hold).
 
 Reverse refuses (exit status 1) an id that names no transaction, a
 transaction not committed (cancel it instead), and a reversal that

@@ -54,12 +54,14 @@ demo:
 	cd examples && $(GO) run ./cmd/demo
 
 # The commands that run until interrupted (banks -serve, metrics, devserver)
-# are built into bin/ and run with exec, not with go run: go run exits 1
+# are built outside the tree (BIN: twopc-bin beside the Go build cache, in
+# the user's cache directory, so that they run from a read-only clone) and
+# run with exec, not with go run: go run exits 1
 # when interrupted, whatever the program did, which make reports as an
 # error. Run so, the program is make's own child: Ctrl-C reaches it (as
 # does the SIGTERM make passes on), it shuts down cleanly and exits 0, and
 # make reports no error.
-BIN := $(CURDIR)/bin
+BIN ?= $(dir $(shell $(GO) env GOCACHE))twopc-bin
 run = cd examples && $(GO) build -o $(BIN)/$(1) ./cmd/$(1) && exec $(BIN)/$(1)
 
 # banks runs two-phase commit's classic two-banks example: a transfer

@@ -81,7 +81,7 @@ func TestUnitDecodeRecordIsTheDriversDecoding(t *testing.T) {
 			Hold: true, ExpiryMs: 60_000, HeldAt: at.Add(time.Second), Captured: 100, Released: 150, Metadata: map[string]string{"order": "o-1", "memo": ""}, Asset: "USD/2",
 			RefundOf: bson.NewObjectID(), CaptureOf: bson.NewObjectID(), VoidMetadata: map[string]string{"why": "out of stock"}, VoidKey: "void-1",
 		},
-		Claim: bson.NewObjectID(), CommittedAt: at.Add(2 * time.Second), LeaseMs: 30_000, TakeoverMs: 5_000, KeepMs: 1,
+		Claim: bson.NewObjectID(), CommittedAt: at.Add(2 * time.Second), EventAt: at.Add(3 * time.Second), LeaseMs: 30_000, TakeoverMs: 5_000, KeepMs: 1,
 		Archive: "old", AllowNegative: true, Placeholder: true, CapturesSeq: 3, FinalCapture: bson.NewObjectID(),
 	}
 	// Every field is set but the legs, which decodeRecord leaves to the

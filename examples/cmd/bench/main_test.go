@@ -93,8 +93,8 @@ func TestRun(t *testing.T) {
 		// Only the in-process dev server's front tells its own time.
 		assert.Regexp(t, `The dev server's own time[^\n]*\n\n\| workers \| implementation \| server time / finished transfer \| busy \|`, s)
 		assert.Regexp(t, `\| 1 \| twopc \| [0-9.]+ ms \| 0\.[0-9]+ \| [^|]*update accounts`, s, "the in-process dev server's time, by kind")
-		assert.Regexp(t, `\| 2 \| tutorial-indexed \| update [a-z]+ [0-9.]+ ms, update [a-z]+ [0-9.]+ ms[^|;]*; [^|]*insert transactions [0-9.]+ ms[^|]*\|`, s,
-			"the server's time per statement by command, twopc's and the indexed tutorial's")
+		assert.Regexp(t, `\| 2 \| tutorial-indexed \| [^|;]*update accounts [0-9.]+ ms[^|;]*; [^|]*insert transactions [0-9.]+ ms[^|]*\|`, s,
+			"the server's time per statement by command, twopc's and the indexed tutorial's (in whatever order the run's times put them)")
 		assert.Contains(t, log.String(), "server ", "the log says the server's time per transfer")
 	} else {
 		assert.NotContains(t, s, "The dev server's own time")

@@ -196,8 +196,6 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.Asset, ok = stringOK(v)
 	case fieldCommittedAt:
 		r.CommittedAt, ok = timeOK(v)
-	case fieldEventAt:
-		r.EventAt, ok = timeOK(v)
 	case fieldCreated:
 		r.Created, ok = timeOK(v)
 	case fieldEventAt:

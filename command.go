@@ -198,6 +198,8 @@ func recordField(r *record, key string, v bson.RawValue) bool {
 		r.CommittedAt, ok = timeOK(v)
 	case fieldCreated:
 		r.Created, ok = timeOK(v)
+	case fieldEventAt:
+		r.EventAt, ok = timeOK(v)
 	case fieldHold:
 		r.Hold, ok = v.BooleanOK()
 	case fieldExpiryMs:

@@ -212,3 +212,78 @@ func TestRefundOrderCountsCommittedCaptures(t *testing.T) {
 	_, err = b.c.Refund(ctx, order.ID, 30)
 	require.NoError(t, err)
 }
+
+// TestRefundOrderWhileCaptured: refunds of a held hold race the captures
+// that commit meanwhile, from two coordinators: a refund is made or
+// refused ErrRefundExceeded, never more is refunded than the captures
+// committed took, and every entry's captures add up to its amount.
+func TestRefundOrderWhileCaptured(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	other := b.coordinator(twopc.WithSyncSettle())
+	b.open(map[string]int64{"buyer": 1000, "shop": 500})
+	order, err := b.c.Hold(ctx, "buyer", "shop", 100)
+	require.NoError(t, err)
+	_, err = b.c.Capture(ctx, order.ID, 10, twopc.WithFinalCapture(false))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 5 {
+			_, err := b.c.Capture(ctx, order.ID, 10, twopc.WithFinalCapture(false))
+			assert.NoError(t, err)
+		}
+	}()
+	var mu sync.Mutex
+	refunded := int64(0)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := b.c
+			if i%2 == 1 {
+				c = other
+			}
+			for range 8 {
+				_, err := c.Refund(ctx, order.ID, 5)
+				if err != nil {
+					assert.ErrorIs(t, err, twopc.ErrRefundExceeded)
+					continue
+				}
+				mu.Lock()
+				refunded += 5
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, refunded, int64(60))
+	left := refundable(t, b.c, order.ID)
+	assert.Equal(t, int64(60)-refunded, left)
+	if left > 0 {
+		_, err := b.c.Refund(ctx, order.ID, left)
+		require.NoError(t, err)
+	}
+	var book struct {
+		Refunds []struct {
+			Amount   int64 `bson:"amount"`
+			Captures []struct {
+				Amount int64 `bson:"amount"`
+			} `bson:"captures"`
+		} `bson:"refunds"`
+	}
+	require.NoError(t, b.db.Collection("transactions_refunds").FindOne(ctx, bson.D{{Key: "_id", Value: order.ID}}).Decode(&book))
+	for _, e := range book.Refunds {
+		var n int64
+		for _, c := range e.Captures {
+			n += c.Amount
+		}
+		assert.Equal(t, e.Amount, n, "an entry's captures add up to it")
+	}
+	_, err = b.c.Void(ctx, order.ID)
+	require.NoError(t, err)
+	require.NoError(t, other.Settle(ctx))
+	b.checkSettled(map[string]int64{"buyer": 1000, "shop": 500})
+	assert.Equal(t, int64(1000), b.balance("buyer"), "60 captured, 60 refunded, 40 released")
+}

@@ -2,9 +2,11 @@ package twopc_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,6 +135,24 @@ func BenchmarkFeed(b *testing.B) {
 	}
 }
 
+// feedDelayTakeover, if not 0, makes BenchmarkFeedDelay run a standby
+// sequencer beside the first and stall the holder that often, after it
+// tagged a batch, until the standby took the lease over (a lease, 10 s,
+// after its last renewal).
+var feedDelayTakeover = flag.Duration("feeddelay.takeover", 0, "BenchmarkFeedDelay: stall the sequencer holding the lease this often until a standby takes it over (0: one sequencer, none)")
+
+// sleepFor waits d and reports true, or false if ctx ended first.
+func sleepFor(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // feedDelayWorkers is the concurrency of BenchmarkFeedDelay's transfers,
 // the one the feed's latency goal is stated at; feedDelayBaseline is how
 // many transfers measure the rate the server reaches without a feed.
@@ -190,10 +210,15 @@ func (r *feedRounds) hook(step int) error {
 // publications), and where its rounds' time went: rounds, events/round,
 // tag-ms/round (its tag writes), publish-ms/round, between-ms/round (from
 // a publication to the next round's tags: its wait, poll or wake, and
-// its reads). The goal, on the dev server on a quiet machine: a
-// median ≤ 1 s, p99 ≤ 3 s:
+// its reads), and takeovers. The goal, on the dev server on a
+// quiet machine: a median ≤ 1 s, p99 ≤ 3 s:
 //
 //	go test -run '^$' -bench 'FeedDelay$' -benchtime 600x .
+//
+// With -feeddelay.takeover 30s a standby sequencer runs beside the first,
+// and every 30 s the holder stalls after tagging a batch until the standby
+// took over (the goal: p99 ≤ the lease + 3 s; the run must span a few:
+// -benchtime 6000x at 60 transfers/s is about 100 s).
 func BenchmarkFeedDelay(b *testing.B) {
 	// The rate without a feed.
 	var base benchCounter
@@ -230,9 +255,56 @@ func BenchmarkFeedDelay(b *testing.B) {
 	b.Cleanup(func() { _ = fc.Close(context.Background()) })
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	ran := make(chan error, 1)
-	go func() { ran <- fc.Feed("delay", twopc.WithFeedHook(rounds.hook)).Run(rctx) }()
+	every := *feedDelayTakeover
+	stall := &loadStall{reached: make(chan string), release: make(chan struct{}), quit: rctx.Done()}
+	seqs := []*twopc.Coordinator{fc}
+	if every > 0 { // a standby, on the same counted client
+		fc2, err := twopc.NewCoordinator(fdb, twopc.WithApplication("standby"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = fc2.Close(context.Background()) })
+		seqs = append(seqs, fc2)
+	}
+	ran := make(chan error, len(seqs))
+	for _, sc := range seqs {
+		name := sc.Application()
+		hook := func(step int) error {
+			err := rounds.hook(step)
+			if every > 0 {
+				_ = stall.hook(name, step)
+			}
+			return err
+		}
+		go func() { ran <- sc.Feed("delay", twopc.WithFeedHook(hook)).Run(rctx) }()
+	}
 	waitFeed(b, ctx, db, "delay")
+	if every > 0 {
+		// Every so often the holder stalls after tagging a batch, until
+		// the standby took the lease over (its lease lapsed).
+		go func() {
+			for sleepFor(rctx, every) {
+				stall.armed.Store(int64(twopc.FeedTagged) + 1)
+				var stalled string
+				select {
+				case stalled = <-stall.reached:
+				case <-rctx.Done():
+					return
+				}
+				for sleepFor(rctx, 50*time.Millisecond) {
+					st, err := c.Feed("delay").Status(rctx)
+					if err == nil && st.Holder != "" && !strings.HasPrefix(st.Holder, stalled+"/") {
+						break
+					}
+				}
+				select {
+				case stall.release <- struct{}{}:
+				case <-rctx.Done():
+					return
+				}
+			}
+		}()
+	}
 
 	var mu sync.Mutex
 	returned := make(map[bson.ObjectID]time.Time, b.N)
@@ -280,8 +352,15 @@ func BenchmarkFeedDelay(b *testing.B) {
 	}
 	b.StopTimer()
 	stop()
-	<-ran
+	for range seqs {
+		<-ran
+	}
 	<-subscribed
+	st, err := c.Feed("delay").Status(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(st.Takeovers), "takeovers")
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -16,10 +16,15 @@ import (
 // Reverse undoes a committed transfer the way the tutorial says to: a new
 // transfer that moves back what it moved (see Txn.SettledLegs): for a
 // Transfer, the same value from its destination back to its source; for
-// TransferLegs, every leg with its sign turned; a hold, what its
-// committed captures took, every capture at once, as one transfer (see
-// Refund: a capture is reversed only with its hold, ErrNotRefundable on
-// its own). A transfer of any assets is reversed
+// TransferLegs, every leg with its sign turned; a hold that ended (by its
+// captures, or voided or expired after some), what its committed captures
+// took, every capture at once, as one transfer (see Refund: a capture is
+// reversed only with its hold, ErrNotRefundable on its own). A hold still
+// held is ErrNotRefundable, and nothing is written: a reversal returns all
+// its captures took, which is not whole while more may be captured; void
+// it (or let its last capture end it) and reverse it then, or refund what
+// its captures took so far with Refund or RefundLegs, which stay allowed.
+// A transfer of any assets is reversed
 // at most once, whatever keys ask: the reversal reserves all that the
 // transfer moved in its refund book (see Refund) before it is made, so
 // a second Reverse under another key (or none) is ErrRefundExceeded and
@@ -33,7 +38,10 @@ import (
 // reversal that committed or is in progress; a repeat with other metadata
 // (WithMetadata) than the reversal's is, like any keyed repeat,
 // ErrKeyConflict, with that reversal as the Txn. A key given in opts is
-// used as it is, and its repeat returns the reversal made under it. The
+// used as it is, and its repeat returns the reversal made under it. A
+// repeat answers, as it stands, the refund of the transfer its key made
+// (by Reverse, or by Refund under that key): its own legs, never computed
+// again from what the transfer moved. The
 // reversal is a transfer of its own, with Transfer's errors
 // (ErrInsufficientFunds if the destination cannot cover it now, ...). An
 // id that names no transaction gives ErrTxnNotFound; a transaction not
@@ -71,15 +79,15 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 			}
 		}
 	}
-	// What it moved is reserved in its refund book (see Refund): a
-	// transfer refunded in part cannot be reversed whole, and one of
-	// several assets, whole or not at all, is reversed once.
-	base, err := wholeBase(r)
-	if err != nil {
-		return nil, err
-	}
 	if tc.keyed {
-		return c.reverse(ctx, r, base, tc.key, opts)
+		prior, err := c.log.read(ctx, keyID(tc.key))
+		switch {
+		case errors.Is(err, ErrTxnNotFound):
+			return c.reverse(ctx, r, tc.key, opts)
+		case err != nil:
+			return nil, errorf("twopc: reverse %s: %w", id.Hex(), err)
+		}
+		return c.reverseAgain(ctx, r, prior, tc.key, opts)
 	}
 	for n := 1; n <= maxReverseAttempts; n++ {
 		key := "reverse:" + id.Hex()
@@ -89,22 +97,60 @@ func (c *Coordinator) Reverse(ctx context.Context, id bson.ObjectID, opts ...Tra
 		prior, err := c.log.read(ctx, keyID(key))
 		switch {
 		case errors.Is(err, ErrTxnNotFound):
+			return c.reverse(ctx, r, key, opts)
 		case err != nil:
 			return nil, errorf("twopc: reverse %s: %w", id.Hex(), err)
 		case prior.State == StateCanceled:
 			continue // that attempt failed: the next key is a new attempt
 		}
-		return c.reverse(ctx, r, base, key, opts)
+		return c.reverseAgain(ctx, r, prior, key, opts)
 	}
 	return nil, errorf("twopc: reverse %s: %d attempts were canceled", id.Hex(), maxReverseAttempts)
 }
 
-// reverse makes the reversal of r under key: with what it moves reserved
-// in r's refund book (base, what r moved: see wholeBase), as the refund of
-// all of base, whose legs the book gives (every leg whole, when nothing
-// was refunded; otherwise it is ErrRefundExceeded).
-func (c *Coordinator) reverse(ctx context.Context, r *record, base int64, key string, opts []TransferOption) (*Txn, error) {
+// reverse makes the reversal of r under key, no transaction made under it
+// yet: with what it moves reserved in r's refund book (its base, what r
+// moved: see wholeBase), as the refund of all of it, whose legs the book
+// gives (every leg whole, when nothing was refunded; otherwise it is
+// ErrRefundExceeded). A hold still held is refused (ErrNotRefundable):
+// what its captures took is not whole while more may be captured.
+func (c *Coordinator) reverse(ctx context.Context, r *record, key string, opts []TransferOption) (*Txn, error) {
+	if r.State == StateHeld {
+		return nil, errorf("twopc: reverse %s: %w: it is a hold, still held: a reversal returns all its captures took, and more may be captured; void it (or let its last capture end it) and reverse it then, or refund what its captures took so far with Refund or RefundLegs", r.ID.Hex(), ErrNotRefundable)
+	}
+	// What it moved is reserved in its refund book (see Refund): a
+	// transfer refunded in part cannot be reversed whole, and one of
+	// several assets, whole or not at all, is reversed once.
+	base, err := wholeBase(r)
+	if err != nil {
+		return nil, err
+	}
 	return c.refund(ctx, r, base, base, key, true, opts)
+}
+
+// reverseAgain answers a Reverse of r under key, which made prior: a
+// refund of r is answered as it stands (the refund the key made, its own
+// legs, never computed again from r's base, which for a hold's order may
+// have grown since; ErrKeyConflict if the call's metadata is not its);
+// anything else (a placeholder, another transfer's) as a refund under the
+// key answers it (canceled; ErrKeyConflict).
+func (c *Coordinator) reverseAgain(ctx context.Context, r, prior *record, key string, opts []TransferOption) (*Txn, error) {
+	if prior.Placeholder || prior.RefundOf != r.ID {
+		base, err := wholeBase(r)
+		if err != nil {
+			return nil, err
+		}
+		return c.refund(ctx, r, base, base, key, true, opts)
+	}
+	t := Txn{Source: prior.Source, Destination: prior.Destination, Value: prior.Value, Asset: prior.Asset}
+	if len(prior.Legs) > 0 {
+		var err error
+		if t, err = c.legsTxn(prior.txn().AllLegs()); err != nil {
+			return nil, err
+		}
+	}
+	t.RefundOf = r.ID
+	return c.startKeyed(ctx, t, key, opts, nil)
 }
 
 // wholeBase is what committed transfer r credited, by its settled legs,

@@ -151,7 +151,10 @@ func WithFeedPoll(d time.Duration) FeedOption {
 // Its order is causal, across batches too: a hold's held event comes
 // before its captures' and its own end (voided, expired), and a transfer's
 // committed (or a capture's captured) event before its refunds' and
-// reversals', in an earlier batch or earlier in the same one; within a
+// reversals' (a refund of a hold, which may be made while the hold is
+// held, after the hold's held event and the captured events of the
+// captures it takes from, never waiting for the hold's end), in an
+// earlier batch or earlier in the same one; within a
 // batch, after that, by the log server's stamp of the move that settled
 // each event (heldAt, eventAt), then by transaction. Events with no cause
 // between them are in the order the sequencer's scans found them (oldest

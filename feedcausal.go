@@ -2,8 +2,9 @@ package twopc
 
 // A feed's causal order across batches: an event whose cause is another
 // transaction's event (a capture's, caused by its hold's held event; a
-// refund's or reversal's, by its transfer's final event) is numbered in
-// the cause's batch or a later one. A round takes a cause it did not
+// refund's or reversal's, by its transfer's final event, or for a hold's,
+// by the hold's held event and the captured events of the captures it
+// takes from) is numbered in the cause's batch or a later one. A round takes a cause it did not
 // find into its batch (a scan's limit left it out, or its tag is an
 // orphan), holds back an event whose cause it cannot number now, and,
 // once its tags are written, checks that each cause it numbered with its
@@ -19,9 +20,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// causeOf returns the event r's final event follows: a capture's hold's
-// held event, a refund's (or reversal's) transfer's final event; ok false
-// if none.
+// causeOf returns the event r's final event follows as far as r itself
+// says: a capture's hold's held event, a refund's (or reversal's)
+// transfer's final event; ok false if none. A refund of a hold follows
+// other events (see causesOf): readers, which do not read its book, sort
+// it after its hold's events and captures in the batch (sortBatch).
 func causeOf(r *record) (id bson.ObjectID, slot string, ok bool) {
 	switch {
 	case !r.CaptureOf.IsZero():
@@ -31,6 +34,60 @@ func causeOf(r *record) (id bson.ObjectID, slot string, ok bool) {
 	}
 	return bson.ObjectID{}, "", false
 }
+
+// cause is an event another follows: a transaction's slot.
+type cause struct {
+	id   bson.ObjectID
+	slot string
+}
+
+// causesOf returns the events r's final event follows: a capture's, its
+// hold's held event; a refund's, its transfer's final event, or for a
+// refund of a hold (its order), the hold's held event and the captured
+// events of the captures its book entry names (the captures it takes
+// from), never the hold's final event, which a hold still held does not
+// have yet and may never have. read says what was read: the log's
+// transactions (nil: gone) and the refund books (nil: none). ok false
+// while the refunded transfer or its book is not read yet: need then names
+// them.
+func causesOf(r *record, read func(bson.ObjectID) (*candidate, bool), books map[bson.ObjectID]*refundBook, need *causeNeed) (cs []cause, ok bool) {
+	p, slot, has := causeOf(r)
+	switch {
+	case !has:
+		return nil, true
+	case r.RefundOf.IsZero():
+		return []cause{{p, slot}}, true
+	}
+	pc, known := read(p)
+	bk, booked := books[p]
+	if !known {
+		need.log = append(need.log, p)
+	}
+	if !booked {
+		need.books = append(need.books, p)
+	}
+	if !known || !booked {
+		return nil, false
+	}
+	if pc == nil || !pc.rec.Hold {
+		return []cause{{p, slotFinal}}, true
+	}
+	cs = []cause{{p, slotHeld}}
+	if bk != nil {
+		for _, e := range bk.Refunds {
+			if e.ID == r.ID {
+				for _, t := range e.Captures {
+					cs = append(cs, cause{t.ID, slotFinal})
+				}
+			}
+		}
+	}
+	return cs, true
+}
+
+// causeNeed is what a pass of order reads next: transactions of the log,
+// and refund books.
+type causeNeed struct{ log, books []bson.ObjectID }
 
 // willTag reports whether a round tags cd's slot with an event: the slot
 // settled, with an event, and without a tag or with an orphan's.
@@ -52,73 +109,102 @@ type causal struct {
 }
 
 // maxCausalPasses bounds the passes of order: a cause's cause (a refund
-// of a capture, whose hold) is a pass more.
-const maxCausalPasses = 4
+// of a hold, whose captures, whose hold) is a pass more.
+const maxCausalPasses = 5
 
 // order makes a round's candidates causal: it adds to cands (and to the
 // order) each cause the feed numbers that is neither published nor
-// among them, reading them from the log (one read a pass), and removes
-// each consequence whose cause it cannot number in this round (its tag
-// refused in this epoch, or not settled). It returns the order left and
-// the consequences numbered with their cause, for confirm.
+// among them, reading them from the log (and the refund books of the
+// transfers refunds refund: see causesOf), one read of each a pass, and
+// removes each consequence whose cause it cannot number in this round
+// (its tag refused in this epoch, or not settled), recording it as
+// waiting (see seq.waiting). It returns the order left and the
+// consequences numbered with their cause, for confirm.
 func (sq *seq) order(ctx context.Context, cands map[bson.ObjectID]*candidate, order []bson.ObjectID, orphans map[string]bool) ([]bson.ObjectID, []causal, error) {
-	f, d := sq.f, &sq.d
+	d := &sq.d
 	held := map[bson.ObjectID]bool{} // held back
 	looked := map[bson.ObjectID]*candidate{}
+	books := map[bson.ObjectID]*refundBook{}
+	read := func(id bson.ObjectID) (*candidate, bool) {
+		if cd := cands[id]; cd != nil {
+			return cd, true
+		}
+		cd, ok := looked[id]
+		return cd, ok
+	}
+	causes := map[bson.ObjectID][]cause{} // as last resolved
 	var pairs []causal
 	for pass := 0; ; pass++ {
 		pairs = pairs[:0]
-		var need bson.A
+		var need causeNeed
 		changed := false
 		for _, id := range order {
 			cd := cands[id]
 			if held[id] || !willTag(cd, slotFinal, orphans) {
 				continue
 			}
-			p, slot, ok := causeOf(cd.rec)
+			cs, ok := causesOf(cd.rec, read, books, &need)
 			if !ok {
+				delete(causes, id)
 				continue
 			}
-			pc := cands[p]
-			if pc == nil {
-				var seen bool
-				pc, seen = looked[p]
-				if !seen {
-					need = append(need, p)
-					continue
+			causes[id] = cs
+			unread := false
+			for _, c := range cs {
+				if _, ok := read(c.id); !ok {
+					need.log, unread = append(need.log, c.id), true
 				}
 			}
-			switch {
-			case held[p]:
-				held[id], changed = true, true
-			case pc == nil: // gone from the log: published, or never the feed's
-			case cands[p] != nil && willTag(pc, slot, orphans):
-				pairs = append(pairs, causal{id: id, cause: p, slot: slot})
-			case causeDone(pc, slot, d):
-			case cands[p] == nil && !sq.refused[p] && willTag(pc, slot, orphans):
-				cands[p] = pc // numbered in this batch, before it (readBatch)
-				order = append(order, p)
-				pairs = append(pairs, causal{id: id, cause: p, slot: slot})
-				changed = true
-			default: // refused in this epoch, or not settled: later
-				held[id], changed = true, true
-				if sq.refused[p] && len(sq.refused) < maxRefused {
-					// Its cause left out of this epoch's scans: it is too,
-					// not to fill every round's scan (a later epoch
-					// numbers both).
-					sq.refused[id] = true
+			if unread {
+				continue
+			}
+			for _, c := range cs {
+				if held[id] {
+					break
+				}
+				p, pc := c.id, cands[c.id]
+				if pc == nil {
+					pc = looked[p]
+				}
+				switch {
+				case held[p]:
+					held[id], changed = true, true
+				case pc == nil: // gone from the log: published, or never the feed's
+				case cands[p] != nil && willTag(pc, c.slot, orphans):
+					pairs = append(pairs, causal{id: id, cause: p, slot: c.slot})
+				case causeDone(pc, c.slot, d):
+				case cands[p] == nil && !sq.refused[p] && willTag(pc, c.slot, orphans):
+					cands[p] = pc // numbered in this batch, before it (readBatch)
+					order = append(order, p)
+					pairs = append(pairs, causal{id: id, cause: p, slot: c.slot})
+					changed = true
+				default: // refused in this epoch, or not settled: later
+					held[id], changed = true, true
+					if sq.refused[p] && len(sq.refused) < maxRefused {
+						// Its cause left out of this epoch's scans: it is too,
+						// not to fill every round's scan (a later epoch
+						// numbers both).
+						sq.refused[id] = true
+					}
 				}
 			}
 		}
-		if len(need) == 0 && !changed {
+		if len(need.log) == 0 && len(need.books) == 0 && !changed {
 			break
 		}
 		if pass == maxCausalPasses {
 			// Not settled within the passes: what waits for a cause not
 			// read, or held back, waits for a later round.
 			for _, id := range order {
-				if p, _, ok := causeOf(cands[id].rec); ok && cands[p] == nil {
-					if _, seen := looked[p]; !seen {
+				if !willTag(cands[id], slotFinal, orphans) {
+					continue
+				}
+				cs, ok := causes[id]
+				if !ok {
+					held[id] = true
+				}
+				for _, c := range cs {
+					if _, ok := read(c.id); !ok {
 						held[id] = true
 					}
 				}
@@ -126,27 +212,17 @@ func (sq *seq) order(ctx context.Context, cands map[bson.ObjectID]*candidate, or
 			for more := true; more; {
 				more = false
 				for _, id := range order {
-					if p, _, ok := causeOf(cands[id].rec); ok && held[p] && !held[id] {
-						held[id], more = true, true
+					for _, c := range causes[id] {
+						if held[c.id] && !held[id] {
+							held[id], more = true, true
+						}
 					}
 				}
 			}
 			break
 		}
-		if len(need) > 0 {
-			for _, p := range need {
-				looked[p.(bson.ObjectID)] = nil
-			}
-			_, err := f.scan(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: need}}}}, 0, func(raw bson.Raw) error {
-				cd, err := f.candidate(raw)
-				if err == nil {
-					looked[cd.rec.ID] = cd
-				}
-				return err
-			})
-			if err != nil {
-				return nil, nil, err
-			}
+		if err := sq.readCauses(ctx, need, looked, books); err != nil {
+			return nil, nil, err
 		}
 	}
 	if len(held) == 0 {
@@ -156,6 +232,8 @@ func (sq *seq) order(ctx context.Context, cands map[bson.ObjectID]*candidate, or
 	for _, id := range order {
 		if !held[id] {
 			kept = append(kept, id)
+		} else if len(sq.waiting) < maxRefused {
+			sq.waiting[id] = true
 		}
 	}
 	kp := pairs[:0]
@@ -165,6 +243,59 @@ func (sq *seq) order(ctx context.Context, cands map[bson.ObjectID]*candidate, or
 		}
 	}
 	return kept, kp, nil
+}
+
+// readCauses reads what need names into looked (a transaction gone from
+// the log: nil) and books (no book: nil), one read of each.
+func (sq *seq) readCauses(ctx context.Context, need causeNeed, looked map[bson.ObjectID]*candidate, books map[bson.ObjectID]*refundBook) error {
+	f := sq.f
+	if len(need.log) > 0 {
+		ids := bson.A{}
+		for _, p := range need.log {
+			if _, seen := looked[p]; !seen {
+				looked[p] = nil
+				ids = append(ids, p)
+			}
+		}
+		if len(ids) > 0 {
+			_, err := f.scan(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, 0, func(raw bson.Raw) error {
+				cd, err := f.candidate(raw)
+				if err == nil {
+					looked[cd.rec.ID] = cd
+				}
+				return err
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if len(need.books) == 0 {
+		return nil
+	}
+	ids := bson.A{}
+	for _, p := range need.books {
+		books[p] = nil
+		ids = append(ids, p)
+	}
+	ctx, b := f.c.readBound(ctx, f.readName())
+	defer b.end()
+	err := f.c.retry(ctx, func(ctx context.Context) error {
+		cur, err := f.c.books.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		if err != nil {
+			return err
+		}
+		defer cur.Close(ctx)
+		for cur.Next(ctx) {
+			var bk refundBook
+			if err := cur.Decode(&bk); err != nil {
+				return err
+			}
+			books[bk.ID] = &bk
+		}
+		return cur.Err()
+	})
+	return b.explain(err)
 }
 
 // causeDone reports whether the cause's slot, as read, needs nothing of

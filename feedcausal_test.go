@@ -6,6 +6,7 @@ package twopc_test
 // test a deterministic repro written before the fix.
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -108,4 +109,90 @@ func TestFeedTrustRefundAfterItsTransfer(t *testing.T) {
 	evs, _ := readUntil(t, fB, "", 2)
 	assert.Equal(t, []string{tr.Hex(), r.ID.Hex()}, []string{evs[0].Txn.ID.Hex(), evs[1].Txn.ID.Hex()},
 		"T's committed event before its refund's")
+}
+
+// readWithin reads f's events from the start until it has want of them or
+// d passes, and returns those it read.
+func readWithin(t *testing.T, f *twopc.Feed, want int, d time.Duration) []twopc.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(testCtx(t), d)
+	defer cancel()
+	var out []twopc.Event
+	for e, err := range f.All(ctx, "") {
+		if err != nil {
+			break
+		}
+		out = append(out, e)
+		if len(out) == want {
+			break
+		}
+	}
+	return out
+}
+
+// TestFeedTrustRefundOfHeldHold: a hold of 100 is captured 40 and left
+// held; two refunds of 5 are made of it (a hold's order is refundable while
+// held), then transfer T. With WithFeedBatch(2) every event is published,
+// each refund after its hold's held event and the capture it takes from.
+// Before, a refund's cause was its hold's final event, which a hold still
+// held does not have: each round read the two refunds first (the oldest),
+// held both back, and T was never published while the hold stayed held
+// (review 3).
+func TestFeedTrustRefundOfHeldHold(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	beginFeed(t, b, "hr")
+	h, err := b.c.Hold(ctx, "A", "B", 100)
+	require.NoError(t, err)
+	c1, err := b.c.Capture(ctx, h.ID, 40, twopc.WithFinalCapture(false))
+	require.NoError(t, err)
+	r1, err := b.c.Refund(ctx, h.ID, 5)
+	require.NoError(t, err)
+	r2, err := b.c.Refund(ctx, h.ID, 5)
+	require.NoError(t, err)
+	tr := transfers(t, b, b.c, 1)[0]
+
+	f := b.c.Feed("hr", twopc.WithFeedPoll(5*time.Millisecond), twopc.WithFeedBatch(2))
+	feedRun(t, b, f)
+	evs := readWithin(t, f, 5, 5*time.Second)
+	require.Equal(t, 5, len(evs), "held, captured, two refunds and T, the hold still held: %v", ids(evs))
+	held, captured := eventIndex(t, evs, h.ID, twopc.EventHeld), eventIndex(t, evs, c1.ID, twopc.EventCaptured)
+	assert.Less(t, held, captured)
+	for _, r := range []*twopc.Txn{r1, r2} {
+		assert.Less(t, captured, eventIndex(t, evs, r.ID, twopc.EventCommitted), "a refund after the capture it takes from")
+	}
+	eventIndex(t, evs, tr, twopc.EventCommitted)
+	assert.Equal(t, twopc.StateHeld, b.txn(h.ID).State)
+}
+
+// TestFeedTrustWaitingFillsNoRound: a hold is captured and its void
+// stopped in canceling (its coordinator crashed before canceled), so the
+// capture's cause, the hold's held event, is not settled and the capture
+// waits; transfer T is made after. With WithFeedBatch(1), each round's
+// search reads the oldest event first: the capture. T must be published
+// all the same: what a round holds back is read by its _id after, never
+// by the bounded search, which then reaches T. Before, every round read
+// the capture alone, held it back, and never reached T.
+func TestFeedTrustWaitingFillsNoRound(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"A": 1000, "B": 0})
+	beginFeed(t, b, "wait")
+	h, err := b.c.Hold(ctx, "A", "B", 100)
+	require.NoError(t, err)
+	c1, err := b.c.Capture(ctx, h.ID, 40, twopc.WithFinalCapture(false))
+	require.NoError(t, err)
+	_, err = b.coordinator(twopc.WithStepHook(crashAt(twopc.StepCanceled))).Void(ctx, h.ID)
+	require.Error(t, err)
+	require.Equal(t, twopc.StateCanceling, b.txn(h.ID).State, "the void stopped in canceling")
+	tr := transfers(t, b, b.c, 1)[0]
+
+	f := b.c.Feed("wait", twopc.WithFeedPoll(5*time.Millisecond), twopc.WithFeedBatch(1))
+	feedRun(t, b, f)
+	evs := readWithin(t, f, 1, 5*time.Second)
+	require.Equal(t, 1, len(evs), "T published while the capture waits for its hold's held event")
+	assert.Equal(t, tr, evs[0].Txn.ID)
+	assert.Equal(t, twopc.EventCommitted, evs[0].Kind)
+	assert.NotEqual(t, c1.ID, evs[0].Txn.ID)
 }

@@ -198,13 +198,15 @@ type found struct {
 	rec  *record
 }
 
-// sortBatch orders a batch's events: each after its cause in the batch (a
-// hold's end after its held event, a capture after its hold's held event,
-// a refund or a reversal after its transfer's event), and otherwise by the
-// time of the move that settled each (the server's stamp: heldAt for a
-// held event, eventAt for a final one), then by transaction and slot. An
-// event's key is the later of its own time and its cause's key, and its
-// depth one more than its cause's, so a cause sorts first. Every input is
+// sortBatch orders a batch's events: each after its causes in the batch
+// (a hold's end after its held event, a capture after its hold's held
+// event, a refund or a reversal after its transfer's event, and a refund
+// of a hold after its held event and its captures in the batch, those it
+// takes from among them), and otherwise by the time of the move that
+// settled each (the server's stamp: heldAt for a held event, eventAt for a
+// final one), then by transaction and slot. An event's key is the latest
+// of its own time and its causes' keys, and its depth one more than the
+// deepest of theirs, so a cause sorts first. Every input is
 // fixed once the batch is published (a settled slot's move is not made
 // again; a late copy's insert refreshes lastModified, never these), so a
 // position never moves.
@@ -213,9 +215,13 @@ func sortBatch(all []found) {
 		at    time.Time
 		depth int
 	}
-	at := map[string]int{} // id.slot → index in all
+	at := map[string][]int{}              // id.slot → its index in all
+	captures := map[bson.ObjectID][]int{} // a hold → its captures' captured events in all
 	for i, x := range all {
-		at[x.rec.ID.Hex()+"."+x.slot] = i
+		at[x.rec.ID.Hex()+"."+x.slot] = []int{i}
+		if x.slot == slotFinal && !x.rec.CaptureOf.IsZero() {
+			captures[x.rec.CaptureOf] = append(captures[x.rec.CaptureOf], i)
+		}
 	}
 	keys := make([]*key, len(all))
 	var keyOf func(i, guard int) key
@@ -228,20 +234,28 @@ func sortBatch(all []found) {
 		if x.slot == slotHeld {
 			k.at = x.rec.HeldAt
 		}
-		var cause string
+		var causes []int
 		if x.slot == slotFinal {
 			if p, slot, ok := causeOf(x.rec); ok {
-				cause = p.Hex() + "." + slot
+				causes = append(causes, at[p.Hex()+"."+slot]...)
+				if !x.rec.RefundOf.IsZero() {
+					// A refund of a hold: after its held event and its
+					// captures (those it takes from among them).
+					causes = append(causes, at[p.Hex()+"."+slotHeld]...)
+					causes = append(causes, captures[p]...)
+				}
 			} else if x.rec.Hold {
-				cause = x.rec.ID.Hex() + "." + slotHeld
+				causes = append(causes, at[x.rec.ID.Hex()+"."+slotHeld]...)
 			}
 		}
-		if j, ok := at[cause]; ok && guard < len(all) {
-			c := keyOf(j, guard+1)
-			if c.at.After(k.at) {
-				k.at = c.at
+		if guard < len(all) {
+			for _, j := range causes {
+				c := keyOf(j, guard+1)
+				if c.at.After(k.at) {
+					k.at = c.at
+				}
+				k.depth = max(k.depth, c.depth+1)
 			}
-			k.depth = c.depth + 1
 		}
 		keys[i] = &k
 		return k

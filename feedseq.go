@@ -9,6 +9,7 @@ package twopc
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -83,7 +84,7 @@ func (f *Feed) Run(ctx context.Context) (err error) {
 		if err != nil {
 			return errorf("twopc: feed %q: take the sequencer's lease: %w", f.name, err)
 		}
-		*sq = seq{f: f, l: l, refused: map[bson.ObjectID]bool{}, quiet: &quiet}
+		*sq = seq{f: f, l: l, refused: map[bson.ObjectID]bool{}, waiting: map[bson.ObjectID]bool{}, quiet: &quiet}
 		err = f.step(feedTaken)
 		if err == nil {
 			err = sq.run(ctx, raw)
@@ -215,10 +216,17 @@ type seq struct {
 	// refused are the transactions whose tag the server refused in this
 	// epoch, left out of its scans.
 	refused map[bson.ObjectID]bool
+	// waiting are the transactions a round held back (their cause not
+	// numberable then: see order), left out of the next round's scans
+	// and read by their _id instead, so that what waits never fills a
+	// scan bounded by WithFeedBatch and the scans still reach newer
+	// events.
+	waiting map[bson.ObjectID]bool
 	quiet   *atomic.Bool // Run's: a missing change stream was said (see watch)
 }
 
-// maxRefused bounds the transactions an epoch leaves out of its scans.
+// maxRefused bounds the transactions an epoch leaves out of its scans,
+// refused and waiting each.
 const maxRefused = 1000
 
 // keep renews the lease (and reads the feed's document again) once a
@@ -265,16 +273,31 @@ func (sq *seq) round(ctx context.Context) (full bool, err error) {
 	for _, o := range d.Orphans {
 		orphans[feedTag(o.From, o.E)] = true
 	}
+	// What the last round held back is read by its _id and left out of
+	// the scans, which then reach newer events (see seq.waiting).
+	skip := sq.refused
+	if len(sq.waiting) > 0 {
+		skip = maps.Clone(sq.refused)
+		ids := bson.A{}
+		for id := range sq.waiting {
+			skip[id] = true
+			ids = append(ids, id)
+		}
+		sq.waiting = map[bson.ObjectID]bool{} // order records what waits still
+		if _, err := f.scan(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, 0, add); err != nil {
+			return false, err
+		}
+	}
 	// At most WithFeedBatch orphans a round, on top of what waits: a
 	// round stays bounded however many a takeover left (the rest, at
 	// once, in the next).
-	if n, err := f.scanOrphans(ctx, d, f.cfg.batch, sq.refused, add); err != nil {
+	if n, err := f.scanOrphans(ctx, d, f.cfg.batch, skip, add); err != nil {
 		return false, err
 	} else if n >= f.cfg.batch {
 		full = true
 	}
 	for _, slot := range feedSlots {
-		n, err := f.scanWaiting(ctx, d, slot, sq.refused, add)
+		n, err := f.scanWaiting(ctx, d, slot, skip, add)
 		if err != nil {
 			return false, err
 		}

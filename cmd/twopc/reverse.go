@@ -17,8 +17,10 @@ same amounts the other way, made by the tool under its application name
 and settled before it exits. Its idempotency key derives from ID, so
 reversing twice moves the money back once: a reversal that committed is
 returned again; one that was canceled (the destination lacked the funds
-then) is followed by a new attempt. A hold is reversed as one order:
-what its committed captures took, all of them at once; a capture is
+then) is followed by a new attempt. A hold is reversed as one order
+once it ended (by its captures, or voided or expired after some): what
+its committed captures took, all of them at once; a hold still held is
+refused (void it, or let its last capture end it, first); a capture is
 reversed only with its hold (refused on its own, naming the hold).
 
 Reverse refuses (exit status 1) an id that names no transaction, a

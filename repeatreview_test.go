@@ -58,7 +58,7 @@ func TestRepeatReviewRepeatAboveMaxAmountInferredAsset(t *testing.T) {
 }
 
 // review47ApplyCommands runs a TransferBatch of n transfers between
-// distinct accounts through a coordinator with opts and WithWriteBatch(2),
+// distinct accounts through a coordinator with opts, WithWriteBatch(2) and a bound of two minutes,
 // and returns the update commands sent to the accounts collection by the
 // batch before its commit (the apply's), and the results.
 func review47ApplyCommands(t *testing.T, b *bank, prefix string, n int, opts ...twopc.Option) (int, []twopc.TransferResult) {
@@ -95,7 +95,10 @@ func review47ApplyCommands(t *testing.T, b *bank, prefix string, n int, opts ...
 		}
 	}}
 	db := mongotest.ConnectURI(t, b.server.URI, options.Client().SetMonitor(mon)).Database(b.db.Name())
-	c, err := twopc.NewCoordinator(db, append([]twopc.Option{twopc.WithWriteBatch(2), twopc.WithSyncSettle()}, opts...)...)
+	// Its bound is two minutes more than the default: a batch of 200 at a
+	// write batch of 2 passed the default (20 s) beside make test's other
+	// parts, and this counts commands, not time.
+	c, err := twopc.NewCoordinator(db, append([]twopc.Option{twopc.WithWriteBatch(2), twopc.WithSyncSettle(), twopc.WithCallTimeout(2 * time.Minute)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	reqs := make([]twopc.TransferRequest, n)

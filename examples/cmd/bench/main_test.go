@@ -51,9 +51,9 @@ func TestRun(t *testing.T) {
 	// account documents a transfer settled alone, plus one adoption of
 	// each account inserted by hand, the first time a leg meets it (4
 	// accounts over a few transfers show it).
-	// Under load a transfer's writes can meet a slow reply and claim the
-	// transaction again (a findAndModify: 3.17 a transfer in a make test
-	// run of 2026-11-29), so the transaction writes are 3 and a fraction.
+	// Under load a run wrote a findAndModify on the log beside them (3.17
+	// transaction writes a transfer in a make test run of 2026-11-29, with
+	// other work beside it), so they are 3 and a fraction here.
 	assert.Regexp(t, `\| 1 \| twopc \| [45]\.[0-9]{2} \| 3\.[0-9]{2} \| 0\.00 \| [78]\.[0-9]{2} \|`, s, "twopc: 3 transaction writes, 4 account writes and the adoptions")
 	assert.Contains(t, s, "| 1 | tutorial | 4.00 | 4.00 | 0.00 | 8.00 |", "tutorial: 8 documents written, 4 of them accounts")
 	assert.Regexp(t, `\| caller round trips ≤ 3 \(tutorial 8\) \| at most [0-9.]+ \(tutorial 8\.00\) \|`, s)

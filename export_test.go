@@ -244,3 +244,13 @@ func SkewCheckStarted(c *Coordinator) bool {
 // SkewCheckEnded is closed once c's check of the shards' clock skew ended
 // (or, closed before it started, never will run).
 func SkewCheckEnded(c *Coordinator) <-chan struct{} { return c.skew.done }
+
+// WithRefundHook calls h with the transfer a refund refunds (a hold's
+// order, as read) before each reservation in its book: a test commits a
+// capture there, between the refund's read of the order and its reserve.
+func WithRefundHook(h func(id bson.ObjectID, value int64)) Option {
+	return func(c *config) error {
+		c.refundHook = func(r *record) { h(r.ID, r.Value) }
+		return nil
+	}
+}

@@ -60,6 +60,9 @@ type config struct {
 	markMargin     time.Duration    // see markMargin; tests shorten it
 	markFrozen     bool             // no background readings of the mark (tests)
 	managedIndexes bool             // WithManagedIndexes: check the indexes, never make them
+	// refundHook, if set, is called by a refund with the transfer (a
+	// hold's order) as read, before each reservation (tests only).
+	refundHook func(r *record)
 	// statementHorizon is how old an entry must be for a statement's
 	// page to list it (see statementHorizon); tests shorten it.
 	statementHorizon time.Duration

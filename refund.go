@@ -66,7 +66,9 @@ const refundsSuffix = schema.RefundsSuffix
 // insert, a compare-and-set on the book as read (its sequence number)
 // reserves amount and its legs there (what is left at least amount, the
 // refund's _id not there yet: a reservation delivered twice, or late,
-// counts once), tried again while other refunds' writes come first, within
+// counts once), tried again while other refunds' writes come first (a
+// refund of a held hold whose book a refund of the order grown since by a
+// capture wrote reads the hold again), within
 // the call's bound, so refunds at once, from any number of
 // processes, never return more than the transfer moved: a refund past
 // what is left is ErrRefundExceeded, and writes nothing. A refund that is
@@ -332,8 +334,30 @@ func (c *Coordinator) refundAs(ctx context.Context, r *record, base int64, ask r
 			}
 		}
 	case errors.Is(err, ErrTxnNotFound):
-		ask.ID, ask.of = refundID, r.Captures // a hold's order: its committed captures (orderOf)
-		take, err := c.books.reserve(ctx, r.ID, amounts, base, ask)
+		ask.ID = refundID
+		var take []int64
+		for tries := 1; ; tries++ {
+			if c.refundHook != nil {
+				c.refundHook(r)
+			}
+			ask.of = r.Captures // a hold's order: its committed captures (orderOf)
+			take, err = c.books.reserve(ctx, r.ID, amounts, base, ask)
+			if !errors.Is(err, errOrderMoved) || r.State != StateHeld || tries >= maxBookWrites {
+				break
+			}
+			// A capture committed since the order was read, and a refund
+			// of the order grown reserved: read it again, as a lost
+			// compare-and-set does the book.
+			if r, err = c.refundable(ctx, r.ID, "refund"); err != nil {
+				break
+			}
+			if base, err = refundBase(r); err != nil {
+				break
+			}
+			if legs, amounts, err = c.refundLegs(r); err != nil {
+				break
+			}
+		}
 		if err != nil {
 			if !keyed && !errors.Is(err, ErrRefundExceeded) && !errors.Is(err, ErrKeyConflict) {
 				c.books.settle(ctx, r.ID, refundID, amount) // its reservation may have applied

@@ -111,6 +111,9 @@ func (bk *refundBooks) reserve(ctx context.Context, id bson.ObjectID, legs []int
 				}
 				return book.Refunds[i].Legs, nil // reserved already
 			}
+			if e.of != nil && orderMoved(book, legs, base, e.of) {
+				return nil, errorf("twopc: refund %s: %w", id.Hex(), errOrderMoved)
+			}
 			left, seq, n = base-book.reserved(), book.Seq, len(book.Refunds)
 		}
 		if left < e.Amount || n >= MaxRefunds {
@@ -190,6 +193,37 @@ func (bk *refundBooks) reserve(ctx context.Context, id bson.ObjectID, legs []int
 		// its answer was lost: the book read again shows its entry).
 	}
 	return nil, errorf("twopc: refund %s: reserve: the book changed %d times while read", id.Hex(), maxBookWrites)
+}
+
+// errOrderMoved reports a refund of a held hold's order read before a
+// capture committed, whose book another refund, of the order as it grew,
+// wrote since: the order as read no longer covers the book (see
+// orderMoved). Never returned to a caller: refundAs reads the order again
+// and reserves again, within the call's bound.
+var errOrderMoved = errors.New("the order grew since it was read: a capture committed, and a refund of it reserved")
+
+// orderMoved reports whether book was written by a refund of an order
+// that grew since legs, base and of (its committed captures) were read:
+// more reserved than base, a leg returning more than legs says it took,
+// or an entry naming a capture not in of. An order only grows as its
+// captures commit, so an order read again covers the book.
+func orderMoved(book *refundBook, legs []int64, base int64, of []captureEntry) bool {
+	if book.reserved() > base {
+		return true
+	}
+	for i, got := range book.Returned {
+		if l := legAt(legs, i); got > max(l, -l) {
+			return true
+		}
+	}
+	for _, x := range book.Refunds {
+		for _, t := range x.Captures {
+			if !slices.ContainsFunc(of, func(c captureEntry) bool { return c.ID == t.ID }) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // readBook reads the refund book of transfer id; nil if it has none.

@@ -287,3 +287,52 @@ func TestRefundOrderWhileCaptured(t *testing.T) {
 	b.checkSettled(map[string]int64{"buyer": 1000, "shop": 500})
 	assert.Equal(t, int64(1000), b.balance("buyer"), "60 captured, 60 refunded, 40 released")
 }
+
+// TestRefundOrderReadBeforeCapture: a refund of a held hold of three legs
+// reads the order (the first capture's 50), then, before its reservation,
+// a second capture commits and a refund of the order grown takes 45 of
+// the seller's 49 (more than the 35 the refund read): the refund of 4
+// reads the order again and is made, where it failed with "the refund book does not
+// add up" (no named error). The order is then refunded to exactly zero.
+func TestRefundOrderReadBeforeCapture(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBank(t, twopc.WithSyncSettle())
+	b.open(map[string]int64{"buyer": 1000, "seller": 0, "fees": 0})
+	order, err := b.c.HoldLegs(ctx, []twopc.Leg{{Account: "buyer", Amount: -100}, {Account: "seller", Amount: 70}, {Account: "fees", Amount: 30}})
+	require.NoError(t, err)
+	_, err = b.c.CaptureLegs(ctx, order.ID, []int64{-50, 35, 15}, twopc.WithFinalCapture(false))
+	require.NoError(t, err)
+
+	var seen []int64 // the order's value, as each reservation read it
+	refunder := b.coordinator(twopc.WithSyncSettle(), twopc.WithRefundHook(func(id bson.ObjectID, value int64) {
+		seen = append(seen, value)
+		if len(seen) > 1 {
+			return
+		}
+		_, err := b.c.CaptureLegs(ctx, order.ID, []int64{-20, 14, 6}, twopc.WithFinalCapture(false))
+		require.NoError(t, err)
+		_, err = b.c.RefundLegs(ctx, order.ID, []twopc.Leg{{Account: "seller", Amount: 45}})
+		require.NoError(t, err)
+	}))
+	r, err := refunder.Refund(ctx, order.ID, 4) // within the 50 − 45 the order as first read leaves
+	require.NoError(t, err, "made on the order read again")
+	assert.Equal(t, []int64{50, 70}, seen, "read before the second capture, then again after it")
+	assert.Equal(t, order.ID, r.RefundOf)
+	for _, l := range r.Legs {
+		if l.Account == "buyer" {
+			assert.Equal(t, int64(4), l.Amount)
+		} else {
+			assert.Negative(t, l.Amount, "no refund leg pays %v", l.Account)
+		}
+	}
+	assert.Equal(t, int64(21), refundable(t, b.c, order.ID), "70 captured, 45 and 4 refunded")
+	_, err = refunder.Refund(ctx, order.ID, 22)
+	require.ErrorIs(t, err, twopc.ErrRefundExceeded)
+	_, err = refunder.Refund(ctx, order.ID, 21)
+	require.NoError(t, err)
+	assert.Zero(t, b.balance("seller"), "the seller returned exactly the 49 it received")
+	assert.Zero(t, b.balance("fees"), "the fees account returned exactly its 21")
+	_, err = b.c.Void(ctx, order.ID)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1000), b.balance("buyer"))
+}

@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/twopc/twopc"
 )
@@ -49,7 +51,9 @@ type refundDone struct {
 // balance is the transfer's less what was returned, and the sum of all is
 // conserved; the rest, Refundable, is refunded at once (the accounts hold
 // the money), which brings every leg to exactly what it received and
-// every account back to its opening.
+// every account back to its opening. It also refunds a two-capture order
+// as one (refundAcceptOrder) and reverses an exchange under two keys at
+// once (refundAcceptExchange).
 func TestRefundAcceptance(t *testing.T) {
 	ctx := testCtx(t)
 	seed := *refundAcceptSeed
@@ -152,6 +156,191 @@ func TestRefundAcceptance(t *testing.T) {
 	require.Equal(t, opened, total, "balances conserved")
 	t.Logf("%d transfers, %d refunds made (%d by leg), %d refused past what was left", *refundAcceptTransfers, made, byLeg, refused)
 	require.Positive(t, made)
+
+	refundAcceptOrder(t, b, other, rng)
+	refundAcceptExchange(t, b, other, rng)
+}
+
+// refundAcceptOrder refunds a two-capture order as one: a hold of 2 to 5
+// legs (randomSale's) captured in two parts of each leg (the second the
+// last, taking the rest), refunded in random amounts from two coordinators
+// at once, then the rest, to zero. No refund leg pays a party, no leg
+// returns more than its captures took, no capture is taken from for more
+// than it credited (the book's entries name the captures they take from),
+// and at zero every capture and every leg returned exactly what it took,
+// every account back at its opening.
+func refundAcceptOrder(t *testing.T, b *bank, other *twopc.Coordinator, rng *rand.Rand) {
+	t.Helper()
+	ctx := testCtx(t)
+	legs, opening := randomSale(rng, -1)
+	b.open(opening)
+	order, err := b.c.HoldLegs(ctx, legs)
+	require.NoError(t, err, "order: %v", legs)
+	var total int64
+	for _, l := range legs {
+		total += max(l.Amount, 0)
+	}
+	first, second := make([]int64, len(legs)), make([]int64, len(legs))
+	if total > 1 {
+		// The first shipment takes a of each side's total: each leg
+		// its part of a by cumulative rounding, at most what it holds.
+		a := 1 + rng.Int64N(total-1)
+		for _, credit := range []bool{true, false} {
+			var cum, prev int64
+			for i, l := range legs {
+				if (l.Amount > 0) != credit {
+					continue
+				}
+				cum += max(l.Amount, -l.Amount)
+				next := cum * a / total
+				first[i] = next - prev
+				if !credit {
+					first[i] = -first[i]
+				}
+				prev = next
+			}
+		}
+	}
+	for i, l := range legs {
+		second[i] = l.Amount - first[i]
+	}
+	credited := map[bson.ObjectID]int64{} // each capture's credits
+	for i, parts := range [][]int64{first, second} {
+		var opts []twopc.TransferOption
+		if i == 0 {
+			opts = append(opts, twopc.WithFinalCapture(false))
+		}
+		if !slices.ContainsFunc(parts, func(n int64) bool { return n != 0 }) {
+			continue // an order of 1: one shipment
+		}
+		capture, err := b.c.CaptureLegs(ctx, order.ID, parts, opts...)
+		require.NoError(t, err, "capture %d of %v: %v", i+1, legs, parts)
+		for _, l := range capture.AllLegs() {
+			credited[capture.ID] += max(l.Amount, 0)
+		}
+	}
+	require.Equal(t, total, refundable(t, b.c, order.ID), "both shipments")
+
+	received := map[any]int64{}
+	for _, l := range legs {
+		received[l.Account] = l.Amount
+	}
+	returned := map[any]int64{}
+	check := func(whole bool) {
+		t.Helper()
+		var book struct {
+			Refunds []struct {
+				Captures []struct {
+					ID     bson.ObjectID `bson:"id"`
+					Amount int64         `bson:"amount"`
+				} `bson:"captures"`
+			} `bson:"refunds"`
+		}
+		require.NoError(t, b.db.Collection("transactions_refunds").FindOne(ctx, bson.D{{Key: "_id", Value: order.ID}}).Decode(&book))
+		took := map[bson.ObjectID]int64{}
+		for _, e := range book.Refunds {
+			for _, c := range e.Captures {
+				_, ok := credited[c.ID]
+				require.True(t, ok, "an entry names %s, not a capture of the order", c.ID.Hex())
+				took[c.ID] += c.Amount
+			}
+		}
+		for id, credit := range credited {
+			require.LessOrEqual(t, took[id], credit, "capture %s returned more than it took", id.Hex())
+			if whole {
+				require.Equal(t, credit, took[id], "capture %s, refunded to zero", id.Hex())
+			}
+		}
+		for _, l := range legs {
+			back := returned[l.Account]
+			require.LessOrEqual(t, max(back, -back), max(l.Amount, -l.Amount), "leg %v returned more than its captures took", l)
+			if whole {
+				require.Equal(t, -l.Amount, back, "leg %v, refunded to zero", l)
+			}
+		}
+	}
+	for range 3 {
+		left := refundable(t, b.c, order.ID)
+		if left == 0 {
+			break
+		}
+		done := make([]refundDone, 2)
+		var wg sync.WaitGroup
+		for i, c := range []*twopc.Coordinator{b.c, other} {
+			amount := 1 + rng.Int64N(max(1, left/3))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				txn, err := c.Refund(ctx, order.ID, amount)
+				done[i] = refundDone{refundAsk{amount: amount}, txn, err}
+			}()
+		}
+		wg.Wait()
+		for _, d := range done {
+			if errors.Is(d.err, twopc.ErrRefundExceeded) {
+				continue
+			}
+			require.NoError(t, d.err, "a refund of %d of the order %v", d.ask.amount, legs)
+			require.Equal(t, order.ID, d.txn.RefundOf)
+			checkRefundLegs(t, d, received, returned)
+		}
+		check(false)
+	}
+	if left := refundable(t, b.c, order.ID); left > 0 {
+		rest, err := other.Refund(ctx, order.ID, left)
+		require.NoError(t, err, "the rest of the order, %d, while the accounts hold it", left)
+		checkRefundLegs(t, refundDone{refundAsk{amount: left}, rest, nil}, received, returned)
+	}
+	check(true)
+	assert.Zero(t, refundable(t, b.c, order.ID))
+	for id, bal := range opening {
+		require.Equal(t, bal, b.balance(id), "balance of %s, the order refunded to zero", id)
+	}
+}
+
+// refundAcceptExchange reverses an exchange of random amounts of two
+// assets under two caller keys, from two coordinators at once: one
+// reversal is made, the other is ErrRefundExceeded (the book is whole or
+// nothing), each key's repeat answers as its first call did, and every
+// account is back at its opening: the exchange moved back once, though
+// every account holds enough for a second.
+func refundAcceptExchange(t *testing.T, b *bank, other *twopc.Coordinator, rng *rand.Rand) {
+	t.Helper()
+	ctx := testCtx(t)
+	usd, eur := 1+rng.Int64N(1000), 1+rng.Int64N(1000)
+	opening := map[string]int64{"fx-alice-usd": usd, "fx-desk-usd": 2 * usd, "fx-alice-eur": eur, "fx-desk-eur": eur}
+	b.openAsset("USD/2", map[string]int64{"fx-alice-usd": usd, "fx-desk-usd": 2 * usd})
+	b.openAsset("EUR/2", map[string]int64{"fx-alice-eur": eur, "fx-desk-eur": eur})
+	fx, err := b.c.TransferLegs(ctx, []twopc.Leg{
+		{Account: "fx-alice-usd", Amount: -usd, Asset: "USD/2"}, {Account: "fx-desk-usd", Amount: usd, Asset: "USD/2"},
+		{Account: "fx-desk-eur", Amount: -eur, Asset: "EUR/2"}, {Account: "fx-alice-eur", Amount: eur, Asset: "EUR/2"},
+	})
+	require.NoError(t, err)
+	keys := []string{"fx/req-3", "fx/req-4"}
+	got := make([]*twopc.Txn, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, c := range []*twopc.Coordinator{b.c, other} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = c.Reverse(ctx, fx.ID, twopc.WithKey(keys[i]))
+		}()
+	}
+	wg.Wait()
+	won := slices.IndexFunc(errs, func(err error) bool { return err == nil })
+	require.GreaterOrEqual(t, won, 0, "one reversal made: %v", errs)
+	lost := 1 - won
+	require.ErrorIs(t, errs[lost], twopc.ErrRefundExceeded, "the second reversal, under %q", keys[lost])
+	assert.Equal(t, fx.ID, got[won].RefundOf)
+	repeat, err := other.Reverse(ctx, fx.ID, twopc.WithKey(keys[won]))
+	require.NoError(t, err)
+	assert.Equal(t, got[won].ID, repeat.ID, "the winning key's repeat: the reversal made")
+	_, err = b.c.Reverse(ctx, fx.ID, twopc.WithKey(keys[lost]))
+	require.ErrorIs(t, err, twopc.ErrRefundExceeded, "the losing key's repeat")
+	for id, bal := range opening {
+		require.Equal(t, bal, b.balance(id), "balance of %s: moved back once", id)
+	}
 }
 
 // checkRefundLegs checks refund d, made, against its transfer's legs

@@ -250,10 +250,10 @@ func refundBase(r *record) (int64, error) {
 	return base, nil
 }
 
-// refundLegs returns r's legs (SettledLegs) and their amounts, after
+// settledRefundLegs returns r's legs (SettledLegs) and their amounts, after
 // checking that a refund of them can be written (every ledger known to
 // this coordinator): before anything is reserved.
-func (c *Coordinator) refundLegs(r *record) ([]Leg, []int64, error) {
+func (c *Coordinator) settledRefundLegs(r *record) ([]Leg, []int64, error) {
 	legs := r.txn().SettledLegs()
 	if len(r.Legs) > 0 {
 		var turned []Leg // of a hold's order, the legs its captures took of
@@ -310,7 +310,7 @@ func (c *Coordinator) refund(ctx context.Context, r *record, base, amount int64,
 // leg (RefundLegs) the sides it names (Fixed) and its legs on them.
 func (c *Coordinator) refundAs(ctx context.Context, r *record, base int64, ask refundEntry, key string, keyed bool, opts []TransferOption) (*Txn, error) {
 	amount := ask.Amount
-	legs, amounts, err := c.refundLegs(r)
+	legs, amounts, err := c.settledRefundLegs(r)
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +354,7 @@ func (c *Coordinator) refundAs(ctx context.Context, r *record, base int64, ask r
 			if base, err = refundBase(r); err != nil {
 				break
 			}
-			if legs, amounts, err = c.refundLegs(r); err != nil {
+			if legs, amounts, err = c.settledRefundLegs(r); err != nil {
 				break
 			}
 		}

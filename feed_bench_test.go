@@ -5,47 +5,18 @@ import (
 	"flag"
 	"fmt"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/feeddelay"
 	"github.com/twopc/twopc/internal/mongotest"
 )
-
-// feedWrites counts the writes a sequencer's client sends: statements of
-// the log's updates (its tags) and writes of the feeds' collection (its
-// leases and publications).
-type feedWrites struct {
-	mu         sync.Mutex
-	tagStmts   int
-	feedWrites int
-}
-
-func (w *feedWrites) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		coll := ""
-		if v, err := e.Command.LookupErr(e.CommandName); err == nil {
-			coll, _ = v.StringValueOK()
-		}
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		switch {
-		case e.CommandName == "update" && coll == "transactions":
-			vals, _ := e.Command.Lookup("updates").Array().Values()
-			w.tagStmts += len(vals)
-		case (e.CommandName == "update" || e.CommandName == "findAndModify") && coll == "transactions_feeds":
-			w.feedWrites++
-		}
-	}}
-}
 
 // BenchmarkFeed runs transfers, one at a time and from benchWorkers
 // goroutines, with no feed (feed=off), with a feed's indexes on the log
@@ -71,11 +42,11 @@ func BenchmarkFeed(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { _ = c.Close(context.Background()) })
-				var w feedWrites
+				var w feeddelay.Writes
 				var f *twopc.Feed
 				stop := func() {}
 				if mode != "off" {
-					fdb := mongotest.ConnectURI(b, mongotest.Shared(b).URI, options.Client().SetMonitor(w.monitor())).Database(db.Name())
+					fdb := mongotest.ConnectURI(b, mongotest.Shared(b).URI, options.Client().SetMonitor(w.Monitor())).Database(db.Name())
 					fc, err := twopc.NewCoordinator(fdb, twopc.WithApplication("sequencer"))
 					if err != nil {
 						b.Fatal(err)
@@ -125,10 +96,8 @@ func BenchmarkFeed(b *testing.B) {
 				if int(n) != b.N {
 					b.Fatalf("%d transactions numbered, want %d", n, b.N)
 				}
-				w.mu.Lock()
-				defer w.mu.Unlock()
-				b.ReportMetric(float64(w.tagStmts)/float64(b.N), "tag-stmts/event")
-				b.ReportMetric(float64(w.feedWrites)/float64(b.N), "feed-writes/event")
+				b.ReportMetric(float64(w.Tags())/float64(b.N), "tag-stmts/event")
+				b.ReportMetric(float64(w.Feeds())/float64(b.N), "feed-writes/event")
 				b.ReportMetric(float64(st.Published), "batches")
 			})
 		}
@@ -230,12 +199,13 @@ func BenchmarkFeedDelay(b *testing.B) {
 	b.Cleanup(func() { _ = bc.Close(context.Background()) })
 	ctx := benchCtx(b)
 	began := time.Now()
-	paced(b, feedDelayBaseline, 0, func(i int) {
+	if err := feeddelay.Offer(ctx, feedDelayWorkers, feedDelayBaseline, 0, func(ctx context.Context, i int) error {
 		src, dst := pair(i)
-		if _, err := bc.Transfer(ctx, src, dst, 1); err != nil {
-			b.Error(err)
-		}
-	})
+		_, err := bc.Transfer(ctx, src, dst, 1)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
 	rate := float64(feedDelayBaseline) / time.Since(began).Seconds()
 
 	var counter benchCounter
@@ -245,9 +215,9 @@ func BenchmarkFeedDelay(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = c.Close(context.Background()) })
-	var w feedWrites
+	var w feeddelay.Writes
 	var rounds feedRounds
-	fdb := mongotest.ConnectURI(b, mongotest.Shared(b).URI, options.Client().SetMonitor(w.monitor())).Database(db.Name())
+	fdb := mongotest.ConnectURI(b, mongotest.Shared(b).URI, options.Client().SetMonitor(w.Monitor())).Database(db.Name())
 	fc, err := twopc.NewCoordinator(fdb, twopc.WithApplication("sequencer"))
 	if err != nil {
 		b.Fatal(err)
@@ -306,45 +276,25 @@ func BenchmarkFeedDelay(b *testing.B) {
 		}()
 	}
 
-	var mu sync.Mutex
-	returned := make(map[bson.ObjectID]time.Time, b.N)
-	handed := make(map[bson.ObjectID]time.Time, b.N)
-	all := make(chan struct{})
+	probe := feeddelay.NewProbe(b.N)
 	subscribed := make(chan error, 1)
-	go func() {
-		subscribed <- c.Feed("delay").Subscribe(rctx, "delay", func(_ context.Context, evs []twopc.Event) error {
-			now := time.Now()
-			mu.Lock()
-			defer mu.Unlock()
-			for _, e := range evs {
-				if _, again := handed[e.Txn.ID]; !again && e.Kind == twopc.EventCommitted {
-					handed[e.Txn.ID] = now
-				}
-			}
-			if len(handed) == b.N {
-				close(all)
-			}
-			return nil
-		})
-	}()
+	go func() { subscribed <- c.Feed("delay").Subscribe(rctx, "delay", probe.Handle) }()
 
 	b.ResetTimer()
 	began = time.Now()
-	paced(b, b.N, rate/2, func(i int) {
+	if err := feeddelay.Offer(ctx, feedDelayWorkers, b.N, rate/2, func(ctx context.Context, i int) error {
 		src, dst := pair(i)
 		t, err := c.Transfer(ctx, src, dst, 1)
-		if err != nil {
-			b.Error(err)
-			return
+		if err == nil {
+			probe.Returned(t.ID)
 		}
-		now := time.Now()
-		mu.Lock()
-		returned[t.ID] = now
-		mu.Unlock()
-	})
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
 	offered := float64(b.N) / time.Since(began).Seconds()
 	select {
-	case <-all:
+	case <-probe.All():
 	case err := <-subscribed:
 		b.Fatalf("Subscribe: %v", err)
 	case err := <-ran:
@@ -362,39 +312,23 @@ func BenchmarkFeedDelay(b *testing.B) {
 	}
 	b.ReportMetric(float64(st.Takeovers), "takeovers")
 
-	mu.Lock()
-	defer mu.Unlock()
-	delays := make([]time.Duration, 0, b.N)
-	var first, last time.Time
-	for id, at := range handed {
-		ret, ok := returned[id]
-		if !ok {
-			b.Fatalf("event of transaction %s, which no transfer of the run returned", id.Hex())
-		}
-		delays = append(delays, max(0, at.Sub(ret)))
-		if at.After(last) {
-			last = at
-		}
-		if first.IsZero() || at.Before(first) {
-			first = at
-		}
+	delays, events, err := probe.Delays()
+	if err != nil {
+		b.Fatal(err)
 	}
-	slices.Sort(delays)
 	q := func(p float64) float64 {
 		return float64(delays[min(len(delays)-1, int(p*float64(len(delays))))]) / float64(time.Millisecond)
 	}
 	b.ReportMetric(q(0.5), "delay-p50-ms")
 	b.ReportMetric(q(0.99), "delay-p99-ms")
 	b.ReportMetric(float64(delays[len(delays)-1])/float64(time.Millisecond), "delay-max-ms")
-	if last.After(first) {
-		b.ReportMetric(float64(len(handed)-1)/last.Sub(first).Seconds(), "events/s")
+	if events > 0 {
+		b.ReportMetric(events, "events/s")
 	}
 	b.ReportMetric(offered, "offered/s")
 	b.ReportMetric(rate, "nofeed-transfers/s")
-	w.mu.Lock()
-	b.ReportMetric(float64(w.tagStmts)/float64(b.N), "tag-stmts/event")
-	b.ReportMetric(float64(w.feedWrites)/float64(b.N), "feed-writes/event")
-	w.mu.Unlock()
+	b.ReportMetric(float64(w.Tags())/float64(b.N), "tag-stmts/event")
+	b.ReportMetric(float64(w.Feeds())/float64(b.N), "feed-writes/event")
 	rounds.mu.Lock()
 	defer rounds.mu.Unlock()
 	if n := rounds.rounds; n > 0 {
@@ -407,30 +341,4 @@ func BenchmarkFeedDelay(b *testing.B) {
 			b.ReportMetric(float64(rounds.between)/float64(time.Millisecond)/float64(n-1), "between-ms/round")
 		}
 	}
-}
-
-// paced runs do(i) for i from 0 to n-1 on feedDelayWorkers goroutines:
-// each as soon as a goroutine is free (rate 0), or not before i/rate
-// after the first (a goroutine free sooner waits for its time).
-func paced(b *testing.B, n int, rate float64, do func(i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range feedDelayWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if rate > 0 {
-					time.Sleep(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
-				}
-				do(i)
-			}
-		}()
-	}
-	wg.Wait()
 }

@@ -8,17 +8,15 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/twopc/twopc"
+	"github.com/twopc/twopc/internal/feeddelay"
 )
 
 // feedResult is what the feed's scenario measured.
@@ -33,25 +31,6 @@ type feedResult struct {
 	feedWrites   float64         // its writes of the feeds' collection (renewals, publications), per event
 	takenOver    int             // the sequencer's takeovers (Status)
 	publishedBat int64           // batches published
-}
-
-// seqWrites counts the sequencer's writes: its tag statements and its
-// writes of the feeds' collection.
-type seqWrites struct{ tags, feeds atomic.Int64 }
-
-func (w *seqWrites) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
-		switch {
-		case e.CommandName == "update" && coll == "transactions":
-			if arr, ok := e.Command.Lookup("updates").ArrayOK(); ok {
-				vals, _ := arr.Values()
-				w.tags.Add(int64(len(vals)))
-			}
-		case (e.CommandName == "update" || e.CommandName == "findAndModify") && coll == "transactions_feeds":
-			w.feeds.Add(1)
-		}
-	}}
 }
 
 // runFeed runs the feed's scenario: first -transfers transfers from
@@ -86,7 +65,7 @@ func (b *bench) runFeed(ctx context.Context) (*feedResult, error) {
 		return nil, err
 	}
 	began := time.Now()
-	if err := offer(ctx, cfg.feedWorkers, cfg.transfers, 0, func(ctx context.Context, i int) error {
+	if err := feeddelay.Offer(ctx, cfg.feedWorkers, cfg.transfers, 0, func(ctx context.Context, i int) error {
 		src, dst := pick(i)
 		_, err := c.Transfer(ctx, src, dst, cfg.value)
 		return err
@@ -106,8 +85,8 @@ func (b *bench) runFeed(ctx context.Context) (*feedResult, error) {
 		return nil, err
 	}
 	defer done()
-	var w seqWrites
-	sclient, err := mongo.Connect(options.Client().ApplyURI(cfg.uri).SetMonitor(w.monitor()))
+	var w feeddelay.Writes
+	sclient, err := mongo.Connect(options.Client().ApplyURI(cfg.uri).SetMonitor(w.Monitor()))
 	if err != nil {
 		return nil, err
 	}
@@ -147,36 +126,17 @@ func (b *bench) runFeed(ctx context.Context) (*feedResult, error) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	var mu sync.Mutex
-	returned := map[bson.ObjectID]time.Time{}
-	handed := map[bson.ObjectID]time.Time{}
-	all := make(chan struct{})
+	probe := feeddelay.NewProbe(cfg.feedTransfers)
 	go func() {
 		defer wg.Done()
-		subscribed <- c.Feed("bench").Subscribe(rctx, "bench", func(_ context.Context, evs []twopc.Event) error {
-			now := time.Now()
-			mu.Lock()
-			defer mu.Unlock()
-			for _, e := range evs {
-				if _, again := handed[e.Txn.ID]; !again && e.Kind == twopc.EventCommitted {
-					handed[e.Txn.ID] = now
-				}
-			}
-			if len(handed) == cfg.feedTransfers {
-				close(all)
-			}
-			return nil
-		})
+		subscribed <- c.Feed("bench").Subscribe(rctx, "bench", probe.Handle)
 	}()
 	began = time.Now()
-	if err := offer(ctx, cfg.feedWorkers, cfg.feedTransfers, rate, func(ctx context.Context, i int) error {
+	if err := feeddelay.Offer(ctx, cfg.feedWorkers, cfg.feedTransfers, rate, func(ctx context.Context, i int) error {
 		src, dst := pick(i)
 		t, err := c.Transfer(ctx, src, dst, cfg.value)
 		if err == nil {
-			now := time.Now()
-			mu.Lock()
-			returned[t.ID] = now
-			mu.Unlock()
+			probe.Returned(t.ID)
 		}
 		return err
 	}); err != nil {
@@ -184,7 +144,7 @@ func (b *bench) runFeed(ctx context.Context) (*feedResult, error) {
 	}
 	res.offered = float64(cfg.feedTransfers) / time.Since(began).Seconds()
 	select {
-	case <-all:
+	case <-probe.All():
 	case err := <-subscribed:
 		return nil, fmt.Errorf("Subscribe: %w", err)
 	case err := <-ran:
@@ -192,73 +152,17 @@ func (b *bench) runFeed(ctx context.Context) (*feedResult, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("waiting for the events: %w", ctx.Err())
 	}
-	mu.Lock()
-	var first, last time.Time
-	for id, at := range handed {
-		ret, ok := returned[id]
-		if !ok {
-			mu.Unlock()
-			return nil, fmt.Errorf("an event of transaction %s, which no transfer of the run returned", id.Hex())
-		}
-		res.delays = append(res.delays, max(0, at.Sub(ret)))
-		if at.After(last) {
-			last = at
-		}
-		if first.IsZero() || at.Before(first) {
-			first = at
-		}
+	if res.delays, res.events, err = probe.Delays(); err != nil {
+		return nil, err
 	}
-	mu.Unlock()
-	slices.Sort(res.delays)
-	if last.After(first) {
-		res.events = float64(len(res.delays)-1) / last.Sub(first).Seconds()
-	}
-	res.tagStmts = float64(w.tags.Load()) / float64(cfg.feedTransfers)
-	res.feedWrites = float64(w.feeds.Load()) / float64(cfg.feedTransfers)
+	res.tagStmts = float64(w.Tags()) / float64(cfg.feedTransfers)
+	res.feedWrites = float64(w.Feeds()) / float64(cfg.feedTransfers)
 	st, err := c.Feed("bench").Status(ctx)
 	if err != nil {
 		return nil, err
 	}
 	res.takenOver, res.publishedBat = st.Takeovers, st.Published
 	return res, nil
-}
-
-// offer runs do(i) for i from 0 to n-1 on workers goroutines: each as
-// soon as a goroutine is free (rate 0), or not before i/rate after the
-// first. The first error ends it.
-func offer(ctx context.Context, workers, n int, rate float64, do func(context.Context, int) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if rate > 0 {
-					t := time.NewTimer(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
-					select {
-					case <-t.C:
-					case <-ctx.Done():
-						t.Stop()
-						return
-					}
-				}
-				if err := do(ctx, i); err != nil {
-					cancel(fmt.Errorf("transfer %d: %w", i, err))
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return context.Cause(ctx)
 }
 
 // markdown is the feed scenario's report.

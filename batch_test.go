@@ -69,7 +69,7 @@ func TestTransferBatch(t *testing.T) {
 		assert.Equalf(t, reqs[i].Value, r.Txn.Value, "transfer %d", i)
 		assert.Equalf(t, reqs[i].Key, r.Txn.Key, "transfer %d", i)
 	}
-	assert.Equal(t, 6, cc.total(), "data commands for the batch: %v", cc.counts)
+	assert.Equal(t, 6, cc.total(), "data commands for the batch: %v", &cc)
 	assert.Equal(t, 1, cc.count("find"), "the accounts read once, for the whole batch")
 	b.checkSettled(opening)
 
@@ -258,7 +258,7 @@ func TestConcurrentTransfersShareEveryStep(t *testing.T) {
 	for i, err := range errs {
 		require.NoErrorf(t, err, "transfer %d", i)
 	}
-	assert.LessOrEqual(t, cc.total(), n, "data commands for %d transfers: %v", n, cc.counts)
+	assert.LessOrEqual(t, cc.total(), n, "data commands for %d transfers: %v", n, &cc)
 	t.Logf("data commands for %d concurrent transfers: %d (%v)", n, cc.total(), cc.counts)
 	b.checkSettled(opening)
 }

@@ -106,6 +106,7 @@ func (bk captureBook) reserve(ctx context.Context, h *record, e captureEntry) (*
 			}
 		}
 		if released == 0 && !cur.FinalCapture.IsZero() {
+			c.endCaptured(ctx, h.ID) // if its final capture committed, and no other is in flight
 			return cur, errorf("twopc: capture %s: %w: its final capture %s is made or in flight", h.ID.Hex(), ErrHoldCaptured, cur.FinalCapture.Hex())
 		}
 		if released == 0 {

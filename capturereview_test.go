@@ -243,3 +243,56 @@ func TestReviewCaptureCanceledFinalReservationDeliveredAgain(t *testing.T) {
 	require.NoError(t, err, "the only final capture reserved is canceled")
 	b.checkSettled(map[string]int64{"A": 1000, "B": 0})
 }
+
+// TestVoidEndsAHoldItsFinalCaptureCompleted: a capture reserved whose
+// insert never came (its caller died, keyed, so nothing gave its part
+// back) keeps a final capture that committed after it from ending the
+// hold. Once the lost one's lease ran out, a Void (or another Capture)
+// gives its part back and finds the book complete: it answers
+// ErrHoldCaptured, and ends the hold by its captures there and then, not
+// leaving it held until a recovery pass (the simulation's end found such
+// a hold still held).
+func TestVoidEndsAHoldItsFinalCaptureCompleted(t *testing.T) {
+	for _, op := range []string{"void", "capture"} {
+		t.Run(op, func(t *testing.T) {
+			b := newBank(t, twopc.WithSyncSettle())
+			ctx := testCtx(t)
+			b.open(map[string]int64{"A": 1000, "B": 0})
+			hold, err := b.c.Hold(ctx, "A", "B", 100)
+			require.NoError(t, err)
+			dies := b.coordinator(twopc.WithApplication("dies"), twopc.WithStepHook(func(_ context.Context, s twopc.Step, _ *twopc.Txn) error {
+				if s == twopc.StepInsert {
+					return errCrash
+				}
+				return nil
+			}))
+			_, err = dies.Capture(ctx, hold.ID, 30, twopc.WithFinalCapture(false), twopc.WithKey("lost-capture"))
+			require.ErrorIs(t, err, errCrash)
+			final, err := b.c.Capture(ctx, hold.ID, 50)
+			require.NoError(t, err, "the final capture fits beside the lost one's reservation")
+			assert.Equal(t, twopc.StateDone, final.State)
+			assert.Equal(t, twopc.StateHeld, b.txn(hold.ID).State, "the lost capture, in flight within its lease, keeps the hold from ending")
+
+			_, err = b.c.Void(ctx, hold.ID)
+			require.ErrorIs(t, err, twopc.ErrInProgress, "within the lost capture's lease")
+			_, err = b.db.Collection("transactions").UpdateOne(ctx, bson.D{{Key: "_id", Value: hold.ID}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "captures.0.at", Value: time.Now().Add(-time.Hour)}}}})
+			require.NoError(t, err)
+			if op == "void" {
+				got, err := b.c.Void(ctx, hold.ID)
+				require.ErrorIs(t, err, twopc.ErrHoldCaptured, "its final capture committed")
+				require.NotNil(t, got)
+				assert.True(t, got.State.Committed(), "the Void ended the hold by its captures: %s", got.State)
+				assert.EqualValues(t, 50, got.Captured)
+			} else {
+				_, err := b.c.Capture(ctx, hold.ID, 10)
+				require.ErrorIs(t, err, twopc.ErrHoldCaptured, "its final capture committed")
+			}
+			require.NoError(t, b.c.Settle(ctx))
+			assert.Equal(t, twopc.StateDone, b.txn(hold.ID).State, "ended by its captures")
+			b.checkSettled(map[string]int64{"A": 1000, "B": 0})
+			assert.EqualValues(t, 950, b.balance("A"))
+			assert.EqualValues(t, 50, b.balance("B"))
+		})
+	}
+}

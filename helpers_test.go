@@ -3,6 +3,7 @@ package twopc_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"runtime"
 	"sync"
@@ -253,6 +254,7 @@ type commandCounter struct {
 	mu          sync.Mutex
 	counts      map[string]int
 	mostUpdates int
+	troubles    []string // the first write commands that failed or had write errors, for failure messages
 }
 
 var dataCommands = map[string]bool{
@@ -287,7 +289,42 @@ func (cc *commandCounter) monitor() *event.CommandMonitor {
 			values, _ := updates.Values()
 			cc.mostUpdates = max(cc.mostUpdates, len(values))
 		}
+	}, Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+		if we, ok := e.Reply.Lookup("writeErrors").ArrayOK(); ok {
+			cc.trouble(fmt.Sprintf("%s %d: write errors %s", e.CommandName, e.RequestID, truncate(we.String(), 400)))
+		} else if e.CommandName == "update" {
+			ups, _ := e.Reply.Lookup("upserted").ArrayOK()
+			n, _ := ups.Values()
+			cc.trouble(fmt.Sprintf("update %d: n %v, %d upserted", e.RequestID, e.Reply.Lookup("n"), len(n)))
+		}
+	}, Failed: func(_ context.Context, e *event.CommandFailedEvent) {
+		cc.trouble(fmt.Sprintf("%s %d failed: %v", e.CommandName, e.RequestID, e.Failure))
 	}}
+}
+
+// trouble records what a failure message of a count should show: the
+// first 20.
+func (cc *commandCounter) trouble(s string) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if len(cc.troubles) < 20 {
+		cc.troubles = append(cc.troubles, s)
+	}
+}
+
+// String is the counts and the troubles, for failure messages.
+func (cc *commandCounter) String() string {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return fmt.Sprintf("%v; replies: %q", cc.counts, cc.troubles)
+}
+
+// truncate is s cut to n bytes.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 // largestUpdate returns the most statements one update command carried.
@@ -317,7 +354,7 @@ func (cc *commandCounter) count(name string) int {
 func (cc *commandCounter) reset() {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	cc.counts = nil
+	cc.counts, cc.troubles = nil, nil
 }
 
 // countedDatabase is the bank's database through a client that counts its

@@ -166,7 +166,9 @@ func (r *record) expired(now time.Time) bool {
 // for the captures in flight (ErrInProgress while one is), and is one
 // guarded write on the hold, which races the hold's end by its captures
 // and its expiry: Void of a hold captured whole, or whose final capture
-// is made, returns ErrHoldCaptured, of an expired one ErrHoldExpired (a
+// is made, returns ErrHoldCaptured (and the hold ended by its captures,
+// if a capture in flight before them, since given back, had kept it
+// held), of an expired one ErrHoldExpired (a
 // held hold past its expiry by the server's clock is voided as expired by
 // the Void itself). Void again returns the transaction, finishing its
 // rollback if it is not yet canceled: a void is repeated safely by the
@@ -242,6 +244,14 @@ func (c *Coordinator) Void(ctx context.Context, id bson.ObjectID, opts ...Transf
 			return r.txn(), err
 		}
 		if complete(r) {
+			// Its captures end it, every one committed: a capture in
+			// flight before them (given back just now, its caller gone)
+			// kept the last of them from ending it. It is ended here, as
+			// that capture or a recovery pass would.
+			c.endCaptured(ctx, r.ID)
+			if cur, err := c.log.read(ctx, r.ID); err == nil {
+				r = cur
+			}
 			return r.txn(), errorf("twopc: void %s: %w: its captures took it whole, or its final capture was made", id.Hex(), ErrHoldCaptured)
 		}
 		m := voidMove(c, r, reasonVoided)

@@ -297,6 +297,7 @@ func (b *simBank) stopDeployment() bool      { return false }
 func (b *simBank) startDeployment()          {}
 
 func (b *simBank) finish(allowNegative bool, stats *simStats) (recovered, done, canceled int) {
+	ageReservations(b.t, b.db)
 	rep := b.recoverAll()
 	if finishHolds(b.t, b.db, b.coordinator(twopc.WithApplication("final")), map[string]*mongo.Collection{"": b.db.Collection("accounts")}, stats) {
 		rep.RolledBack += b.recoverAll().Finished() // counted in Finished
@@ -371,6 +372,7 @@ func (bk *simBanks) startDeployment() {
 }
 
 func (bk *simBanks) finish(allowNegative bool, stats *simStats) (recovered, done, canceled int) {
+	ageReservations(bk.t, bk.banks.log)
 	rep := bk.recoverAll()
 	accounts := map[string]*mongo.Collection{}
 	for i, name := range bankNames {
@@ -854,6 +856,28 @@ func simResolve(ctx context.Context, c *twopc.Coordinator, rng *simRand, holds <
 	}
 }
 
+// ageReservations backdates by an hour every capture reserved in the book
+// of a held hold in log, once every process stopped: time passes for them
+// as for the transactions the final recovery finishes (backdated), so a
+// capture whose process died between its reservation and its insert is
+// given back by that recovery, which then ends a hold whose final capture
+// committed after it (see endHolds).
+func ageReservations(t *testing.T, log *mongo.Database) {
+	t.Helper()
+	ctx := testCtx(t)
+	cur, err := log.Collection("transactions").Find(ctx, bson.D{{Key: "state", Value: twopc.StateHeld}})
+	require.NoError(t, err)
+	var held []simHoldDoc
+	require.NoError(t, cur.All(ctx, &held))
+	for _, h := range held {
+		for i := range h.Captures {
+			_, err := log.Collection("transactions").UpdateOne(ctx, bson.D{{Key: "_id", Value: h.ID}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: fmt.Sprintf("captures.%d.at", i), Value: time.Now().Add(-time.Hour)}}}})
+			require.NoError(t, err)
+		}
+	}
+}
+
 // finishHolds is the checker's part for holds, once every process stopped
 // and recovery finished everything else: every hold still held has each
 // leg applied, and the accounts hold exactly the held amounts (each
@@ -871,15 +895,10 @@ func finishHolds(t *testing.T, log *mongo.Database, c *twopc.Coordinator, accoun
 	// What each hold's committed captures took of each leg: out of the
 	// accounts' pending fields once they closed, which recovery did. A
 	// capture whose process died between its reservation and its insert
-	// is given back once its lease has run out: time passes for them as
-	// for the transactions recovery finished (backdated).
+	// is given back by the Capture or Void below: its lease has run out
+	// (ageReservations, before the final recovery).
 	taken := map[bson.ObjectID][]int64{}
 	for _, h := range held {
-		for i := range h.Captures {
-			_, err := log.Collection("transactions").UpdateOne(ctx, bson.D{{Key: "_id", Value: h.ID}},
-				bson.D{{Key: "$set", Value: bson.D{{Key: fmt.Sprintf("captures.%d.at", i), Value: time.Now().Add(-time.Hour)}}}})
-			require.NoError(t, err)
-		}
 		taken[h.ID] = make([]int64, len(h.AllLegs()))
 		for _, e := range h.Captures {
 			var capture twopc.Txn
@@ -933,6 +952,10 @@ func finishHolds(t *testing.T, log *mongo.Database, c *twopc.Coordinator, accoun
 		}
 	}
 	stats.heldAtEnd = len(held)
+	before := map[bson.ObjectID]bson.Raw{}
+	for _, h := range held {
+		before[h.ID], _ = log.Collection("transactions").FindOne(ctx, bson.D{{Key: "_id", Value: h.ID}}).Raw()
+	}
 	for i, h := range held {
 		if i%2 == 0 {
 			// What is left of it, whole: a part of a hold of two legs
@@ -966,7 +989,7 @@ func finishHolds(t *testing.T, log *mongo.Database, c *twopc.Coordinator, accoun
 				err = nil // expired since it was read: the same end
 			}
 		}
-		require.NoError(t, err, "resolving hold %s at the end", h.ID.Hex())
+		require.NoError(t, err, "resolving hold %s at the end, as it stood before: %s", h.ID.Hex(), holdStory(ctx, log, h.ID, before[h.ID]))
 	}
 	require.NoError(t, c.Settle(ctx))
 	for _, q := range []struct {
@@ -981,6 +1004,27 @@ func finishHolds(t *testing.T, log *mongo.Database, c *twopc.Coordinator, accoun
 		*q.n = int(n)
 	}
 	return len(held) > 0
+}
+
+// holdStory is what a failure to resolve hold id at the end shows: the
+// hold as read before (was) and now, and each capture its book names,
+// from the log or history.
+func holdStory(ctx context.Context, log *mongo.Database, id bson.ObjectID, was bson.Raw) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nbefore: %s", was)
+	now, _ := log.Collection("transactions").FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	fmt.Fprintf(&b, "\nnow: %s", now)
+	var h simHoldDoc
+	if bson.Unmarshal(now, &h) == nil {
+		for _, e := range h.Captures {
+			for _, coll := range []string{"transactions"} {
+				if d, err := log.Collection(coll).FindOne(ctx, bson.D{{Key: "_id", Value: e.ID}}).Raw(); err == nil {
+					fmt.Fprintf(&b, "\ncapture %s in %s: %s", e.ID.Hex(), coll, d)
+				}
+			}
+		}
+	}
+	return b.String()
 }
 
 // checkLimits asserts account a, read after a run, is within what bounds

@@ -27,20 +27,31 @@ import (
 // client sends (counting from 0), once; with k < 0 it only counts.
 type interleaver struct {
 	mu    sync.Mutex
-	k, n  int
+	k, n  int // the data command to run other before, and those sent so far
 	other func()
-	names []string // the commands counted
+}
+
+// dataCommand reports whether a command the reader sends reads or writes
+// data: those the points number. The others (a handshake, the indexes'
+// check, a cursor's end) come or not by timing (a connection opened, a
+// cursor read to its end or killed), and so do not shift the points from
+// one run to the next.
+func dataCommand(name string) bool {
+	switch name {
+	case "hello", "isMaster", "listIndexes", "killCursors", "endSessions":
+		return false
+	}
+	return true
 }
 
 func (il *interleaver) monitor() *event.CommandMonitor {
 	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName == "endSessions" || background(e) {
+		if !dataCommand(e.CommandName) || background(e) {
 			return
 		}
 		il.mu.Lock()
 		n := il.n
 		il.n++
-		il.names = append(il.names, e.CommandName)
 		il.mu.Unlock()
 		if n == il.k && il.other != nil {
 			il.other()
@@ -48,7 +59,7 @@ func (il *interleaver) monitor() *event.CommandMonitor {
 	}}
 }
 
-// sent is how many commands the client sent.
+// sent is how many data commands the client sent.
 func (il *interleaver) sent() int {
 	il.mu.Lock()
 	defer il.mu.Unlock()
@@ -61,24 +72,16 @@ func (il *interleaver) sent() int {
 // test.
 var interleaveEvery = flag.Int("interleave.every", 3, "run the other process before every n-th data command of the reader (make soak: 1)")
 
-// points are the commands that read or write data, by their number (every
-// interleaveEvery-th of them): a step run before any other (hello,
-// listIndexes, killCursors) runs, as far as the data is concerned, before
-// the next of these.
+// points are the data commands to run the other process's step before,
+// by their number (every interleaveEvery-th of them): a step run before a
+// command that is not one (hello, listIndexes, killCursors) runs, as far
+// as the data is concerned, before the next data command.
 func (il *interleaver) points() []int {
 	il.mu.Lock()
 	defer il.mu.Unlock()
 	var ks []int
-	n := 0
-	for k, name := range il.names {
-		switch name {
-		case "hello", "isMaster", "listIndexes", "killCursors":
-		default:
-			if n%max(*interleaveEvery, 1) == 0 {
-				ks = append(ks, k)
-			}
-			n++
-		}
+	for k := 0; k < il.n; k += max(*interleaveEvery, 1) {
+		ks = append(ks, k)
 	}
 	return ks
 }

@@ -49,8 +49,22 @@ func profileName(obj any) string {
 // Track tracks the lifetime of an object until Untrack is called on it.
 //
 // Obj should a pointer to a struct with a field "token" of type *Token.
+//
+// twopc's dev server: only a debug build (debugbuild.Enabled) checks the
+// arguments by reflection and keeps the tracked objects in a pprof profile
+// (whose Add records the caller's stack: about 12% of the dev server's CPU
+// time, for an iterator of every document and array the handler walks). Every
+// build still sets the finalizer that panics on an object never untracked.
 func Track(obj any, token *Token) {
 	checkArgs(obj, token)
+
+	if !debugbuild.Enabled {
+		runtime.SetFinalizer(obj, func(obj any) {
+			panic(fmt.Sprintf("%T has not been finalized", obj))
+		})
+
+		return
+	}
 
 	name := profileName(obj)
 
@@ -96,6 +110,13 @@ func Track(obj any, token *Token) {
 func Untrack(obj any, token *Token) {
 	checkArgs(obj, token)
 
+	if !debugbuild.Enabled {
+		// twopc's dev server: see Track.
+		runtime.SetFinalizer(obj, nil)
+
+		return
+	}
+
 	p := pprof.Lookup(profileName(obj))
 	if p == nil {
 		panic("object is not tracked")
@@ -116,6 +137,11 @@ func checkArgs(obj any, token *Token) {
 
 	if token == nil {
 		panic("token must not be nil")
+	}
+
+	if !debugbuild.Enabled {
+		// twopc's dev server: see Track.
+		return
 	}
 
 	pv := reflect.ValueOf(obj)

@@ -174,7 +174,19 @@ func toSJSON(v any) sjsontype {
 
 // Unmarshal decodes the top-level document.
 // It decodes document's schema from the `$s` field and uses it to decode the data of the document.
+//
+// twopc's dev server: it reads the form Marshal writes with unmarshalFast
+// (fast.go), and anything else with the original decoder, unmarshalSlow.
 func Unmarshal(data []byte) (*types.Document, error) {
+	if d, ok := unmarshalFast(data); ok {
+		return d, nil
+	}
+
+	return unmarshalSlow(data)
+}
+
+// unmarshalSlow is FerretDB's original Unmarshal, on encoding/json.
+func unmarshalSlow(data []byte) (*types.Document, error) {
 	var v map[string]json.RawMessage
 	r := bytes.NewReader(data)
 	dec := json.NewDecoder(r)
@@ -322,10 +334,24 @@ func unmarshalSingleValue(data json.RawMessage, sch *elem) (any, error) {
 
 // Marshal encodes given document fields and set its schema in the field $s.
 // Use it when you need to encode a document with schema, for example, when you want to store it in a database.
+//
+// twopc's dev server: it writes with appendDocument (fast.go), the same
+// bytes as the original, marshalSlow, which still runs for a document
+// appendDocument refuses, to fail as it did.
 func Marshal(d *types.Document) ([]byte, error) {
 	if d == nil {
 		panic("v is nil")
 	}
+
+	if b, ok := appendDocument(make([]byte, 0, 512), d); ok {
+		return b, nil
+	}
+
+	return marshalSlow(d)
+}
+
+// marshalSlow is FerretDB's original Marshal, on encoding/json.
+func marshalSlow(d *types.Document) ([]byte, error) {
 
 	schema, err := marshalSchemaForDoc(d)
 	if err != nil {

@@ -184,6 +184,32 @@ func TestFastMarshalUnmarshal(t *testing.T) {
 	assert.Greater(t, fast, 2000)
 }
 
+// TestFastMarshalSingleValue checks that MarshalSingleValue writes what the
+// original (the value's MarshalJSON) writes.
+func TestFastMarshalSingleValue(t *testing.T) {
+	t.Parallel()
+
+	values := fastTestValues()
+
+	r := rand.New(rand.NewSource(2))
+	for range 2000 {
+		values = append(values, randomValue(r, 3))
+	}
+
+	for i, v := range values {
+		expected, expectedErr := toSJSON(v).MarshalJSON()
+		actual, actualErr := MarshalSingleValue(v)
+
+		if expectedErr != nil {
+			require.Error(t, actualErr, "%d", i)
+			continue
+		}
+
+		require.NoError(t, actualErr, "%d", i)
+		require.Equal(t, string(expected), string(actual), "%d", i)
+	}
+}
+
 // checkFastUnmarshal checks that Unmarshal answers as the original does for
 // data, and that the fast reader answers only when the original succeeds,
 // and the same.

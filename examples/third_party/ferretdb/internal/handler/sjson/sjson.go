@@ -387,9 +387,16 @@ func marshalSlow(d *types.Document) ([]byte, error) {
 
 // MarshalSingleValue encodes given built-in or types' package value into sjson.
 // Use it when you need to encode a single value, for example in a where clause.
+//
+// twopc's dev server: it writes with appendValue (fast.go), the same bytes
+// as the original, which still runs for a value appendValue refuses.
 func MarshalSingleValue(v any) ([]byte, error) {
 	if v == nil {
 		panic("v is nil")
+	}
+
+	if b, ok := appendValue(nil, v); ok {
+		return b, nil
 	}
 
 	b, err := toSJSON(v).MarshalJSON()

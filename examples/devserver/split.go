@@ -1,6 +1,7 @@
 package devserver
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -174,7 +175,49 @@ func truthy(v bson.RawValue) bool {
 
 // statementCommand returns the command that runs the one statement stmt:
 // the client's command with stmt as its only statement, inline.
+//
+// It writes the bytes bson.Marshal writes for that command
+// (statementCommandMarshal): each field's element as the client sent it,
+// and stmt's bytes in an array of one. bson.Marshal copied them through
+// its value writer, with the allocations of a bson.D and its reflection:
+// about 2% of the dev server's CPU time through BenchmarkTransfer. A
+// statement that is not valid BSON goes through bson.Marshal, for its
+// error as before.
 func (w *writeCommand) statementCommand(stmt bson.Raw) ([]byte, error) {
+	if stmt.Validate() != nil {
+		return w.statementCommandMarshal(stmt)
+	}
+	stmt = stmt[:binary.LittleEndian.Uint32(stmt)] // Validate read its length; bson.Marshal copies that much
+	arrayLen := 4 + 1 + 2 + len(stmt) + 1          // {"0": stmt}
+	size := 4 + 1 + len(w.kind.array) + 1 + arrayLen + 1
+	for _, e := range w.fields {
+		size += len(e)
+	}
+	b := make([]byte, 0, size)
+	b = binary.LittleEndian.AppendUint32(b, uint32(size))
+	appendArray := func() {
+		b = append(b, byte(bson.TypeArray))
+		b = append(b, w.kind.array...)
+		b = append(b, 0)
+		b = binary.LittleEndian.AppendUint32(b, uint32(arrayLen))
+		b = append(b, byte(bson.TypeEmbeddedDocument), '0', 0)
+		b = append(b, stmt...)
+		b = append(b, 0)
+	}
+	for i, e := range w.fields {
+		if i == w.arrayAt {
+			appendArray()
+		}
+		b = append(b, e...)
+	}
+	if w.arrayAt == len(w.fields) {
+		appendArray()
+	}
+	return append(b, 0), nil
+}
+
+// statementCommandMarshal is statementCommand through bson.Marshal.
+func (w *writeCommand) statementCommandMarshal(stmt bson.Raw) ([]byte, error) {
 	cmd := make(bson.D, 0, len(w.fields)+1)
 	for i, e := range w.fields {
 		if i == w.arrayAt {

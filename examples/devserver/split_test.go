@@ -614,3 +614,57 @@ func TestParseWriteCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestStatementCommandMatchesMarshal: statementCommand writes the bytes
+// bson.Marshal writes for the command of one statement
+// (statementCommandMarshal), wherever the statements are among the
+// command's fields, and fails as it does on a statement that is not BSON.
+func TestStatementCommandMatchesMarshal(t *testing.T) {
+	lsid := bson.D{{Key: "id", Value: bson.Binary{Subtype: 4, Data: make([]byte, 16)}}}
+	wc := bson.D{{Key: "w", Value: "majority"}, {Key: "wtimeout", Value: int64(1000)}}
+	stmts := []bson.D{
+		stmt(int32(1)),
+		{{Key: "q", Value: bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "state", Value: "pending"}}},
+			{Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: "applied"}}}}},
+			{Key: "upsert", Value: false}, {Key: "multi", Value: false}},
+		{{Key: "_id", Value: "x"}, {Key: "a", Value: bson.A{1.5, "é", bson.D{}, bson.A{}, nil}}},
+	}
+	for _, command := range []string{"update", "insert", "delete"} {
+		kind, _ := writeKindOf(command)
+		for _, arrayAt := range []int{0, 1, 2, 5} {
+			fields := bson.D{{Key: command, Value: "coll"}, {Key: "ordered", Value: true}, {Key: "lsid", Value: lsid},
+				{Key: "writeConcern", Value: wc}, {Key: "$db", Value: "db"}}
+			inline := append(bson.D{}, fields[:arrayAt]...)
+			inline = append(inline, bson.E{Key: kind.array, Value: bson.A{stmts[0], stmts[1], stmts[2]}})
+			inline = append(inline, fields[arrayAt:]...)
+			for form, sections := range map[string][]byte{
+				"inline":   section0(t, inline),
+				"sequence": append(section0(t, fields), section1(t, kind.array, stmts...)...),
+			} {
+				w := parseWriteCommand(command, sections)
+				require.NotNil(t, w, "%s %s %d", command, form, arrayAt)
+				for i, s := range w.statements {
+					want, err := w.statementCommandMarshal(s)
+					require.NoError(t, err)
+					got, err := w.statementCommand(s)
+					require.NoError(t, err)
+					assert.Equal(t, want, got, "%s %s at %d, statement %d", command, form, arrayAt, i)
+					long := append(append(bson.Raw{}, s...), 1, 2, 3) // bytes past its length
+					got, err = w.statementCommand(long)
+					require.NoError(t, err)
+					assert.Equal(t, want, got, "%s %s at %d, statement %d with bytes past its end", command, form, arrayAt, i)
+				}
+				for _, bad := range []bson.Raw{{5, 0, 0}, {9, 0, 0, 0, 2, 'a', 0, 0, 0}, {6, 0, 0, 0, 0x7f, 0}} {
+					_, wantErr := w.statementCommandMarshal(bad)
+					_, gotErr := w.statementCommand(bad)
+					if wantErr == nil {
+						assert.NoError(t, gotErr)
+						continue
+					}
+					require.Error(t, gotErr)
+					assert.Equal(t, wantErr.Error(), gotErr.Error())
+				}
+			}
+		}
+	}
+}

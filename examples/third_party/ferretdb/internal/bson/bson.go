@@ -254,23 +254,38 @@ func ToDocument(d wirebson.AnyDocument) (*types.Document, error) {
 		return nil, lazyerrors.Error(err)
 	}
 
+	// twopc's dev server: the fields go to types.ConvertDocument as two
+	// slices, as types.NewDocument would make them from pairs, without the
+	// pairs' slice and an allocation for each key boxed in it.
 	fields := doc.FieldNames()
-	pairs := make([]any, 0, len(fields)*2)
+	values := make([]any, len(fields))
 
 	for i := range fields {
-		f, v := doc.GetByIndex(i)
+		_, v := doc.GetByIndex(i)
 
 		if v, err = convertToTypes(v); err != nil {
 			return nil, lazyerrors.Error(err)
 		}
 
-		pairs = append(pairs, f, v)
+		values[i] = v
 	}
 
-	res, err := types.NewDocument(pairs...)
+	res, err := types.ConvertDocument(fieldsAndValues{fields, values})
 	if err != nil {
 		return nil, lazyerrors.Error(err)
 	}
 
 	return res, nil
 }
+
+// fieldsAndValues is a document's keys and values, for types.ConvertDocument.
+type fieldsAndValues struct {
+	keys   []string
+	values []any
+}
+
+// Keys returns the keys.
+func (fv fieldsAndValues) Keys() []string { return fv.keys }
+
+// Values returns the values.
+func (fv fieldsAndValues) Values() []any { return fv.values }

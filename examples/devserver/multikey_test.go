@@ -599,18 +599,38 @@ func TestMultikeyIndexLifecycle(t *testing.T) {
 
 // stock makes collection coll's indexes in the SQLite data of a stopped
 // dev server in dir as FerretDB v1.24 made them: it drops their elements
-// tables and triggers, and their record in the collection's metadata.
+// tables and triggers, the key columns' triggers and the columns, makes
+// each index an expression index on the JSON column again, and drops
+// their record in the collection's metadata.
 func stock(t *testing.T, dir, coll string) {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "devserver.sqlite"))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
-	var text string
-	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT settings FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&text))
+	var text, table string
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT settings, table_name FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&text, &table))
 	var settings map[string]any
 	require.NoError(t, json.Unmarshal([]byte(text), &settings))
+	for _, suffix := range []string{"_upd", "_ins"} {
+		_, err := db.ExecContext(t.Context(), fmt.Sprintf(`DROP TRIGGER %q`, "_ferretdb_keys_"+table+suffix))
+		require.NoError(t, err)
+	}
+	columns := map[string]bool{}
 	for _, index := range settings["indexes"].([]any) {
 		index := index.(map[string]any)
+		if cols, ok := index["twopc_columns"].([]any); ok {
+			name := table + "_" + index["name"].(string)
+			_, err := db.ExecContext(t.Context(), fmt.Sprintf(`DROP INDEX %q`, name))
+			require.NoError(t, err)
+			var exprs []string
+			for i, key := range index["key"].([]any) {
+				exprs = append(exprs, fmt.Sprintf(`_ferretdb_sjson->%q`, key.(map[string]any)["field"]))
+				columns[cols[i].(string)] = true
+			}
+			_, err = db.ExecContext(t.Context(), fmt.Sprintf(`CREATE INDEX %q ON %q (%s)`, name, table, strings.Join(exprs, ", ")))
+			require.NoError(t, err)
+		}
+		delete(index, "twopc_columns")
 		if elements, ok := index["twopc_elements"].(string); ok {
 			for _, suffix := range []string{"_ins", "_upd", "_del"} {
 				_, err := db.ExecContext(t.Context(), fmt.Sprintf(`DROP TRIGGER %q`, elements+suffix))
@@ -621,6 +641,10 @@ func stock(t *testing.T, dir, coll string) {
 		}
 		delete(index, "twopc_elements")
 		delete(index, "twopc_elements_key")
+	}
+	for col := range columns {
+		_, err := db.ExecContext(t.Context(), fmt.Sprintf(`ALTER TABLE %q DROP COLUMN %q`, table, col))
+		require.NoError(t, err)
 	}
 	b, err := json.Marshal(settings)
 	require.NoError(t, err)

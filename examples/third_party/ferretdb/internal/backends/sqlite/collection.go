@@ -107,6 +107,13 @@ func (c *collection) InsertAll(ctx context.Context, params *backends.InsertAllPa
 	db := c.r.DatabaseGetExisting(ctx, c.dbName)
 	meta := c.r.CollectionGet(ctx, c.dbName, c.name)
 
+	// twopc's dev server: see needElements.
+	if names := needElements(meta.Settings.Indexes, params.Docs); len(names) > 0 {
+		if err := c.r.IndexesElements(ctx, c.dbName, c.name, names); err != nil {
+			return nil, lazyerrors.Error(err)
+		}
+	}
+
 	batchSize := c.r.BatchSize
 	if batchSize < 1 {
 		panic("batch-size should be greater or equal to 1")
@@ -129,7 +136,7 @@ func (c *collection) InsertAll(ctx context.Context, params *backends.InsertAllPa
 		i := min(batchSize, len(docs))
 		batch, docs = docs[:i], docs[i:]
 
-		q, args, err := prepareInsertStatement(meta.TableName, meta.Capped(), batch)
+		q, args, err := prepareInsertStatement(meta.TableName, meta.Capped(), batch, metadata.KeyFields(meta.Settings.Indexes))
 		if err != nil {
 			return nil, lazyerrors.Error(err)
 		}
@@ -176,6 +183,16 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 		return &res, nil
 	}
 
+	// twopc's dev server: see needElements.
+	if names := needElements(meta.Settings.Indexes, params.Docs); len(names) > 0 {
+		if err := c.r.IndexesElements(ctx, c.dbName, c.name, names); err != nil {
+			return nil, lazyerrors.Error(err)
+		}
+	}
+
+	// twopc's dev server: only the JSON column is written; the key
+	// columns whose values change are written by a trigger
+	// (metadata/columns.go).
 	q := fmt.Sprintf(`UPDATE %q SET %s = ? WHERE %s = ?`, meta.TableName, metadata.DefaultColumn, metadata.IDColumn)
 
 	// twopc's dev server: the statement is kept (fsql's prepared.go),
@@ -556,6 +573,35 @@ var (
 	_ backends.Collection = (*collection)(nil)
 )
 
+// needElements is twopc's dev server's patch: the names of the indexes
+// that may have an elements table but have none yet (metadata/elements.go),
+// whose first key one of docs holds an array in. An index's elements table
+// is made when its index is, if a document then holds an array in its
+// first key, or else before the first write of one: a field that never
+// holds an array (the library's state) never has one, and its writes fire
+// no elements trigger. Until then, the index is read without (see
+// indexPushdown), which is right, as no document holds an array there.
+func needElements(indexes []metadata.IndexInfo, docs []*types.Document) []string {
+	var names []string
+
+	for _, index := range indexes {
+		if index.Elements != "" || !index.MayHaveElements() {
+			continue
+		}
+
+		for _, doc := range docs {
+			if v, _ := doc.Get(index.Key[0].Field); v != nil {
+				if _, isArray := v.(*types.Array); isArray {
+					names = append(names, index.Name)
+					break
+				}
+			}
+		}
+	}
+
+	return names
+}
+
 // idPushdown is twopc's dev server's patch: the rows a filter can match,
 // read by the _id index as MongoDB reads them, whatever the filter's other
 // fields. A top-level _id that is a string or an ObjectID names one row;
@@ -716,7 +762,12 @@ func indexPushdown(filter *types.Document, indexes []metadata.IndexInfo) (where 
 		return "", nil, false
 	}
 
+	// The index's key column (metadata/columns.go), which holds what the
+	// expression does; the expression for an index without.
 	expr := fmt.Sprintf("%s->%q", metadata.DefaultColumn, best.Key[0].Field)
+	if best.HasColumns() {
+		expr = fmt.Sprintf("%q", best.Columns[0])
+	}
 	if values == nil {
 		return nullPushdown(expr), nil, true
 	}

@@ -27,36 +27,50 @@ import (
 // prepareInsertStatement returns a statement and arguments for inserting the given documents.
 //
 // If capped is true, it returns a statement and arguments for inserting record IDs and documents.
-func prepareInsertStatement(tableName string, capped bool, docs []*types.Document) (string, []any, error) {
+func prepareInsertStatement(tableName string, capped bool, docs []*types.Document, keys []metadata.KeyField) (string, []any, error) {
 	var args []any
 	rows := make([]string, len(docs))
 
+	// twopc's dev server: the key columns (metadata/columns.go) are
+	// written by the INSERT, each computed by SQLite from the document's
+	// JSON, a numbered parameter bound once.
 	for i, doc := range docs {
 		b, err := sjson.Marshal(doc)
 		if err != nil {
 			return "", nil, lazyerrors.Error(err)
 		}
 
-		if capped {
-			rows[i] = "(?, ?)"
-			args = append(args, doc.RecordID(), string(b))
+		var values []string
 
-			continue
+		if capped {
+			args = append(args, doc.RecordID())
+			values = append(values, fmt.Sprintf("?%d", len(args)))
 		}
 
-		rows[i] = "(?)"
 		args = append(args, string(b))
+		n := len(args)
+		values = append(values, fmt.Sprintf("?%d", n))
+
+		for _, k := range keys {
+			values = append(values, "("+strings.Replace(metadata.KeyExpr("", k.Field), metadata.DefaultColumn, fmt.Sprintf("?%d", n), 1)+")")
+		}
+
+		rows[i] = "(" + strings.Join(values, ", ") + ")"
 	}
 
-	columns := metadata.DefaultColumn
+	columns := []string{metadata.DefaultColumn}
 	if capped {
-		columns = strings.Join([]string{metadata.RecordIDColumn, metadata.DefaultColumn}, ", ")
+		columns = []string{metadata.RecordIDColumn, metadata.DefaultColumn}
+	}
+
+	for _, k := range keys {
+		columns = append(columns, fmt.Sprintf("%q", k.Column))
 	}
 
 	return fmt.Sprintf(
 		`INSERT INTO %q (%s) VALUES %s`,
 		tableName,
-		columns,
+		strings.Join(columns, ", "),
 		strings.Join(rows, ", "),
 	), args, nil
 }

@@ -78,7 +78,7 @@ var plainField = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 // secondary index whose first key is a plain top-level field name. The
 // second key is used only if it is plain too.
 func elementsFields(index IndexInfo) (first, second string, ok bool) {
-	if len(index.Key) == 0 || index.Key[0].Field == "_id" || !plainField.MatchString(index.Key[0].Field) {
+	if !index.HasColumns() || index.Key[0].Field == "_id" || !plainField.MatchString(index.Key[0].Field) {
 		return "", "", false
 	}
 
@@ -87,6 +87,12 @@ func elementsFields(index IndexInfo) (first, second string, ok bool) {
 	}
 
 	return index.Key[0].Field, second, true
+}
+
+// MayHaveElements reports whether an elements table may be kept for index.
+func (index IndexInfo) MayHaveElements() bool {
+	_, _, ok := elementsFields(index)
+	return ok
 }
 
 // jsonPath returns the SQL literal of the JSON path of a plain top-level field.
@@ -191,6 +197,20 @@ func createElements(ctx context.Context, db *fsql.DB, c *Collection, index *Inde
 		doc := func(row string) string { return row + "." + DefaultColumn }
 		p1 := jsonPath(first)
 
+		// The key columns of the first key, and of the second if k holds it.
+		cols := index.Columns[:1]
+		if second != "" {
+			cols = index.Columns[:2]
+		}
+
+		quoted := make([]string, len(cols))
+		changed := make([]string, len(cols))
+
+		for i, col := range cols {
+			quoted[i] = fmt.Sprintf("%q", col)
+			changed[i] = fmt.Sprintf("OLD.%[1]q IS NOT NEW.%[1]q", col)
+		}
+
 		qs := []string{
 			// No column types: e keeps SQLite's type (text for a string,
 			// integer for a boolean), so that a string never equals a boolean.
@@ -209,15 +229,18 @@ func createElements(ctx context.Context, db *fsql.DB, c *Collection, index *Inde
 				del, c.TableName, doc("OLD"), p1,
 				table, doc("OLD"),
 			),
+			// Fired only by a statement that writes a key column it reads
+			// (columns.go): the upkeep of the key columns writes one only
+			// when its value changes, and the _id of a document never does.
 			fmt.Sprintf(
-				`CREATE TRIGGER %q AFTER UPDATE ON %q `+
-					`WHEN (json_type(%[3]s, %[5]s) = 'array' OR json_type(%[4]s, %[5]s) = 'array') `+
-					`AND (%[3]s->%[5]s IS NOT %[4]s->%[5]s OR %[6]s IS NOT %[7]s OR %[3]s->'_id' IS NOT %[4]s->'_id') BEGIN `+
-					`DELETE FROM %[8]q WHERE id = %[3]s->'_id'; `+
-					`INSERT INTO %[8]q (e, k, id) %[9]s; END`,
-				upd, c.TableName, doc("OLD"), doc("NEW"), p1,
-				elementsKeyExpr("OLD", second), elementsKeyExpr("NEW", second),
-				table, elementsSelect("NEW", "", first, second),
+				`CREATE TRIGGER %q AFTER UPDATE OF %s ON %q `+
+					`WHEN (json_type(OLD.%[4]q) = 'array' OR json_type(NEW.%[4]q) = 'array') `+
+					`AND (%[5]s) BEGIN `+
+					`DELETE FROM %[6]q WHERE id = %[7]s->'_id'; `+
+					`INSERT INTO %[6]q (e, k, id) %[8]s; END`,
+				upd, strings.Join(quoted, ", "), c.TableName, index.Columns[0],
+				strings.Join(changed, " OR "),
+				table, doc("OLD"), elementsSelect("NEW", "", first, second),
 			),
 			fmt.Sprintf(`INSERT INTO %q (e, k, id) %s`, table, elementsSelect("t", fmt.Sprintf("%q AS t,", c.TableName), first, second)),
 		}

@@ -120,26 +120,41 @@ func (r *Registry) initCollections(ctx context.Context, dbName string, db *fsql.
 		return lazyerrors.Error(err)
 	}
 
-	// twopc's dev server: indexes made before elements tables were
-	// (elements.go) get theirs now, so that data kept from then is read
-	// as new data is. If that fails, the index is read as before.
+	// twopc's dev server: indexes made before key columns were
+	// (columns.go), by stock FerretDB or by an earlier dev server, are
+	// made again on key columns, with an elements table if their first key
+	// holds an array (elements.go), so that data kept from then is read
+	// and written as new data is. If that fails, the index is read by its
+	// expression, without an SQLite index (a scan).
 	for _, c := range colls {
 		var changed bool
 
 		for i := range c.Settings.Indexes {
 			index := &c.Settings.Indexes[i]
-			if index.Elements != "" {
+			if index.HasColumns() || index.Name == backends.DefaultIndexName {
 				continue
 			}
 
-			if err = createElements(ctx, db, c, index); err != nil {
-				r.l.WarnContext(ctx, "sqlite.metadata: no elements table for an index", slog.String("table", c.TableName),
+			changed = true
+
+			if _, err = db.ExecContext(ctx, fmt.Sprintf("DROP INDEX IF EXISTS %q", c.TableName+"_"+index.Name)); err != nil {
+				return lazyerrors.Error(err)
+			}
+
+			if err = dropElements(ctx, db, *index); err != nil {
+				return lazyerrors.Error(err)
+			}
+
+			index.Elements, index.ElementsKey, index.Columns = "", "", nil
+
+			if err = createIndex(ctx, db, c, index); err != nil {
+				r.l.WarnContext(ctx, "sqlite.metadata: index not made on key columns", slog.String("table", c.TableName),
 					slog.String("index", index.Name), slog.String("error", err.Error()))
 
+				index.Elements, index.ElementsKey, index.Columns = "", "", nil
+
 				continue
 			}
-
-			changed = changed || index.Elements != ""
 		}
 
 		if !changed {
@@ -529,6 +544,26 @@ func (r *Registry) indexesCreate(ctx context.Context, dbName, collectionName str
 			continue
 		}
 
+		changed = true
+
+		// twopc's dev server: an index other than _id's is made on key
+		// columns, with an elements table if its first key holds an array
+		// (columns.go, elements.go).
+		if index.Name != backends.DefaultIndexName {
+			if err := createIndex(ctx, db, c, &index); err != nil {
+				_, _ = db.ExecContext(ctx, fmt.Sprintf("DROP INDEX IF EXISTS %q", c.TableName+"_"+index.Name))
+				_ = dropElements(ctx, db, index)
+				_ = dropKeys(ctx, db, c, index)
+				_ = r.indexesDrop(ctx, dbName, collectionName, created)
+				return lazyerrors.Error(err)
+			}
+
+			created = append(created, index.Name)
+			c.Settings.Indexes = append(c.Settings.Indexes, index)
+
+			continue
+		}
+
 		q := "CREATE "
 
 		if index.Unique {
@@ -557,16 +592,7 @@ func (r *Registry) indexesCreate(ctx context.Context, dbName, collectionName str
 			strings.Join(columns, ", "),
 		)
 
-		changed = true
-
 		if _, err := db.ExecContext(ctx, q); err != nil {
-			_ = r.indexesDrop(ctx, dbName, collectionName, created)
-			return lazyerrors.Error(err)
-		}
-
-		// twopc's dev server: the index's elements table (elements.go).
-		if err := createElements(ctx, db, c, &index); err != nil {
-			_, _ = db.ExecContext(ctx, fmt.Sprintf("DROP INDEX %q", c.TableName+"_"+index.Name))
 			_ = r.indexesDrop(ctx, dbName, collectionName, created)
 			return lazyerrors.Error(err)
 		}
@@ -639,13 +665,65 @@ func (r *Registry) indexesDrop(ctx context.Context, dbName, collectionName strin
 			return lazyerrors.Error(err)
 		}
 
-		// twopc's dev server: and its elements table (elements.go).
-		if err := dropElements(ctx, db, c.Settings.Indexes[i]); err != nil {
+		// twopc's dev server: and its elements table (elements.go), and
+		// the upkeep of the key columns no other index reads (columns.go).
+		dropped := c.Settings.Indexes[i]
+		if err := dropElements(ctx, db, dropped); err != nil {
 			return lazyerrors.Error(err)
 		}
 
 		c.Settings.Indexes = slices.Delete(c.Settings.Indexes, i, i+1)
+
+		if err := dropKeys(ctx, db, c, dropped); err != nil {
+			return lazyerrors.Error(err)
+		}
 	}
+
+	q := fmt.Sprintf("UPDATE %q SET settings = ? WHERE table_name = ?", metadataTableName)
+	if _, err := db.ExecContext(ctx, q, c.Settings, c.TableName); err != nil {
+		return lazyerrors.Error(err)
+	}
+
+	r.colls[dbName][collectionName] = c
+
+	return nil
+}
+
+// IndexesElements is twopc's dev server's patch: it makes the elements
+// tables of the named indexes of the collection that have none
+// (elements.go), before a write puts an array in their first key.
+func (r *Registry) IndexesElements(ctx context.Context, dbName, collectionName string, indexNames []string) error {
+	r.rw.Lock()
+	defer r.rw.Unlock()
+
+	db := r.DatabaseGetExisting(ctx, dbName)
+	c := r.collectionGet(dbName, collectionName)
+
+	if db == nil || c == nil {
+		return nil
+	}
+
+	var changed bool
+
+	for i := range c.Settings.Indexes {
+		index := &c.Settings.Indexes[i]
+		if index.Elements != "" || !slices.Contains(indexNames, index.Name) {
+			continue
+		}
+
+		if err := createElements(ctx, db, c, index); err != nil {
+			return lazyerrors.Error(err)
+		}
+
+		changed = changed || index.Elements != ""
+	}
+
+	if !changed {
+		return nil
+	}
+
+	// The statements kept for the table read the index without it.
+	defer db.ForgetPrepared(c.TableName)
 
 	q := fmt.Sprintf("UPDATE %q SET settings = ? WHERE table_name = ?", metadataTableName)
 	if _, err := db.ExecContext(ctx, q, c.Settings, c.TableName); err != nil {

@@ -44,6 +44,11 @@ type IndexInfo struct {
 	// ElementsKey is the field whose value the elements table holds in its
 	// k column (the index's second key), "" if none.
 	ElementsKey string `json:"twopc_elements_key,omitempty"`
+
+	// Columns is twopc's dev server's patch: the key column of each of
+	// Key's fields (see columns.go), nil for an index read by an
+	// expression on the JSON column (_id's, or one made before the patch).
+	Columns []string `json:"twopc_columns,omitempty"`
 }
 
 // IndexKeyPair consists of a field name and a sort order that are part of the index.
@@ -64,6 +69,7 @@ func (s Settings) deepCopy() Settings {
 
 			Elements:    index.Elements,
 			ElementsKey: index.ElementsKey,
+			Columns:     slices.Clone(index.Columns),
 		}
 	}
 

@@ -612,7 +612,7 @@ func stock(t *testing.T, dir, coll string) {
 	var settings map[string]any
 	require.NoError(t, json.Unmarshal([]byte(text), &settings))
 	for _, suffix := range []string{"_upd", "_ins"} {
-		_, err := db.ExecContext(t.Context(), fmt.Sprintf(`DROP TRIGGER %q`, "_ferretdb_keys_"+table+suffix))
+		_, err := db.ExecContext(t.Context(), fmt.Sprintf(`DROP TRIGGER IF EXISTS %q`, "_ferretdb_keys_"+table+suffix))
 		require.NoError(t, err)
 	}
 	columns := map[string]bool{}

@@ -39,7 +39,8 @@ package metadata
 //   - on an update, by the trigger "_ferretdb_keys_<table>_upd": AFTER
 //     UPDATE OF _ferretdb_sjson, if a key column no longer holds its
 //     field's value, an UPDATE of that column alone, for that row, and
-//     only if its value changed. An update that changes no indexed field
+//     only if its value changed (but _id's, which an update never
+//     changes). An update that changes no indexed field
 //     names no key column, so SQLite maintains no index but those on the
 //     JSON column (_id's); a state move maintains the indexes on state;
 //   - by the trigger "_ferretdb_keys_<table>_ins", AFTER INSERT, the same
@@ -151,27 +152,40 @@ func setKeysTriggers(ctx context.Context, tx *fsql.Tx, c *Collection, keys []Key
 		return nil
 	}
 
-	when := make([]string, len(keys))
-	body := make([]string, len(keys))
+	// The WHEN clause and the body of a trigger keeping keys.
+	clauses := func(keys []KeyField) (string, string) {
+		when := make([]string, len(keys))
+		body := make([]string, len(keys))
 
-	for i, k := range keys {
-		expr := KeyExpr("NEW", k.Field)
-		when[i] = fmt.Sprintf(`NEW.%q IS NOT (%s)`, k.Column, expr)
-		body[i] = fmt.Sprintf(`UPDATE %[1]q SET %[2]q = (%[3]s) WHERE rowid = NEW.rowid AND %[2]q IS NOT (%[3]s);`,
-			c.TableName, k.Column, expr)
-	}
-
-	qs := []string{
-		fmt.Sprintf(`CREATE TRIGGER %q AFTER UPDATE OF %s ON %q WHEN %s BEGIN %s END`,
-			upd, DefaultColumn, c.TableName, strings.Join(when, " OR "), strings.Join(body, " ")),
-		fmt.Sprintf(`CREATE TRIGGER %q AFTER INSERT ON %q WHEN %s BEGIN %s END`,
-			ins, c.TableName, strings.Join(when, " OR "), strings.Join(body, " ")),
-	}
-
-	for _, q := range qs {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return lazyerrors.Error(err)
+		for i, k := range keys {
+			expr := KeyExpr("NEW", k.Field)
+			when[i] = fmt.Sprintf(`NEW.%q IS NOT (%s)`, k.Column, expr)
+			body[i] = fmt.Sprintf(`UPDATE %[1]q SET %[2]q = (%[3]s) WHERE rowid = NEW.rowid AND %[2]q IS NOT (%[3]s);`,
+				c.TableName, k.Column, expr)
 		}
+
+		return strings.Join(when, " OR "), strings.Join(body, " ")
+	}
+
+	when, body := clauses(keys)
+	q := fmt.Sprintf(`CREATE TRIGGER %q AFTER INSERT ON %q WHEN %s BEGIN %s END`, ins, c.TableName, when, body)
+
+	if _, err := tx.ExecContext(ctx, q); err != nil {
+		return lazyerrors.Error(err)
+	}
+
+	// An update never changes a document's _id (UpdateAll finds the row
+	// by it): the update trigger does not check it.
+	keys = slices.DeleteFunc(slices.Clone(keys), func(k KeyField) bool { return k.Field == "_id" })
+	if len(keys) == 0 {
+		return nil
+	}
+
+	when, body = clauses(keys)
+	q = fmt.Sprintf(`CREATE TRIGGER %q AFTER UPDATE OF %s ON %q WHEN %s BEGIN %s END`, upd, DefaultColumn, c.TableName, when, body)
+
+	if _, err := tx.ExecContext(ctx, q); err != nil {
+		return lazyerrors.Error(err)
 	}
 
 	return nil

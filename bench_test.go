@@ -72,6 +72,8 @@ type benchCounter struct {
 	writes statements.Writes
 	// faults reads the dev server's busy time; nil on other servers.
 	faults *mongotest.Faults
+	// cpu is the dev server's CPU time at reset, if known.
+	cpu time.Duration
 }
 
 func (bc *benchCounter) monitor() *event.CommandMonitor {
@@ -105,6 +107,7 @@ func (bc *benchCounter) reset(b *testing.B) {
 		if err := bc.faults.ResetWork(benchCtx(b)); err != nil {
 			b.Fatal(err)
 		}
+		bc.cpu, _ = bc.faults.CPU()
 	}
 }
 
@@ -121,7 +124,9 @@ func (bc *benchCounter) report(b *testing.B, n int) {
 }
 
 // reportServer reports, on the dev server, srv-ms/op and srv-busy for n
-// ops (see the benchmarks' documentation above); nothing elsewhere.
+// ops (see the benchmarks' documentation above), and srv-cpu-ms/op, the
+// server process's CPU time per op since reset (Linux only), which a
+// shared machine's load inflates less than srv-ms/op; nothing elsewhere.
 func (bc *benchCounter) reportServer(b *testing.B, n int) {
 	if bc.faults == nil {
 		return
@@ -138,6 +143,9 @@ func (bc *benchCounter) reportServer(b *testing.B, n int) {
 		}
 	}
 	b.ReportMetric(float64(busy)/float64(time.Millisecond)/float64(n), "srv-ms/op")
+	if cpu, ok := bc.faults.CPU(); ok && bc.cpu > 0 {
+		b.ReportMetric(float64(cpu-bc.cpu)/float64(time.Millisecond)/float64(n), "srv-cpu-ms/op")
+	}
 	if elapsed := b.Elapsed(); elapsed > 0 {
 		b.ReportMetric(float64(busy)/float64(elapsed), "srv-busy")
 	}

@@ -136,7 +136,7 @@ func StartDevServer(ctx context.Context, addr, dir string) (*DevServer, error) {
 		return nil, fmt.Errorf("dev server printed %q, %q", uri, control)
 	}
 	s.URI = uri
-	s.Faults = &Faults{base: strings.TrimPrefix(control, "control ")}
+	s.Faults = &Faults{base: strings.TrimPrefix(control, "control "), pid: cmd.Process.Pid}
 	return s, nil
 }
 

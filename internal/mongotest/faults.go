@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -51,6 +53,35 @@ type FaultStats struct {
 // Faults drives a dev server's fault front over its control API.
 type Faults struct {
 	base string
+	// pid is the dev server's process id, 0 if not known.
+	pid int
+}
+
+// CPU returns the CPU time the dev server's process has used so far
+// (the sum of its threads' time on a CPU, from Linux's
+// /proc/<pid>/task/*/schedstat), and whether it is known. On a shared
+// machine it varies less with the load than the server's busy time.
+func (f *Faults) CPU() (time.Duration, bool) {
+	if f == nil || f.pid == 0 {
+		return 0, false
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", f.pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, false
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended
+		}
+		var ns int64
+		if _, err := fmt.Sscan(string(b), &ns); err != nil {
+			return 0, false
+		}
+		total += time.Duration(ns)
+	}
+	return total, true
 }
 
 // Add installs a fault rule.

@@ -132,6 +132,8 @@ func TestUpdateMaintainsOnlyChangedIndexes(t *testing.T) {
 	assert.Equal(t, []string{}, maintained(bson.D{{Key: "_id", Value: ids[1]}},
 		bson.D{set(bson.E{Key: "state", Value: "pending"}, bson.E{Key: "other", Value: 1})}), "same state")
 
+	assertKeyColumns(t, "updated", db, coll.Name())
+
 	// The reads by the indexes still find them.
 	for filter, want := range map[string]bson.D{
 		"applied": {{Key: "state", Value: "applied"}},

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"time"
@@ -202,6 +203,28 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 		return nil, lazyerrors.Error(err)
 	}
 
+	// twopc's dev server: the guarded update, first (see keyTexts).
+	keys := metadata.UpdateKeyFields(meta.Settings.Indexes)
+
+	var guarded string
+	var guardedStmt *sql.Stmt
+
+	if len(keys) > 0 {
+		conds := make([]string, len(keys))
+		for i, k := range keys {
+			conds[i] = fmt.Sprintf("%q IS ?", k.Column)
+		}
+
+		guarded = fmt.Sprintf(`UPDATE %q SET %s = ?, %q = ? WHERE %s = ? AND %s`,
+			meta.TableName, metadata.DefaultColumn, metadata.KeysVersionColumn, metadata.IDColumn, strings.Join(conds, " AND "))
+
+		if guardedStmt, err = db.Prepared(ctx, meta.TableName, guarded); err != nil {
+			return nil, lazyerrors.Error(err)
+		}
+	}
+
+	tag := metadata.UpdateKeysTag(keys) + ":"
+
 	err = db.InTransaction(ctx, func(tx *fsql.Tx) error {
 		for _, doc := range params.Docs {
 			b, err := sjson.Marshal(doc)
@@ -213,6 +236,25 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 			must.NotBeZero(id)
 
 			arg := string(must.NotFail(sjson.MarshalSingleValue(id)))
+
+			if texts, ok := keyTexts(doc, keys); ok && guardedStmt != nil {
+				args := append([]any{string(b), fmt.Sprintf("%s%016x", tag, rand.Uint64()), arg}, texts...)
+
+				r, err := tx.ExecPrepared(ctx, guardedStmt, guarded, args...)
+				if err != nil {
+					return lazyerrors.Error(err)
+				}
+
+				ra, err := r.RowsAffected()
+				if err != nil {
+					return lazyerrors.Error(err)
+				}
+
+				if ra > 0 {
+					res.Updated += int32(ra)
+					continue
+				}
+			}
 
 			r, err := tx.ExecPrepared(ctx, stmt, q, string(b), arg)
 			if err != nil {
@@ -234,6 +276,81 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 	}
 
 	return &res, nil
+}
+
+// keyTexts is twopc's dev server's patch: the values of doc's key columns
+// keys (metadata.UpdateKeyFields) as SQLite's -> gives them from doc's
+// JSON (nil for a missing field), and whether each is known. UpdateAll
+// first tries an update guarded by the key columns holding these values
+// already, which names no key column, so that SQLite maintains none of
+// their indexes, and which tags the row so that the update trigger skips
+// its check (metadata.UpdateKeysTag): an update that changes no indexed
+// field parses no JSON beyond the _id index's. If the guard fails (a key
+// changed), or a value is not known, the plain update runs, and the
+// trigger writes the key columns that changed.
+//
+// A value is known only where the JSON text sjson writes for it is what
+// SQLite's -> returns for it (it returns a string's or a number's text as
+// it is in the document, and an array's elements joined by commas): a
+// string whose JSON needs no escape, a boolean, a 32- or 64-bit integer, a
+// date (an integer of milliseconds), an ObjectID (a string), null, or an
+// array of those; a missing top-level field is NULL. Not a double, a
+// document, or a dotted field. So a guard that holds means the columns
+// hold the new document's values, which the trigger would have written.
+// TestKeyTexts checks the texts against SQLite's.
+func keyTexts(doc *types.Document, keys []metadata.KeyField) ([]any, bool) {
+	if len(keys) == 0 {
+		return nil, false
+	}
+
+	var scalar func(v any) (string, bool)
+	scalar = func(v any) (string, bool) {
+		switch v := v.(type) {
+		case string:
+			t := string(must.NotFail(sjson.MarshalSingleValue(v)))
+			return t, len(t) == len(v)+2
+		case bool, int32, int64, time.Time, types.ObjectID, types.NullType:
+			return string(must.NotFail(sjson.MarshalSingleValue(v))), true
+		}
+		return "", false
+	}
+
+	res := make([]any, len(keys))
+
+	for i, k := range keys {
+		if strings.ContainsRune(k.Field, '.') {
+			return nil, false
+		}
+
+		v, err := doc.Get(k.Field)
+		if err != nil {
+			res[i] = nil
+			continue
+		}
+
+		if arr, isArray := v.(*types.Array); isArray {
+			parts := make([]string, arr.Len())
+			for j := 0; j < arr.Len(); j++ {
+				var ok bool
+				if parts[j], ok = scalar(must.NotFail(arr.Get(j))); !ok {
+					return nil, false
+				}
+			}
+
+			res[i] = "[" + strings.Join(parts, ",") + "]"
+
+			continue
+		}
+
+		t, ok := scalar(v)
+		if !ok {
+			return nil, false
+		}
+
+		res[i] = t
+	}
+
+	return res, true
 }
 
 // DeleteAll implements backends.Collection interface.

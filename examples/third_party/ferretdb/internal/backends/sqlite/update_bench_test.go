@@ -15,15 +15,18 @@
 package sqlite
 
 import (
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/FerretDB/FerretDB/internal/backends"
+	"github.com/FerretDB/FerretDB/internal/backends/sqlite/metadata"
 	"github.com/FerretDB/FerretDB/internal/types"
 	"github.com/FerretDB/FerretDB/internal/util/must"
 	"github.com/FerretDB/FerretDB/internal/util/state"
@@ -144,4 +147,92 @@ func BenchmarkUpdateAllIndexes(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestKeyTexts is twopc's dev server's patch: the key column values
+// keyTexts computes for a document are those SQLite's -> gives, which the
+// key columns hold, for every value it knows; it knows none it should not.
+func TestKeyTexts(t *testing.T) {
+	ctx := testutil.Ctx(t)
+
+	sp, err := state.NewProvider("")
+	require.NoError(t, err)
+
+	r, err := metadata.NewRegistry(testutil.TestSQLiteURI(t, ""), 100, testutil.Logger(t), sp)
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+
+	dbName, cName := testutil.DatabaseName(t), testutil.CollectionName(t)
+	coll := newCollection(r, dbName, cName)
+
+	oid := types.ObjectID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	date := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
+	values := map[string]any{
+		"s":   "pending",
+		"u":   "réglé",
+		"e":   "a<b&\"c\"",
+		"b":   true,
+		"i32": int32(-7),
+		"i64": int64(1) << 60,
+		"d":   date,
+		"o":   oid,
+		"n":   types.Null,
+		"a":   must.NotFail(types.NewArray("x", "y", true, int32(1), date, oid, types.Null)),
+		"ae":  must.NotFail(types.NewArray()),
+		"f":   1.5,
+		"doc": must.NotFail(types.NewDocument("k", "v")),
+		"ad":  must.NotFail(types.NewArray(must.NotFail(types.NewDocument("k", "v")))),
+	}
+	known := map[string]bool{"s": true, "u": true, "b": true, "i32": true, "i64": true, "d": true, "o": true, "n": true, "a": true, "ae": true, "m": true}
+
+	var keys []metadata.KeyField
+	var indexes []backends.IndexInfo
+
+	for field := range known {
+		indexes = append(indexes, backends.IndexInfo{Name: field + "_1", Key: []backends.IndexKeyPair{{Field: field}}})
+	}
+
+	for field := range values {
+		if !known[field] {
+			indexes = append(indexes, backends.IndexInfo{Name: field + "_1", Key: []backends.IndexKeyPair{{Field: field}}})
+		}
+	}
+
+	_, err = coll.CreateIndexes(ctx, &backends.CreateIndexesParams{Indexes: indexes})
+	require.NoError(t, err)
+
+	doc := must.NotFail(types.NewDocument("_id", "k"))
+	for field, v := range values {
+		doc.Set(field, v)
+	}
+
+	_, err = coll.InsertAll(ctx, &backends.InsertAllParams{Docs: []*types.Document{doc}})
+	require.NoError(t, err)
+
+	meta := r.CollectionGet(ctx, dbName, cName)
+	sqlDB := r.DatabaseGetExisting(ctx, dbName)
+
+	for _, k := range metadata.UpdateKeyFields(meta.Settings.Indexes) {
+		keys = append(keys, k)
+
+		texts, ok := keyTexts(doc, []metadata.KeyField{k})
+		assert.Equal(t, known[k.Field], ok, "%s known", k.Field)
+
+		var stored, computed sql.NullString
+		q := fmt.Sprintf(`SELECT %q, %s FROM %q`, k.Column, metadata.KeyExpr("", k.Field), meta.TableName)
+		require.NoError(t, sqlDB.QueryRowContext(ctx, q).Scan(&stored, &computed))
+		assert.Equal(t, computed, stored, "%s stored", k.Field)
+
+		if ok {
+			want := any(nil)
+			if stored.Valid {
+				want = stored.String
+			}
+
+			assert.Equal(t, want, texts[0], "%s text", k.Field)
+		}
+	}
+
+	_, ok := keyTexts(doc, keys)
+	assert.False(t, ok, "not all known")
 }

@@ -104,6 +104,33 @@ type KeyField struct {
 	Field  string
 }
 
+// KeysVersionColumn is the column UpdateAll's guarded update sets (see
+// UpdateKeysTag): the update trigger skips the check of the key columns
+// for a row whose value it has just changed to one with the trigger's tag.
+const KeysVersionColumn = backends.ReservedPrefix + "keys_version"
+
+// UpdateKeyFields returns the key columns of indexes an update may change:
+// KeyFields but _id's.
+func UpdateKeyFields(indexes []IndexInfo) []KeyField {
+	return slices.DeleteFunc(KeyFields(indexes), func(k KeyField) bool { return k.Field == "_id" })
+}
+
+// UpdateKeysTag returns the tag of the key columns keys (UpdateKeyFields):
+// eight hexadecimal digits. UpdateAll's guarded update, which checks that
+// each of keys already holds the new document's value, sets
+// KeysVersionColumn to the tag, a colon and a value of its own; the update
+// trigger, made for the same columns, skips its check for such a row. A
+// writer whose columns are not the trigger's (its metadata read before an
+// index was made) has another tag, and is checked.
+func UpdateKeysTag(keys []KeyField) string {
+	h := fnv.New32a()
+	for _, k := range keys {
+		must.NotFail(h.Write([]byte(k.Column + "\x00" + k.Field + "\x00")))
+	}
+
+	return fmt.Sprintf("%08x", h.Sum32())
+}
+
 // HasColumns reports whether index is read from key columns (see the
 // file's comment): every index made by this patch but _id's.
 func (index IndexInfo) HasColumns() bool {
@@ -181,7 +208,13 @@ func setKeysTriggers(ctx context.Context, tx *fsql.Tx, c *Collection, keys []Key
 		return nil
 	}
 
+	// A row UpdateAll's guarded update has just written with this
+	// trigger's tag holds the new values already (UpdateKeysTag): the
+	// check, which parses the document's JSON, is skipped. The AND is
+	// evaluated left to right, and stops at the first false term.
 	when, body = clauses(keys)
+	when = fmt.Sprintf(`NOT (NEW.%[1]q IS NOT OLD.%[1]q AND substr(NEW.%[1]q, 1, 9) IS '%[2]s:') AND (%[3]s)`,
+		KeysVersionColumn, UpdateKeysTag(keys), when)
 	q = fmt.Sprintf(`CREATE TRIGGER %q AFTER UPDATE OF %s ON %q WHEN %s BEGIN %s END`, upd, DefaultColumn, c.TableName, when, body)
 
 	if _, err := tx.ExecContext(ctx, q); err != nil {
@@ -245,6 +278,13 @@ func createIndex(ctx context.Context, db *fsql.DB, c *Collection, index *IndexIn
 			return lazyerrors.Error(err)
 		}
 
+		if !slices.Contains(existing, KeysVersionColumn) {
+			q = fmt.Sprintf(`ALTER TABLE %q ADD COLUMN %q ANY`, c.TableName, KeysVersionColumn)
+			if _, err = tx.ExecContext(ctx, q); err != nil {
+				return lazyerrors.Error(err)
+			}
+		}
+
 		keys := slices.Clone(kept)
 
 		for i, col := range columns {
@@ -255,7 +295,7 @@ func createIndex(ctx context.Context, db *fsql.DB, c *Collection, index *IndexIn
 			keys = append(keys, KeyField{Column: col, Field: index.Key[i].Field})
 
 			if !slices.Contains(existing, col) {
-				q := fmt.Sprintf(`ALTER TABLE %q ADD COLUMN %q ANY`, c.TableName, col)
+				q = fmt.Sprintf(`ALTER TABLE %q ADD COLUMN %q ANY`, c.TableName, col)
 				if _, err = tx.ExecContext(ctx, q); err != nil {
 					return lazyerrors.Error(err)
 				}
@@ -263,7 +303,7 @@ func createIndex(ctx context.Context, db *fsql.DB, c *Collection, index *IndexIn
 				existing = append(existing, col)
 			}
 
-			q := fmt.Sprintf(`UPDATE %q SET %q = (%s)`, c.TableName, col, KeyExpr("", index.Key[i].Field))
+			q = fmt.Sprintf(`UPDATE %q SET %q = (%s)`, c.TableName, col, KeyExpr("", index.Key[i].Field))
 			if _, err = tx.ExecContext(ctx, q); err != nil {
 				return lazyerrors.Error(err)
 			}

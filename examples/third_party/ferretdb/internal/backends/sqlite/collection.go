@@ -206,19 +206,39 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 	// twopc's dev server: the guarded update, first (see keyTexts).
 	keys := metadata.UpdateKeyFields(meta.Settings.Indexes)
 
-	var guarded string
-	var guardedStmt *sql.Stmt
+	var guarded, stored string
+	var guardedStmt, storedStmt *sql.Stmt
+
+	// The update of the JSON column and of the i-th key column alone.
+	ones := make([]string, len(keys))
+	oneStmts := make([]*sql.Stmt, len(keys))
 
 	if len(keys) > 0 {
 		conds := make([]string, len(keys))
+		cols := make([]string, len(keys))
+
 		for i, k := range keys {
 			conds[i] = fmt.Sprintf("%q IS ?", k.Column)
+			cols[i] = fmt.Sprintf("%q", k.Column)
+
+			ones[i] = fmt.Sprintf(`UPDATE %q SET %s = ?, %q = ?, %q = ? WHERE %s = ?`,
+				meta.TableName, metadata.DefaultColumn, metadata.KeysVersionColumn, k.Column, metadata.IDColumn)
+
+			if oneStmts[i], err = db.Prepared(ctx, meta.TableName, ones[i]); err != nil {
+				return nil, lazyerrors.Error(err)
+			}
 		}
 
 		guarded = fmt.Sprintf(`UPDATE %q SET %s = ?, %q = ? WHERE %s = ? AND %s`,
 			meta.TableName, metadata.DefaultColumn, metadata.KeysVersionColumn, metadata.IDColumn, strings.Join(conds, " AND "))
 
 		if guardedStmt, err = db.Prepared(ctx, meta.TableName, guarded); err != nil {
+			return nil, lazyerrors.Error(err)
+		}
+
+		stored = fmt.Sprintf(`SELECT %s FROM %q WHERE %s = ?`, strings.Join(cols, ", "), meta.TableName, metadata.IDColumn)
+
+		if storedStmt, err = db.Prepared(ctx, meta.TableName, stored); err != nil {
 			return nil, lazyerrors.Error(err)
 		}
 	}
@@ -238,7 +258,8 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 			arg := string(must.NotFail(sjson.MarshalSingleValue(id)))
 
 			if texts, ok := keyTexts(doc, keys); ok && guardedStmt != nil {
-				args := append([]any{string(b), fmt.Sprintf("%s%016x", tag, rand.Uint64()), arg}, texts...)
+				version := fmt.Sprintf("%s%016x", tag, rand.Uint64())
+				args := append([]any{string(b), version, arg}, texts...)
 
 				r, err := tx.ExecPrepared(ctx, guardedStmt, guarded, args...)
 				if err != nil {
@@ -252,6 +273,26 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 
 				if ra > 0 {
 					res.Updated += int32(ra)
+					continue
+				}
+
+				// A key changed (or the document is gone). If one alone
+				// did (a state move), the JSON column and that key column
+				// are written together: the others hold their values, read
+				// in this transaction, which holds the write lock since
+				// the update above.
+				if i, ok := oneChanged(tx.QueryRowPrepared(ctx, storedStmt, arg), texts); ok {
+					r, err = tx.ExecPrepared(ctx, oneStmts[i], ones[i], string(b), version, texts[i], arg)
+					if err != nil {
+						return lazyerrors.Error(err)
+					}
+
+					if ra, err = r.RowsAffected(); err != nil {
+						return lazyerrors.Error(err)
+					}
+
+					res.Updated += int32(ra)
+
 					continue
 				}
 			}
@@ -278,6 +319,39 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 	return &res, nil
 }
 
+// oneChanged is twopc's dev server's patch: the index of the one key
+// column whose stored value (row, UpdateAll's read of the key columns)
+// differs from the new one (texts), and whether exactly one does.
+func oneChanged(row *sql.Row, texts []any) (int, bool) {
+	stored := make([]sql.NullString, len(texts))
+	dest := make([]any, len(texts))
+
+	for i := range stored {
+		dest[i] = &stored[i]
+	}
+
+	if err := row.Scan(dest...); err != nil {
+		return 0, false
+	}
+
+	changed := -1
+
+	for i, t := range texts {
+		s, isString := t.(string)
+		if (t == nil && !stored[i].Valid) || (isString && stored[i].Valid && stored[i].String == s) {
+			continue
+		}
+
+		if changed >= 0 {
+			return 0, false
+		}
+
+		changed = i
+	}
+
+	return changed, changed >= 0
+}
+
 // keyTexts is twopc's dev server's patch: the values of doc's key columns
 // keys (metadata.UpdateKeyFields) as SQLite's -> gives them from doc's
 // JSON (nil for a missing field), and whether each is known. UpdateAll
@@ -285,9 +359,11 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 // already, which names no key column, so that SQLite maintains none of
 // their indexes, and which tags the row so that the update trigger skips
 // its check (metadata.UpdateKeysTag): an update that changes no indexed
-// field parses no JSON beyond the _id index's. If the guard fails (a key
-// changed), or a value is not known, the plain update runs, and the
-// trigger writes the key columns that changed.
+// field parses no JSON beyond the _id index's. If the guard fails because
+// one key changed (oneChanged), the JSON column and that key column are
+// written by one update, tagged too. Otherwise (several keys changed, or a
+// value is not known), the plain update runs, and the trigger writes the
+// key columns that changed.
 //
 // A value is known only where the JSON text sjson writes for it is what
 // SQLite's -> returns for it (it returns a string's or a number's text as

@@ -18,6 +18,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -235,4 +236,98 @@ func TestKeyTexts(t *testing.T) {
 
 	_, ok := keyTexts(doc, keys)
 	assert.False(t, ok, "not all known")
+}
+
+// TestUpdatePaths is twopc's dev server's patch: UpdateAll writes a
+// document of the library's shape by the guarded update when no key
+// changes, by the update of the JSON column and one key column when one
+// does, and by the plain update (and the trigger) when two do; each leaves
+// the key columns holding the document's values.
+func TestUpdatePaths(t *testing.T) {
+	ctx := testutil.Ctx(t)
+
+	sp, err := state.NewProvider("")
+	require.NoError(t, err)
+
+	r, err := metadata.NewRegistry(testutil.TestSQLiteURI(t, ""), 100, testutil.Logger(t), sp)
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+
+	dbName, cName := testutil.DatabaseName(t), testutil.CollectionName(t)
+	coll := newCollection(r, dbName, cName)
+
+	key := func(fields ...string) []backends.IndexKeyPair {
+		res := make([]backends.IndexKeyPair, len(fields))
+		for i, f := range fields {
+			res[i] = backends.IndexKeyPair{Field: f}
+		}
+
+		return res
+	}
+
+	_, err = coll.CreateIndexes(ctx, &backends.CreateIndexesParams{Indexes: []backends.IndexInfo{
+		{Name: "state_1_created_1", Key: key("state", "created")},
+		{Name: "accounts_1_committedAt_1", Key: key("accounts", "committedAt")},
+		{Name: "accounts_1_created_1__id_1", Key: key("accounts", "created", "_id")},
+	}})
+	require.NoError(t, err)
+
+	now := time.Now().Truncate(time.Millisecond)
+	doc := must.NotFail(types.NewDocument(
+		"_id", types.NewObjectID(), "state", "pending", "lastModified", now, "claim", types.NewObjectID(),
+		"created", now, "accounts", must.NotFail(types.NewArray("a", "b")),
+	))
+
+	_, err = coll.InsertAll(ctx, &backends.InsertAllParams{Docs: []*types.Document{doc}})
+	require.NoError(t, err)
+
+	meta := r.CollectionGet(ctx, dbName, cName)
+	sqlDB := r.DatabaseGetExisting(ctx, dbName)
+	tag := metadata.UpdateKeysTag(metadata.UpdateKeyFields(meta.Settings.Indexes))
+
+	version := func() string {
+		var v sql.NullString
+		q := fmt.Sprintf(`SELECT %q FROM %q`, metadata.KeysVersionColumn, meta.TableName)
+		require.NoError(t, sqlDB.QueryRowContext(ctx, q).Scan(&v))
+
+		return v.String
+	}
+
+	update := func(name string, set ...any) string {
+		t.Helper()
+
+		doc = doc.DeepCopy()
+		for i := 0; i < len(set); i += 2 {
+			doc.Set(set[i].(string), set[i+1])
+		}
+
+		res, err := coll.UpdateAll(ctx, &backends.UpdateAllParams{Docs: []*types.Document{doc}})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, res.Updated, name)
+
+		for _, k := range metadata.KeyFields(meta.Settings.Indexes) {
+			var stale int
+			q := fmt.Sprintf(`SELECT count(*) FROM %q WHERE %q IS NOT %s`, meta.TableName, k.Column, metadata.KeyExpr("", k.Field))
+			require.NoError(t, sqlDB.QueryRowContext(ctx, q).Scan(&stale))
+			assert.Zero(t, stale, "%s: %s", name, k.Field)
+		}
+
+		return version()
+	}
+
+	v1 := update("claim", "claim", types.NewObjectID(), "lastModified", now.Add(time.Second))
+	assert.True(t, strings.HasPrefix(v1, tag+":"), "claim: guarded, %q", v1)
+
+	v2 := update("state move", "state", "applied")
+	assert.True(t, strings.HasPrefix(v2, tag+":"), "state move: one key column, %q", v2)
+	assert.NotEqual(t, v1, v2)
+
+	v3 := update("commit and state", "state", "done", "committedAt", now)
+	assert.Equal(t, v2, v3, "two keys: the plain update")
+
+	v4 := update("a double", "claim", 1.5)
+	assert.True(t, strings.HasPrefix(v4, tag+":"), "claim: guarded, %q", v4)
+
+	v5 := update("a key not known", "state", 2.5)
+	assert.Equal(t, v4, v5, "a double in a key: the plain update")
 }

@@ -288,6 +288,25 @@ func (tx *Tx) ExecPrepared(ctx context.Context, stmt *sql.Stmt, query string, ar
 	return res, err
 }
 
+// QueryRowPrepared is QueryRowContext with stmt, a statement of the
+// transaction's DB (see [DB.Prepared]), run on the transaction's
+// connection, as ExecPrepared runs one.
+func (tx *Tx) QueryRowPrepared(ctx context.Context, stmt *sql.Stmt, args ...any) *sql.Row {
+	txStmt := tx.stmts[stmt]
+	if txStmt == nil {
+		// Closed with the transaction.
+		txStmt = tx.sqlTx.StmtContext(ctx, stmt)
+
+		if tx.stmts == nil {
+			tx.stmts = map[*sql.Stmt]*sql.Stmt{}
+		}
+
+		tx.stmts[stmt] = txStmt
+	}
+
+	return txStmt.QueryRowContext(ctx, args...)
+}
+
 // logExec logs a statement's run at the debug level, as ExecContext does,
 // if that level is enabled.
 func logExec(ctx context.Context, l *slog.Logger, query string, args []any, res sql.Result, start time.Time, err error) {

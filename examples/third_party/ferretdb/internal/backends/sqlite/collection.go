@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	sqlite3 "modernc.org/sqlite"
@@ -206,44 +207,29 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 	// twopc's dev server: the guarded update, first (see keyTexts).
 	keys := metadata.UpdateKeyFields(meta.Settings.Indexes)
 
-	var guarded, stored string
 	var guardedStmt, storedStmt *sql.Stmt
 
+	sqls := keysUpdateSQLFor(meta.TableName, keys)
+	guarded, stored, ones, tag := sqls.guarded, sqls.stored, sqls.ones, sqls.tag
+
 	// The update of the JSON column and of the i-th key column alone.
-	ones := make([]string, len(keys))
 	oneStmts := make([]*sql.Stmt, len(keys))
 
 	if len(keys) > 0 {
-		conds := make([]string, len(keys))
-		cols := make([]string, len(keys))
-
-		for i, k := range keys {
-			conds[i] = fmt.Sprintf("%q IS ?", k.Column)
-			cols[i] = fmt.Sprintf("%q", k.Column)
-
-			ones[i] = fmt.Sprintf(`UPDATE %q SET %s = ?, %q = ?, %q = ? WHERE %s = ?`,
-				meta.TableName, metadata.DefaultColumn, metadata.KeysVersionColumn, k.Column, metadata.IDColumn)
-
+		for i := range keys {
 			if oneStmts[i], err = db.Prepared(ctx, meta.TableName, ones[i]); err != nil {
 				return nil, lazyerrors.Error(err)
 			}
 		}
 
-		guarded = fmt.Sprintf(`UPDATE %q SET %s = ?, %q = ? WHERE %s = ? AND %s`,
-			meta.TableName, metadata.DefaultColumn, metadata.KeysVersionColumn, metadata.IDColumn, strings.Join(conds, " AND "))
-
 		if guardedStmt, err = db.Prepared(ctx, meta.TableName, guarded); err != nil {
 			return nil, lazyerrors.Error(err)
 		}
-
-		stored = fmt.Sprintf(`SELECT %s FROM %q WHERE %s = ?`, strings.Join(cols, ", "), meta.TableName, metadata.IDColumn)
 
 		if storedStmt, err = db.Prepared(ctx, meta.TableName, stored); err != nil {
 			return nil, lazyerrors.Error(err)
 		}
 	}
-
-	tag := metadata.UpdateKeysTag(keys) + ":"
 
 	err = db.InTransaction(ctx, func(tx *fsql.Tx) error {
 		for _, doc := range params.Docs {
@@ -317,6 +303,47 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 	}
 
 	return &res, nil
+}
+
+// keysUpdateSQL is twopc's dev server's patch: the statements of
+// UpdateAll's updates by the key columns (see keyTexts) of a table.
+type keysUpdateSQL struct {
+	guarded string   // the update guarded by the key columns
+	stored  string   // the read of the key columns
+	ones    []string // the update of the JSON column and of one key column
+	tag     string   // metadata.UpdateKeysTag and a colon
+}
+
+// keysUpdateSQLs holds the keysUpdateSQL of each table and key columns,
+// by the table's name and the columns' tag: built once, not on each update.
+var keysUpdateSQLs sync.Map
+
+// keysUpdateSQLFor returns the keysUpdateSQL of table's key columns keys
+// (metadata.UpdateKeyFields).
+func keysUpdateSQLFor(table string, keys []metadata.KeyField) *keysUpdateSQL {
+	tag := metadata.UpdateKeysTag(keys)
+	if v, ok := keysUpdateSQLs.Load(table + "\x00" + tag); ok {
+		return v.(*keysUpdateSQL) //nolint:forcetypeassert // only those are stored
+	}
+
+	res := &keysUpdateSQL{ones: make([]string, len(keys)), tag: tag + ":"}
+	conds := make([]string, len(keys))
+	cols := make([]string, len(keys))
+
+	for i, k := range keys {
+		conds[i] = fmt.Sprintf("%q IS ?", k.Column)
+		cols[i] = fmt.Sprintf("%q", k.Column)
+		res.ones[i] = fmt.Sprintf(`UPDATE %q SET %s = ?, %q = ?, %q = ? WHERE %s = ?`,
+			table, metadata.DefaultColumn, metadata.KeysVersionColumn, k.Column, metadata.IDColumn)
+	}
+
+	res.guarded = fmt.Sprintf(`UPDATE %q SET %s = ?, %q = ? WHERE %s = ? AND %s`,
+		table, metadata.DefaultColumn, metadata.KeysVersionColumn, metadata.IDColumn, strings.Join(conds, " AND "))
+	res.stored = fmt.Sprintf(`SELECT %s FROM %q WHERE %s = ?`, strings.Join(cols, ", "), table, metadata.IDColumn)
+
+	keysUpdateSQLs.Store(table+"\x00"+tag, res)
+
+	return res
 }
 
 // oneChanged is twopc's dev server's patch: the index of the one key
@@ -902,14 +929,15 @@ func pushdown(filter *types.Document, indexes []metadata.IndexInfo) (where strin
 // row that can match: those whose value is one of the listed ones, and
 // those whose value is an array holding one (MongoDB's equality matches
 // an array by an element, a multikey index scan). The first term is on
-// the index's own expression, so SQLite searches the index for it. For
-// the second, an index with an elements table (metadata/elements.go)
-// gives the _ids of the documents whose array holds one of the values,
-// within the range the filter sets on the index's second key if it sets
-// one (elementsRange), and SQLite reads those by the _id index; an index
-// without one (created before this patch, or on a field name that is not
-// plain) gives the range of every array-valued entry, the JSON texts that
-// begin with "[".
+// the index's first key column (metadata/columns.go; its expression for
+// an index without), so SQLite searches the index for it. For the second,
+// an index with an elements table (metadata/elements.go) gives the _ids
+// of the documents whose array holds one of the values, within the range
+// the filter sets on the index's second key if it sets one
+// (elementsRange), and SQLite reads those by the _id index; an index
+// without one (whose first key has held no array yet, or on a field name
+// that is not plain) gives the range of every array-valued entry, the
+// JSON texts that begin with "[".
 func indexPushdown(filter *types.Document, indexes []metadata.IndexInfo) (where string, args []any, ok bool) {
 	if filter == nil {
 		return "", nil, false

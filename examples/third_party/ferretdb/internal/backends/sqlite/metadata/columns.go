@@ -36,13 +36,20 @@ package metadata
 //
 //   - by the collection's inserts (collection.go's InsertAll), in the
 //     INSERT itself;
-//   - on an update, by the trigger "_ferretdb_keys_<table>_upd": AFTER
-//     UPDATE OF _ferretdb_sjson, if a key column no longer holds its
-//     field's value, an UPDATE of that column alone, for that row, and
-//     only if its value changed (but _id's, which an update never
-//     changes). An update that changes no indexed field
-//     names no key column, so SQLite maintains no index but those on the
-//     JSON column (_id's); a state move maintains the indexes on state;
+//   - on an update, by collection.go's UpdateAll, which knows the new
+//     values of most fields (keyTexts): an update guarded by the key
+//     columns holding them already writes the JSON column alone; if one
+//     key changed, one update writes the JSON column and that key column.
+//     Either tags the row (KeysVersionColumn, UpdateKeysTag);
+//   - otherwise, by the trigger "_ferretdb_keys_<table>_upd": AFTER
+//     UPDATE OF _ferretdb_sjson, unless the statement tagged the row, if
+//     a key column no longer holds its field's value, an UPDATE of that
+//     column alone, for that row, and only if its value changed (but
+//     _id's, which an update never changes).
+//
+//     So an update that changes no indexed field names no key column,
+//     and SQLite maintains no index but those on the JSON column (_id's);
+//     a state move maintains the indexes on state;
 //   - by the trigger "_ferretdb_keys_<table>_ins", AFTER INSERT, the same
 //     way, for an insert whose statement was made before a key column was
 //     (an insert racing an index's creation): otherwise it does nothing.

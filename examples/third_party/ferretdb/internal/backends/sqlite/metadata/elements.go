@@ -38,15 +38,18 @@ package metadata
 // Triggers on the collection's table keep it, in the same transaction as
 // each write: after an insert, the new document's rows are added; after a
 // delete, the old document's rows are removed; after an update that
-// changes the first key, the second one or the _id of a document that
-// held or holds an array there, the old rows are replaced by the new ones.
-// The table is filled from the collection's documents when the index is
-// created (in the transaction that creates the triggers), or when the
-// registry opens a database whose index was made before this patch, and
-// dropped with the index or the collection. A collection's rename keeps its table, so
-// nothing changes then. Documents whose first key is missing, a scalar, a
-// document or an empty array have no rows: the scalar ones are read by the expression
-// index itself (see indexPushdown in the sqlite package).
+// writes the key column (columns.go) of the first key or of the second one
+// of a document that held or holds an array there, the old rows are
+// replaced by the new ones (an update that writes neither fires nothing).
+// The table is made and filled from the collection's documents when the
+// index is created if a document then holds an array in its first key,
+// or else before the first write of one (the sqlite package's
+// needElements, Registry.IndexesElements), in the transaction that
+// creates the triggers, and dropped with the index or the collection. A
+// collection's rename keeps its table, so nothing changes then. Documents
+// whose first key is missing, a scalar, a document or an empty array have
+// no rows: the scalar ones are read by the index itself (see
+// indexPushdown in the sqlite package).
 //
 // The table is keyed by _id, not by rowid: VACUUM (compact) may renumber
 // the rowids of a table without an INTEGER PRIMARY KEY.

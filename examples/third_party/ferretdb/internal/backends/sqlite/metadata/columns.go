@@ -99,7 +99,13 @@ func KeyExpr(row, field string) string {
 	}
 
 	for _, f := range strings.Split(field, ".") {
-		expr += "->'" + strings.ReplaceAll(f, "'", "''") + "'"
+		label := f
+		if (strings.HasPrefix(f, "[") || strings.HasPrefix(f, "$")) && !strings.Contains(f, `"`) {
+			// SQLite reads a right operand of -> that starts so as a
+			// path ("[1]": the array's element 1), not as a label.
+			label = `$."` + f + `"`
+		}
+		expr += "->'" + strings.ReplaceAll(label, "'", "''") + "'"
 	}
 
 	return expr
@@ -189,16 +195,25 @@ func setKeysTriggers(ctx context.Context, tx *fsql.Tx, c *Collection, keys []Key
 	// The WHEN clause and the body of a trigger keeping keys.
 	clauses := func(keys []KeyField) (string, string) {
 		when := make([]string, len(keys))
-		body := make([]string, len(keys))
+		set := make([]string, len(keys))
 
 		for i, k := range keys {
 			expr := KeyExpr("NEW", k.Field)
 			when[i] = fmt.Sprintf(`NEW.%q IS NOT (%s)`, k.Column, expr)
-			body[i] = fmt.Sprintf(`UPDATE %[1]q SET %[2]q = (%[3]s) WHERE rowid = NEW.rowid AND %[2]q IS NOT (%[3]s);`,
-				c.TableName, k.Column, expr)
+			set[i] = fmt.Sprintf(`%q = (%s)`, k.Column, expr)
 		}
 
-		return strings.Join(when, " OR "), strings.Join(body, " ")
+		// Every key column in one UPDATE: written one at a time, a unique
+		// index over two of them would be checked on a row holding the
+		// new value of one and the old value of the other (another
+		// document's pair, a false duplicate key), where MongoDB checks
+		// the document as the update leaves it. This path (the plain
+		// update, or a row written from outdated metadata) so maintains
+		// every key column's index; UpdateAll's guarded and one-column
+		// updates, which carry the library's writes, only those changed.
+		body := fmt.Sprintf(`UPDATE %q SET %s WHERE rowid = NEW.rowid;`, c.TableName, strings.Join(set, ", "))
+
+		return strings.Join(when, " OR "), body
 	}
 
 	when, body := clauses(keys)

@@ -76,6 +76,7 @@ var moneyCalls = map[string]func(ctx context.Context, c *twopc.Coordinator) (*tw
 // names the bound. Before, each took the driver's server selection
 // timeout times the library's retries: 90 s.
 func TestMoneyCallsFailWithinTheCallBound(t *testing.T) {
+	ownServers(t)
 	const bound = 300 * time.Millisecond
 	c, err := twopc.NewCoordinator(unreachable(t), twopc.WithCallTimeout(bound))
 	require.NoError(t, err)
@@ -110,6 +111,7 @@ func TestMoneyCallsFailWithinTheCallBound(t *testing.T) {
 // server answering fails within DefaultCallTimeout (a caller's deadline
 // minutes away does not lift it). Before, it took 90 s.
 func TestMoneyCallDefaultBound(t *testing.T) {
+	ownServers(t)
 	c, err := twopc.NewCoordinator(unreachable(t))
 	require.NoError(t, err)
 	start := time.Now()
@@ -126,6 +128,7 @@ func TestMoneyCallDefaultBound(t *testing.T) {
 // batch of 20 fails when that bound passes, not before, with an error
 // that names it.
 func TestTransferBatchBoundGrows(t *testing.T) {
+	ownServers(t)
 	const bound, n = 300 * time.Millisecond, 20
 	grown := bound + n*50*time.Millisecond
 	c, err := twopc.NewCoordinator(unreachable(t), twopc.WithCallTimeout(bound))
@@ -299,6 +302,7 @@ func TestContextEndsWhileItsGroupCommitIsInFlight(t *testing.T) {
 // calls are: with no server answering they fail within WithCallTimeout,
 // not after the driver's server selection timeout.
 func TestAccountWritesFailWithinTheCallBound(t *testing.T) {
+	ownServers(t)
 	const bound = 300 * time.Millisecond
 	c, err := twopc.NewCoordinator(unreachable(t), twopc.WithCallTimeout(bound))
 	require.NoError(t, err)

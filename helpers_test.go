@@ -41,6 +41,17 @@ func unitOnly() bool {
 	return f != nil && f.Value.String() == "Unit"
 }
 
+// ownServers runs t beside the package's other tests that call it (after
+// the serial ones, as t.Parallel does). Its callers reach only servers of
+// their own (dev servers they start, or an address where nothing
+// listens), never the shared server, whose fault rules and fail points
+// are global; they wait on server starts, leases and bounds more than
+// they compute, so the package's run overlaps those waits.
+func ownServers(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}
+
 // testCtx is a context that ends with the test.
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

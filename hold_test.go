@@ -637,6 +637,7 @@ func TestHoldExpiryNotMovedByALateInsert(t *testing.T) {
 // part and the other voided once it is back, and a third, captured while
 // Beijing is down, settles when it returns.
 func TestHoldsAcrossDeployments(t *testing.T) {
+	ownServers(t)
 	ctx := testCtx(t)
 	bk := newBanks(t, twopc.WithSyncSettle())
 	bk.open(seed004)

@@ -22,6 +22,7 @@ import (
 // each with its own outcome, before Beijing comes back; then Beijing is
 // started again and the waiting transfers finish too.
 func TestLedgerDownHoldsOnlyItsOwnTransfers(t *testing.T) {
+	ownServers(t)
 	ctx := testCtx(t)
 	bk := newBanks(t)
 	opening := map[string]map[string]int64{

@@ -264,6 +264,7 @@ func crossLegs(value int64) []twopc.Leg {
 // Shanghai to one at the bank of Beijing, each bank its own deployment, the
 // decision in the coordinator's log.
 func TestLedgersAcrossDeployments(t *testing.T) {
+	ownServers(t)
 	ctx := testCtx(t)
 	bk := newBanks(t, twopc.WithSyncSettle())
 	bk.open(seed004)
@@ -291,8 +292,10 @@ func TestLedgersAcrossDeployments(t *testing.T) {
 // finished by recovery: the money moves once across both banks, or not at
 // all if no leg applied.
 func TestLedgersCrashAtEveryStepThenRecover(t *testing.T) {
+	ownServers(t)
 	for _, step := range transferSteps {
 		t.Run(step.String(), func(t *testing.T) {
+			ownServers(t)
 			ctx := testCtx(t)
 			bk := newBanks(t, twopc.WithStepHook(crashAt(step)), twopc.WithSyncSettle())
 			bk.open(seed004)
@@ -310,8 +313,10 @@ func TestLedgersCrashAtEveryStepThenRecover(t *testing.T) {
 // transfer fails or waits, nothing is lost, and once the deployment is back
 // on the same data, recovery finishes it from the log.
 func TestLedgersDeploymentDownMidTransfer(t *testing.T) {
+	ownServers(t)
 	for _, step := range []twopc.Step{twopc.StepApply, twopc.StepCommit, twopc.StepSettle} {
 		t.Run(step.String(), func(t *testing.T) {
+			ownServers(t)
 			ctx := testCtx(t)
 			bk := newBanksStoppingAt(t, step)
 			bk.open(seed004)
@@ -331,6 +336,7 @@ func TestLedgersDeploymentDownMidTransfer(t *testing.T) {
 // stopped and started again on the same data; then recovery and the
 // checker across both deployments.
 func TestLedgersSimulationWithRestart(t *testing.T) {
+	ownServers(t)
 	ctx := testCtx(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var mu sync.Mutex
@@ -535,6 +541,7 @@ func (b *startBarrier) timedOut() bool {
 // trips of latency (insert; both legs together; commit), as on one
 // deployment.
 func TestLedgersLegsInParallel(t *testing.T) {
+	ownServers(t)
 	ctx := testCtx(t)
 	bk := newBanks(t)
 	bk.open(seed004)
@@ -587,6 +594,7 @@ func TestLedgersLegsInParallel(t *testing.T) {
 // forward); then the owner resumes. No leg applies twice at either bank,
 // and the owner reports what happened.
 func TestLedgersStalledOwnerResumes(t *testing.T) {
+	ownServers(t)
 	for _, step := range []twopc.Step{twopc.StepApply, twopc.StepCommit} {
 		t.Run(step.String(), func(t *testing.T) {
 			s := newStall(step)
@@ -625,6 +633,7 @@ func TestLedgersStalledOwnerResumes(t *testing.T) {
 // is back, recovery rolls it forward: its Shanghai leg was not refused by
 // the line, nothing rolled back.
 func TestMarkRollForwardAcrossDeploymentsAfterOneReturns(t *testing.T) {
+	ownServers(t)
 	ctx := testCtx(t)
 	var bk *banks
 	var once sync.Once

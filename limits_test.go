@@ -443,8 +443,10 @@ func (b *bank) limitsOf(id string) limitsDoc {
 // starts again. The exchange happens whole or not at all, each asset's
 // total is kept, and alice's floor is never crossed.
 func TestLimitsExchangeAcrossDeploymentsWithRestart(t *testing.T) {
+	ownServers(t)
 	for _, step := range []twopc.Step{twopc.StepApply, twopc.StepCommit, twopc.StepSettle} {
 		t.Run(step.String(), func(t *testing.T) {
+			ownServers(t)
 			ctx := testCtx(t)
 			bk := newBanksStoppingAt(t, step)
 			sh, err := bk.c.Ledger("shanghai")

@@ -65,6 +65,7 @@ func assertLongCallBounded(t *testing.T, err error, elapsed, bound time.Duration
 // each round trip under one of them, though the caller's context is
 // minutes away; their errors say the server could not be reached.
 func TestLongCallsFailWithinTheirBounds(t *testing.T) {
+	ownServers(t)
 	const bound = 300 * time.Millisecond
 	c, err := twopc.NewCoordinator(unreachable(t), twopc.WithReadTimeout(bound), twopc.WithCallTimeout(bound))
 	require.NoError(t, err)
@@ -85,6 +86,7 @@ func TestLongCallsFailWithinTheirBounds(t *testing.T) {
 // the driver's 30 s server selection on each of the library's attempts,
 // and Settle as long as the settle.
 func TestLongCallsEndWhenTheServerGoes(t *testing.T) {
+	ownServers(t)
 	const bound = 300 * time.Millisecond
 	ctx := testCtx(t)
 	server, err := mongotest.StartDevServer(ctx, "", "")

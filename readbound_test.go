@@ -142,6 +142,7 @@ func assertReadBounded(t *testing.T, err error, elapsed, bound time.Duration, by
 // driver's server selection timeout on each of the library's three
 // attempts.
 func TestReadsFailWithinTheReadBound(t *testing.T) {
+	ownServers(t)
 	const bound = 300 * time.Millisecond
 	ctx := testCtx(t)
 	server, err := mongotest.StartDevServer(ctx, "", "")
@@ -191,6 +192,7 @@ func TestReadsFailWithinTheReadBound(t *testing.T) {
 // server answering fails within DefaultReadTimeout (a caller's deadline
 // minutes away does not lift it), its error naming the bound.
 func TestReadDefaultBound(t *testing.T) {
+	ownServers(t)
 	c, err := twopc.NewCoordinator(unreachable(t))
 	require.NoError(t, err)
 	start := time.Now()

@@ -22,6 +22,7 @@ import (
 // Every line the coordinator and the recoverer log at warn level or above
 // says so: that nothing is lost.
 func TestServerGoesAway(t *testing.T) {
+	ownServers(t)
 	ctx := testCtx(t)
 	dir := t.TempDir()
 	server, err := mongotest.StartDevServer(ctx, "", dir)

@@ -125,6 +125,7 @@ func TestSimulation(t *testing.T) {
 // (SIGTERM) halfway through and started again on the same data once three
 // calls have failed; the checker sums across both deployments.
 func TestSimulationAcrossDeployments(t *testing.T) {
+	ownServers(t)
 	for _, seed := range simSeeds()[:1] {
 		cfg := defaultSimConfig(seed)
 		// With assets and limits: exchanges across both deployments while

@@ -455,6 +455,7 @@ func TestStatementReadsByTheIndex(t *testing.T) {
 // deployment restarted between transfers; the statements agree with the
 // accounts.
 func TestStatementAcrossDeployments(t *testing.T) {
+	ownServers(t)
 	ctx := testCtx(t)
 	bk := newBanks(t, twopc.WithStatementHorizon(0), twopc.WithSyncSettle())
 	sh, err := bk.c.Ledger(bankNames[0])

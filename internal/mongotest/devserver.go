@@ -34,11 +34,26 @@ var (
 	buildErr  error
 )
 
+// EnvDevServerBinary names a dev server binary built from this tree
+// (examples/cmd/devserver) for the harness to start instead of building
+// its own: make test builds it once for all its test binaries, each of
+// which would otherwise link it again (about 4 s of processor time each).
+const EnvDevServerBinary = "TWOPC_DEVSERVER_BIN"
+
 // devServerBinary builds the dev server once per test binary, from the
-// examples module next to this one. The Go build cache makes later builds in
-// other packages of the same `go test` run fast.
+// examples module next to this one, unless TWOPC_DEVSERVER_BIN names one.
+// The Go build cache makes later builds in other packages of the same `go
+// test` run compile nothing, but each links the binary again.
 func devServerBinary(ctx context.Context) (string, error) {
 	buildOnce.Do(func() {
+		if bin := os.Getenv(EnvDevServerBinary); bin != "" {
+			if _, err := os.Stat(bin); err != nil {
+				buildErr = fmt.Errorf("%s: %w", EnvDevServerBinary, err)
+				return
+			}
+			binary = bin
+			return
+		}
 		_, file, _, _ := runtime.Caller(0)
 		examples := filepath.Join(filepath.Dir(file), "..", "..", "examples")
 		dir, err := os.MkdirTemp("", "twopc-devserver-bin-")

@@ -10,7 +10,8 @@
 //     and goes on to 3.
 //  3. Otherwise the project's dev server (FerretDB behind a serializing wire
 //     front, built from the examples module), started on a free loopback port,
-//     shared by the tests of the binary and stopped when they end.
+//     shared by the tests of the binary and stopped when they end
+//     (TWOPC_DEVSERVER_BIN, if set, names a binary built already).
 //
 // TWOPC_TEST_BACKEND=uri|docker|devserver forces a choice, with no fallback:
 // TWOPC_TEST_BACKEND=docker fails, saying what to do, if the container

@@ -7,19 +7,22 @@ SHELL := /bin/bash
 
 .PHONY: test demo banks metrics devserver vet fmt check soak bench api
 
-# test runs every test of both modules (.ci/test): with the race detector,
-# against MONGODB_URI, a testcontainers MongoDB if Docker answers, or the dev
-# server; then fuzzes Transfer's inputs for a short fixed time; then runs the
-# examples module, and the root module's packages in EXTERNAL_ROOT_PKGS,
-# again without -race against an external dev server (examples/cmd/devserver
-# started on a free port, MONGODB_URI set to it, stopped at the end). Each
+# test runs every test of both modules (.ci/test), in parts at once: with
+# the race detector, against MONGODB_URI, a testcontainers MongoDB if Docker
+# answers, or the dev server (built once for every part; one of them, the
+# external dev server, started first on a free port and stopped at the
+# end); a short fuzz of Transfer's inputs; the randomized simulations again
+# on a dev server that pauses inside commands; and, without -race, each
+# examples package that can reach a server either way the other way. Each
 # part prints a line per package as the package finishes, a failing test's
 # whole output, and a line for the part (GOTEST_VERBOSE=1 prints
 # everything). The last line is "N passed, M failed", over all the parts,
 # counting top-level tests: test functions, examples and fuzz targets, not
 # their subtests apart. The long runs keep a smaller size here; make soak
-# runs them at full size. EXTERNAL_ROOT_PKGS=./... adds the library's own
-# tests, the longest part, to the external pass.
+# runs them at full size. When the root module's other packages ran
+# against another server than a dev server, they run again against the
+# external one, and EXTERNAL_ROOT_PKGS=./... adds the library's own tests
+# to that pass.
 EXTERNAL_ROOT_PKGS ?= ./cmd/... ./internal/...
 test:
 	@EXTERNAL_ROOT_PKGS='$(EXTERNAL_ROOT_PKGS)' .ci/test

@@ -21,8 +21,8 @@ SHELL := /bin/bash
 # their subtests apart. The long runs keep a smaller size here; make soak
 # runs them at full size. When the root module's other packages ran
 # against another server than a dev server, they run again against the
-# external one, and EXTERNAL_ROOT_PKGS=./... adds the library's own tests
-# to that pass.
+# external one; EXTERNAL_ROOT_PKGS set to other than its default runs that
+# pass in any case (./... adds the library's own tests).
 EXTERNAL_ROOT_PKGS ?= ./cmd/... ./internal/...
 test:
 	@EXTERNAL_ROOT_PKGS='$(EXTERNAL_ROOT_PKGS)' .ci/test

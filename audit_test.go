@@ -96,6 +96,7 @@ func TestAuditLiveSystemIsHealthy(t *testing.T) {
 	}
 	require.NoError(t, c.Settle(ctx))
 	b.recoverAll(twopc.WithLedger("fees", fees))
+	b.serverPastTxns()
 
 	rep, err := c.Audit(ctx, twopc.WithExpectedTotal("", 3000-int64(feesHeld(t, c))), twopc.WithExpectedTotal("fees", int64(feesHeld(t, c))))
 	require.NoError(t, err)
@@ -263,6 +264,7 @@ func TestAuditTotalsUndecidedWhenATransferRanDuringTheScan(t *testing.T) {
 	// a transfer ran during the scan.
 	assert.False(t, rep.Totals[0].Decided)
 	assert.True(t, rep.OK(), "%v", rep.Violations)
+	b.serverPastTxns()
 	rep, err = c.Audit(ctx, twopc.WithExpectedTotal("", 100))
 	require.NoError(t, err)
 	assert.True(t, rep.Totals[0].Decided && rep.Totals[0].OK, "%+v", rep.Totals)

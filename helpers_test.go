@@ -210,6 +210,22 @@ func (b *bank) serverPast(when time.Time) {
 	}
 }
 
+// serverPastTxns waits until the server's clock is past the lastModified
+// of every transaction in b's log: an audit started then decides its
+// totals, which it leaves undecided if anything in the log was written
+// from its start on by the server's millisecond clock (a transfer's last
+// write and the audit's first read can fall in one millisecond).
+func (b *bank) serverPastTxns() {
+	b.t.Helper()
+	var last time.Time
+	for _, d := range b.txns() {
+		if d.LastModified.After(last) {
+			last = d.LastModified
+		}
+	}
+	b.serverPast(last)
+}
+
 // moveLine moves the fence lines of accounts ids up to line (see
 // twopc.MoveLine): what the next apply or rollback on each does once the
 // low-water mark has passed line, which drops the fences of transactions

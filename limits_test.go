@@ -343,6 +343,7 @@ func TestLimitsAudit(t *testing.T) {
 		{Account: "desk-eur", Amount: -92, Asset: "EUR/2"}, {Account: "bob", Amount: 92, Asset: "EUR/2"},
 	})
 	require.NoError(t, err)
+	b.serverPastTxns()
 	rep, err := b.c.Audit(ctx, twopc.WithExpectedAssetTotal("", "USD/2", 1000), twopc.WithExpectedAssetTotal("", "EUR/2", 5000),
 		twopc.WithExpectedAssetTotal("", "", 0))
 	require.NoError(t, err)

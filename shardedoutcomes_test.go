@@ -132,6 +132,7 @@ func checkOutcomes(ctx context.Context, t *testing.T, b *bank, calls []outcome) 
 // default ledger holds total.
 func auditTotal(ctx context.Context, t *testing.T, b *bank, total int64) {
 	t.Helper()
+	b.serverPastTxns()
 	rep, err := b.c.Audit(ctx, twopc.WithExpectedTotal("", total))
 	require.NoError(t, err)
 	assert.True(t, rep.OK(), "%+v", rep.Violations)

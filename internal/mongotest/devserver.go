@@ -36,14 +36,13 @@ var (
 
 // EnvDevServerBinary names a dev server binary built from this tree
 // (examples/cmd/devserver) for the harness to start instead of building
-// its own: make test builds it once for all its test binaries, each of
-// which would otherwise link it again (about 4 s of processor time each).
+// its own: make test builds it once for all its test binaries.
 const EnvDevServerBinary = "TWOPC_DEVSERVER_BIN"
 
 // devServerBinary builds the dev server once per test binary, from the
 // examples module next to this one, unless TWOPC_DEVSERVER_BIN names one.
 // The Go build cache makes later builds in other packages of the same `go
-// test` run compile nothing, but each links the binary again.
+// test` run fast.
 func devServerBinary(ctx context.Context) (string, error) {
 	buildOnce.Do(func() {
 		if bin := os.Getenv(EnvDevServerBinary); bin != "" {

@@ -590,12 +590,7 @@ func BenchmarkServerFilter(b *testing.B) {
 						filter = append(filter, bson.E{Key: "state", Value: "pending"})
 					}
 					res, err := coll.UpdateOne(ctx, filter, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: int64(1)}}}})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if res.ModifiedCount != 1 {
-						b.Fatalf("modified %d, want 1", res.ModifiedCount)
-					}
+					modifiedOne(b, res, err)
 				}
 			})
 		}
@@ -682,12 +677,7 @@ func BenchmarkServerDocumentSize(b *testing.B) {
 					bson.D{{Key: "_id", Value: accountID(i % docs)}, {Key: "pendingTransactions", Value: bson.D{{Key: "$ne", Value: marker}}},
 						{Key: "fencedLegs", Value: bson.D{{Key: "$ne", Value: marker}}}},
 					bson.D{{Key: "$inc", Value: bson.D{{Key: "balance", Value: int64(1)}}}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if res.ModifiedCount != 1 {
-					b.Fatalf("modified %d, want 1", res.ModifiedCount)
-				}
+				modifiedOne(b, res, err)
 			}
 			b.StopTimer()
 			bc.reportServer(b, b.N)
@@ -766,12 +756,7 @@ func benchServerTransactionUpdate(b *testing.B, shape, indexed, update string, d
 			}
 			res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: ids[i%docs]}, {Key: "state", Value: from}},
 				bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if res.ModifiedCount != 1 {
-				b.Fatalf("modified %d, want 1", res.ModifiedCount)
-			}
+			modifiedOne(b, res, err)
 		}
 		b.StopTimer()
 		bc.reportServer(b, b.N)
@@ -802,4 +787,16 @@ func logIndexKeysForBench(which string) []bson.D {
 		}
 	}
 	return out
+}
+
+// modifiedOne fails b unless an update statement's reply says it modified
+// exactly one document.
+func modifiedOne(b *testing.B, res *mongo.UpdateResult, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if res.ModifiedCount != 1 {
+		b.Fatalf("modified %d, want 1", res.ModifiedCount)
+	}
 }

@@ -410,7 +410,11 @@ func WithManagedIndexes() Option {
 // with the credit in the destination's Balance. By default the coordinator
 // settles committed transfers in the background, in batches, so that a
 // transfer costs three round trips and its credit reaches the balance
-// moments after it returns; Close and Settle wait for it. Either way the
+// moments after it returns; Close and Settle wait for it. The background
+// settle takes its connections from the client's pool like any caller: a
+// pool of exactly as many connections as callers in flight (the driver's
+// default is 100) makes it wait for theirs instead of overlapping their
+// round trips. Either way the
 // credit is spendable when Transfer returns: a debit its balance refuses
 // settles the account's committed transfers first (see
 // Coordinator.Transfer).

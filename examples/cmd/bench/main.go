@@ -143,7 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.hot, "hot", false, "hot account: every transfer pays into the same account, from one of the others picked at random")
 	fs.BoolVar(&c.recoverer, "recoverer", false, "twopc only: run a Recoverer at its defaults (twopc.NewRecoverer(c).Run) beside each process's coordinator, as a user would (default true with -hot)")
 	fs.DurationVar(&c.rtt, "rtt", 0, "added to every round trip of the measured clients, for every implementation: each request waits this long before it is written (a network between application and server)")
-	fs.IntVar(&c.pool, "pool", 0, "connections in each process's pool (0: its share of -workers, as the simulator's pools; a twopc coordinator's background settling and mark reads share them with its callers)")
+	fs.IntVar(&c.pool, "pool", 0, "connections in each process's pool (0: its share of -workers, as the simulator's pools, and one more, which a twopc coordinator's background settling and mark reads use while its callers wait)")
 	fs.StringVar(&c.control, "control", "", "with -uri naming a dev server out of process: its control API's `URL` (cmd/devserver -control prints it), whose clock of the server's own work the report reads")
 	fs.BoolVar(&c.warn, "warn", false, "twopc only: log the library's warnings and errors (its coordinators' and Recoverers' logger, WithLogger) to standard error")
 	fs.IntVar(&c.batch, "batch", 1, "twopc only: a worker sends up to this many of the transfers waiting for it in one TransferBatch call")

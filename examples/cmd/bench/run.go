@@ -370,7 +370,14 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	}
 
 	var cnt counter
-	pool := uint64((workers + procs - 1) / procs)
+	// Each process's pool holds its share of the workers (the simulator's
+	// shape) and one connection more: a twopc coordinator settles and reads
+	// its mark in the background, and with only its callers' share that
+	// work would wait for a caller's connection, one round trip behind
+	// another, instead of overlapping the callers' waits (one worker at
+	// 1 ms a round trip: 75.7 against 98.7 transfers/s, BENCHMARKS.md).
+	// The tutorial's workers use one connection each and leave it idle.
+	pool := uint64((workers+procs-1)/procs + 1)
 	if cfg.pool > 0 {
 		pool = uint64(cfg.pool)
 	}

@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/FerretDB/wire"
@@ -463,8 +462,14 @@ func formatIndexKey(key []backends.IndexKeyPair) string {
 // It filters out duplicate indexes and returns a slice of indexes to create.
 // It returns an error if at least one provided index has an invalid specification.
 func validateIndexesForCreation(command string, existing, toCreate []backends.IndexInfo) ([]backends.IndexInfo, error) {
-	filteredToCreate := make([]backends.IndexInfo, len(toCreate))
-	copy(filteredToCreate, toCreate)
+	// twopc's dev server: the indexes to create are those not identical to
+	// an existing one, gathered one by one. Stock v1.24 deleted each
+	// identical one from a copy of the list at its index in the original,
+	// which the deletions before it had shifted: a command naming three
+	// existing indexes panicked (slice bounds out of range, and the
+	// connection was closed), and one naming two existing indexes before a
+	// new one kept the second and skipped the new one.
+	filteredToCreate := make([]backends.IndexInfo, 0, len(toCreate))
 
 	for i, newIdx := range toCreate {
 		newKey := formatIndexKey(newIdx.Key)
@@ -521,12 +526,14 @@ func validateIndexesForCreation(command string, existing, toCreate []backends.In
 		}
 
 		// Check for conflicts with existing indexes.
+		identical := false
+
 		for _, existingIdx := range existing {
 			existingKey := formatIndexKey(existingIdx.Key)
 
 			if (newIdx.Name == existingIdx.Name && newKey == existingKey) || newKey == "_id: 1" {
 				// Fully identical indexes are ignored, no need to attempt to create them.
-				filteredToCreate = slices.Delete(filteredToCreate, i, i+1)
+				identical = true
 				break
 			}
 
@@ -546,6 +553,10 @@ func validateIndexesForCreation(command string, existing, toCreate []backends.In
 				msg := fmt.Sprintf("Index already exists with a different name: %s", existingIdx.Name)
 				return nil, handlererrors.NewCommandErrorMsgWithArgument(handlererrors.ErrIndexOptionsConflict, msg, command)
 			}
+		}
+
+		if !identical {
+			filteredToCreate = append(filteredToCreate, newIdx)
 		}
 	}
 

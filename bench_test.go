@@ -763,6 +763,72 @@ func benchServerTransactionUpdate(b *testing.B, shape, indexed, update string, d
 	})
 }
 
+// BenchmarkServerTransactionInsert measures the server's time for the
+// statement that writes a new transaction, on a log with no index but
+// _id's and with the library's three: write=upsert is the library's
+// (insertWrite's shape: the filter _id alone, the document in
+// $setOnInsert, lastModified by $currentDate, so the server's clock
+// stamps it), write=insert an insert of the same document with
+// lastModified from the client; doc=tutorial is the tutorial's insert
+// (no index, or its recovery's). srv-ms/op is the server's time a
+// statement.
+func BenchmarkServerTransactionInsert(b *testing.B) {
+	for _, c := range []struct{ shape, indexed, write string }{
+		{"library", "none", "upsert"}, {"library", "none", "insert"},
+		{"library", "state", "insert"}, {"library", "accounts", "insert"},
+		{"library", "all", "upsert"}, {"library", "all", "insert"},
+		{"tutorial", "none", "insert"}, {"tutorial", "recovery", "insert"},
+	} {
+		b.Run(fmt.Sprintf("doc=%s/indexes=%s/write=%s", c.shape, c.indexed, c.write), func(b *testing.B) {
+			ctx := benchCtx(b)
+			var bc benchCounter
+			bc.faults = mongotest.Shared(b).Faults
+			coll := mongotest.NewDatabase(b).Collection("transactions")
+			for _, ix := range logIndexKeysForBench(c.indexed) {
+				if _, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: ix}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			bc.reset(b)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				doc := transactionForBench(b, c.shape, bson.NewObjectID(), i)
+				if c.write == "insert" {
+					doc = append(doc, bson.E{Key: "lastModified", Value: time.Now()})
+					_, err := coll.InsertOne(ctx, doc)
+					if err != nil {
+						b.Fatal(err)
+					}
+					continue
+				}
+				res, err := coll.UpdateOne(ctx, bson.D{doc[0]}, bson.D{
+					{Key: "$setOnInsert", Value: doc[1:]},
+					{Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}},
+				}, options.UpdateOne().SetUpsert(true))
+				if err != nil || res.UpsertedCount != 1 {
+					b.Fatalf("upsert: %v, %+v", err, res)
+				}
+			}
+			b.StopTimer()
+			bc.reportServer(b, b.N)
+		})
+	}
+}
+
+// transactionForBench is a pending transaction's document between
+// accounts i and i+1, _id first, without lastModified: the tutorial's
+// fields, or the library's as its insert writes them.
+func transactionForBench(b *testing.B, shape string, id bson.ObjectID, i int) bson.D {
+	doc := bson.D{{Key: "_id", Value: id}, {Key: "source", Value: accountID(i)}, {Key: "destination", Value: accountID(i + 1)},
+		{Key: "value", Value: int64(100)}, {Key: "state", Value: "pending"}}
+	if shape == "library" {
+		doc = append(doc, bson.E{Key: "application", Value: "bench-p0-w01"}, bson.E{Key: "claim", Value: bson.NewObjectID()},
+			bson.E{Key: "created", Value: time.Now()}, bson.E{Key: "leaseMs", Value: int64(30000)}, bson.E{Key: "takeoverMs", Value: int64(30000)},
+			bson.E{Key: "accounts", Value: bson.A{entryKeyForBench(b, accountID(i)), entryKeyForBench(b, accountID(i+1))}})
+	}
+	return doc
+}
+
 // entryKeyForBench is the entry key of account id of the coordinator's
 // own ledger.
 func entryKeyForBench(b *testing.B, id string) string {

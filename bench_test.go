@@ -706,7 +706,11 @@ func BenchmarkServerTransactionUpdate(b *testing.B) {
 			indexSets = append(indexSets, "recovery")
 		}
 		for _, indexed := range indexSets {
-			for _, update := range []string{"state", "claim"} {
+			updates := []string{"state", "claim"}
+			if shape == "library" {
+				updates = append(updates, "commit")
+			}
+			for _, update := range updates {
 				benchServerTransactionUpdate(b, shape, indexed, update, docs)
 			}
 		}
@@ -717,7 +721,9 @@ func BenchmarkServerTransactionUpdate(b *testing.B) {
 // runs: update "state" moves the state (an indexed field) and sets
 // lastModified; "claim" sets claim and lastModified, fields none of the
 // library's indexes reads (the tutorial's recovery index reads
-// lastModified).
+// lastModified); "commit" is the library's commit's update, the state
+// move that also stamps committedAt (the second key of its entries index,
+// by accounts).
 func benchServerTransactionUpdate(b *testing.B, shape, indexed, update string, docs int) {
 	b.Run(fmt.Sprintf("doc=%s/indexes=%s/update=%s", shape, indexed, update), func(b *testing.B) {
 		ctx := benchCtx(b)
@@ -754,8 +760,12 @@ func benchServerTransactionUpdate(b *testing.B, shape, indexed, update string, d
 			if update == "claim" {
 				from, set = "pending", bson.D{{Key: "claim", Value: bson.NewObjectID()}}
 			}
+			stamp := bson.D{{Key: "lastModified", Value: true}}
+			if update == "commit" {
+				stamp = append(stamp, bson.E{Key: "committedAt", Value: true})
+			}
 			res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: ids[i%docs]}, {Key: "state", Value: from}},
-				bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: bson.D{{Key: "lastModified", Value: true}}}})
+				bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: stamp}})
 			modifiedOne(b, res, err)
 		}
 		b.StopTimer()
@@ -765,7 +775,8 @@ func benchServerTransactionUpdate(b *testing.B, shape, indexed, update string, d
 
 // BenchmarkServerTransactionInsert measures the server's time for the
 // statement that writes a new transaction, on a log with no index but
-// _id's and with the library's three: write=upsert is the library's
+// _id's, with the library's index by state or its two by accounts alone,
+// and with its three: write=upsert is the library's
 // (insertWrite's shape: the filter _id alone, the document in
 // $setOnInsert, lastModified by $currentDate, so the server's clock
 // stamps it), write=insert an insert of the same document with

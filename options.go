@@ -411,10 +411,10 @@ func WithManagedIndexes() Option {
 // settles committed transfers in the background, in batches, so that a
 // transfer costs three round trips and its credit reaches the balance
 // moments after it returns; Close and Settle wait for it. The background
-// settle takes its connections from the client's pool like any caller: a
-// pool of exactly as many connections as callers in flight (the driver's
-// default is 100) makes it wait for theirs instead of overlapping their
-// round trips. Either way the
+// settle takes its connections from the client's pool like any caller, so
+// a pool no larger than the number of callers in flight makes it wait for
+// their connections instead of overlapping their round trips (the
+// driver's default pool holds 100). Either way the
 // credit is spendable when Transfer returns: a debit its balance refuses
 // settles the account's committed transfers first (see
 // Coordinator.Transfer).

@@ -375,7 +375,8 @@ func (b *bench) run(ctx context.Context, impl string, workers int) (result, erro
 	// its mark in the background, and with only its callers' share that
 	// work would wait for a caller's connection, one round trip behind
 	// another, instead of overlapping the callers' waits (one worker at
-	// 1 ms a round trip: 75.7 against 98.7 transfers/s, BENCHMARKS.md).
+	// 1 ms a round trip: 1.31 times the indexed tutorial before, 1.46 to
+	// 1.79 times in four runs after; BENCHMARKS.md).
 	// The tutorial's workers use one connection each and leave it idle.
 	pool := uint64((workers+procs-1)/procs + 1)
 	if cfg.pool > 0 {

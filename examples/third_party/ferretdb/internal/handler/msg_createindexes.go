@@ -121,6 +121,8 @@ func (h *Handler) MsgCreateIndexes(connCtx context.Context, msg *wire.OpMsg) (*w
 		return nil, err
 	}
 
+	requested := len(toCreate)
+
 	var createCollection bool
 	beforeCreate, err := c.ListIndexes(connCtx, new(backends.ListIndexesParams))
 	if err != nil {
@@ -161,6 +163,13 @@ func (h *Handler) MsgCreateIndexes(connCtx context.Context, msg *wire.OpMsg) (*w
 
 	if len(toCreate) > 0 {
 		resp.Set("createdCollectionAutomatically", createCollection)
+
+		// twopc's dev server: as MongoDB, a note when some of the
+		// indexes existed already (its Output: "returned if an existing
+		// index or indexes already exist").
+		if len(toCreate) < requested {
+			resp.Set("note", "index already exists")
+		}
 	} else {
 		resp.Set("note", "all indexes already exist")
 	}
@@ -525,10 +534,18 @@ func validateIndexesForCreation(command string, existing, toCreate []backends.In
 			}
 		}
 
-		// Check for conflicts with existing indexes.
-		identical := false
+		// Check for conflicts with existing indexes. twopc's dev server:
+		// the _id index exists on every collection, one this command
+		// creates too, so {_id: 1} is never created again (stock v1.24
+		// skipped it only where the collection had indexes already, and
+		// counted it in numIndexesAfter on a new one).
+		identical := newKey == "_id: 1"
 
 		for _, existingIdx := range existing {
+			if identical {
+				break
+			}
+
 			existingKey := formatIndexKey(existingIdx.Key)
 
 			if (newIdx.Name == existingIdx.Name && newKey == existingKey) || newKey == "_id: 1" {

@@ -41,9 +41,10 @@ func main() {
 	// The front lets one request through at a time, so a second processor
 	// serves the server only for its garbage collector and idle spinning:
 	// with one, BenchmarkServerTransactionInsert's library upsert and
-	// BenchmarkServerTransactionUpdate's commit cost the server 5 to 16%
-	// less processor time a statement, and no more time (2026-11-29, two
-	// runs each). A GOMAXPROCS in the environment is kept.
+	// BenchmarkServerTransactionUpdate's commit cost the server 3 to 16%
+	// less processor time a statement (srv-cpu-ms/op), in about the same
+	// time (ns/op within 12% faster and 4% slower; 2026-11-29, two runs
+	// each). A GOMAXPROCS in the environment is kept.
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}

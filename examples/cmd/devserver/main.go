@@ -13,7 +13,10 @@
 // by command and collection (GET /work). -cpuprofile writes the server's
 // CPU profile when it stops; tests started through internal/mongotest
 // pass it when TWOPC_DEVSERVER_CPUPROFILE names a file. Nothing else is written to standard
-// output; logs go to standard error. SIGINT or SIGTERM stops the server
+// output; logs go to standard error. It runs on one processor
+// (GOMAXPROCS 1) unless the environment sets GOMAXPROCS: the front serves
+// one request at a time, and a second processor cost more processor time
+// for no less wall time. SIGINT or SIGTERM stops the server
 // cleanly with exit status 0. Killing it outright is fine too: data written
 // to a -dir survives, only a temporary directory is left behind.
 package main

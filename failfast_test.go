@@ -2,7 +2,6 @@ package twopc_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +16,12 @@ import (
 )
 
 // unreachable returns a database on an address where nothing listens,
-// reached by a client at the driver's defaults (a server selection
-// timeout of 30 s, retryable writes on).
+// held so for the test (mongotest.DeadAddr: a server another test starts
+// meanwhile cannot take it), reached by a client at the driver's defaults
+// (a server selection timeout of 30 s, retryable writes on).
 func unreachable(t *testing.T) *mongo.Database {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return mongotest.ConnectURI(t, "mongodb://"+addr+"/").Database("nowhere")
+	return mongotest.ConnectURI(t, "mongodb://"+mongotest.DeadAddr(t)+"/").Database("nowhere")
 }
 
 // boundSlack is how much longer than its bound a call may take in these

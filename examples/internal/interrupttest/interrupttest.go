@@ -124,13 +124,33 @@ func InterruptAfter(t *testing.T, ready *regexp.Regexp, use func(line string), a
 	return out.String(), cmd.ProcessState
 }
 
+// makeWaitRace matches the lines GNU make (4.3 here) prints when its own
+// SIGINT handler waits for a child that the wait it interrupted had
+// already reaped: "wait: No child processes. Stop.", then "Waiting for
+// unfinished jobs...." and the first line again, and it exits 2. It
+// happens when the command exits on the signal before make has run its
+// handler (a loaded machine: make test's parts at nice 10), whatever the
+// command and the Makefile do; seen in two runs of make test on
+// 2026-11-29. The command's own clean exit is checked by running it
+// without make.
+var makeWaitRace = regexp.MustCompile(`(?m)^make: \*\*\* (wait: No child processes\.  Stop\.|Waiting for unfinished jobs\.\.\.\.)\n?`)
+
 // RequireMakeQuiet checks how make ended after SIGINT to its process
 // group: it reports no error (the command exited 0), and it either exited
-// 0 or, as every interrupted make does, ended by the signal itself.
+// 0 or, as every interrupted make does, ended by the signal itself. GNU
+// make's own race between its signal handler and its wait (makeWaitRace)
+// is the one report allowed, with the status 2 it ends make with.
 func RequireMakeQuiet(t *testing.T, out string, state *os.ProcessState) {
 	t.Helper()
-	require.NotContains(t, out, "make: ***", "make reports no error")
 	ws := state.Sys().(syscall.WaitStatus)
+	rest := makeWaitRace.ReplaceAllString(out, "")
+	if rest != out {
+		t.Logf("GNU make's race between its SIGINT handler and its wait (makeWaitRace):\n%s", out)
+		require.NotContains(t, rest, "make: ***", "make reports no other error")
+		require.True(t, ws.Exited() && ws.ExitStatus() == 2, "make ended by %v:\n%s", state, out)
+		return
+	}
+	require.NotContains(t, out, "make: ***", "make reports no error")
 	require.True(t, ws.Exited() && ws.ExitStatus() == 0 || ws.Signaled() && ws.Signal() == syscall.SIGINT,
 		"make ended by %v:\n%s", state, out)
 }

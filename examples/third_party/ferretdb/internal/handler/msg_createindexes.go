@@ -548,7 +548,7 @@ func validateIndexesForCreation(command string, existing, toCreate []backends.In
 
 			existingKey := formatIndexKey(existingIdx.Key)
 
-			if (newIdx.Name == existingIdx.Name && newKey == existingKey) || newKey == "_id: 1" {
+			if newIdx.Name == existingIdx.Name && newKey == existingKey {
 				// Fully identical indexes are ignored, no need to attempt to create them.
 				identical = true
 				break
